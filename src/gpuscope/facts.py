@@ -1,0 +1,164 @@
+"""Peak figures and prices of GPU models, looked up by the device name a trace reports.
+
+Contract:
+
+* The table is data: ``data/gpu_facts.csv``, one row per GPU model, read once. Each row carries a
+  case-insensitive regex (``match``) tried with :func:`re.search` against the device name as
+  Kineto / nvidia-smi / rocm-smi report it; rows are tried in file order and the first match wins.
+* Figures are vendor peaks, DENSE (no structured sparsity), in SI units with the unit in the name:
+  FLOP/s, bytes/s, bytes. ``None`` means "this GPU has no such figure" (no FP8 on a V100), never 0.
+* ``bf16_flops_per_s`` is the 16-bit tensor-core peak: BF16, or FP16 on GPUs without BF16 (V100,
+  T4, RTX 2080 Ti). GeForce figures use FP32 accumulation. ``fp32_flops_per_s`` is the non-tensor
+  (NVIDIA CUDA core / AMD vector) FP32 peak.
+* ``memory_bytes`` is the vendor's nominal capacity read as GiB (the driver reports a little less).
+* ``interconnect_bytes_per_s`` is the GPU-to-GPU link's total (bidirectional) bandwidth as vendors
+  quote it: NVLink / Infinity Fabric, or the PCIe x16 slot for PCIe-only cards.
+* An MI250 / MI250X appears to software as two devices (GCDs); its rows give one GCD's figures.
+* ``usd_per_gpu_hour`` is a typical public on-demand price (``source`` names it); a user's own
+  price always wins.
+
+:func:`match_device` never guesses. It returns ``None`` for a missing, empty or unknown name, for an
+nvidia-smi MIG name, and when ``num_sms`` (the SM / CU count the trace reports; ``None``, 0 or -1
+for "not recorded") contradicts the matched row: a MIG slice or an MI300X partition reports its
+parent's name but fewer SMs, and full-chip peaks would be wrong for it. One exception to
+name-only matching: ROCm often reports a GCD as plain "AMD Radeon Graphics" (or nothing). For an
+empty or such generic AMD name, a known ``num_sms`` selects an AMD row by CU count, but only when
+exactly one AMD row has that count (110 is an MI250X GCD; 104 is MI210 or MI250 and stays None).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+_COLUMNS = (
+    "key",
+    "display_name",
+    "vendor",
+    "match",
+    "sm_count",
+    "memory_gib",
+    "fp32_tflops",
+    "tf32_tflops",
+    "bf16_tflops",
+    "fp8_tflops",
+    "memory_bandwidth_gb_s",
+    "interconnect",
+    "interconnect_gb_s",
+    "usd_per_gpu_hour",
+    "source",
+)
+
+#: Device names that say "some AMD GPU" without saying which.
+_GENERIC_AMD_NAME = re.compile(r"^(AMD\b)?\s*(Radeon(\s+Graphics)?|Instinct)?$", re.IGNORECASE)
+#: nvidia-smi names of MIG instances, e.g. "NVIDIA A100-SXM4-40GB MIG 1g.5gb".
+_MIG_NAME = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU model's dense peak figures; ``None`` where the figure does not exist."""
+
+    key: str
+    display_name: str
+    vendor: str
+    sm_count: int | None  # NVIDIA SMs, AMD CUs (per GCD for MI250/MI250X)
+    memory_bytes: int | None
+    fp32_flops_per_s: float | None
+    tf32_flops_per_s: float | None
+    bf16_flops_per_s: float | None
+    fp8_flops_per_s: float | None
+    memory_bandwidth_bytes_per_s: float | None
+    interconnect: str | None
+    interconnect_bytes_per_s: float | None
+    usd_per_gpu_hour: float | None
+    source: str
+
+
+def _float(text: str, scale: float) -> float | None:
+    text = text.strip()
+    return None if not text else float(text) * scale
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return None if not text else int(text)
+
+
+def _row_facts(row: dict[str, str]) -> GpuFacts:
+    memory_gib = _float(row["memory_gib"], 1.0)
+    return GpuFacts(
+        key=row["key"].strip(),
+        display_name=row["display_name"].strip(),
+        vendor=row["vendor"].strip(),
+        sm_count=_int(row["sm_count"]),
+        memory_bytes=None if memory_gib is None else round(memory_gib * 2**30),
+        fp32_flops_per_s=_float(row["fp32_tflops"], 1e12),
+        tf32_flops_per_s=_float(row["tf32_tflops"], 1e12),
+        bf16_flops_per_s=_float(row["bf16_tflops"], 1e12),
+        fp8_flops_per_s=_float(row["fp8_tflops"], 1e12),
+        memory_bandwidth_bytes_per_s=_float(row["memory_bandwidth_gb_s"], 1e9),
+        interconnect=row["interconnect"].strip() or None,
+        interconnect_bytes_per_s=_float(row["interconnect_gb_s"], 1e9),
+        usd_per_gpu_hour=_float(row["usd_per_gpu_hour"], 1.0),
+        source=row["source"].strip(),
+    )
+
+
+@cache
+def _table() -> tuple[tuple[re.Pattern[str], GpuFacts], ...]:
+    """The CSV, parsed and checked once: (compiled ``match``, facts) in file order."""
+    text = resources.files("gpuscope.data").joinpath("gpu_facts.csv").read_text("utf-8")
+    reader = csv.DictReader(text.splitlines())
+    if tuple(reader.fieldnames or ()) != _COLUMNS:
+        raise ValueError(f"gpu_facts.csv: expected columns {_COLUMNS}, got {reader.fieldnames}")
+    rows: list[tuple[re.Pattern[str], GpuFacts]] = []
+    keys: set[str] = set()
+    for line, row in enumerate(reader, start=2):
+        try:
+            facts = _row_facts(row)
+            pattern = re.compile(row["match"].strip(), re.IGNORECASE)
+        except (ValueError, re.error, AttributeError) as exc:
+            raise ValueError(f"gpu_facts.csv line {line}: {exc}") from exc
+        if facts.key in keys:
+            raise ValueError(f"gpu_facts.csv line {line}: duplicate key {facts.key!r}")
+        keys.add(facts.key)
+        rows.append((pattern, facts))
+    return tuple(rows)
+
+
+def all_facts() -> list[GpuFacts]:
+    """Every row of the table, in file (match) order."""
+    return [facts for _, facts in _table()]
+
+
+def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | None:
+    """The facts for a device name as a trace reports it, or ``None`` when not known for sure.
+
+    ``num_sms`` is the SM (NVIDIA) / CU (AMD) count the trace reports, if any; see the module
+    docstring for how it confirms a name match and how it identifies generically named AMD GPUs.
+    """
+    sms = num_sms if num_sms is not None and num_sms > 0 else None
+    text = (name or "").strip()
+    if not text:
+        return _match_amd_by_cu_count(sms)
+    if _MIG_NAME.search(text):
+        return None
+    for pattern, facts in _table():
+        if pattern.search(text):
+            if sms is not None and facts.sm_count is not None and sms != facts.sm_count:
+                return None
+            return facts
+    if _GENERIC_AMD_NAME.match(text):
+        return _match_amd_by_cu_count(sms)
+    return None
+
+
+def _match_amd_by_cu_count(num_cus: int | None) -> GpuFacts | None:
+    if num_cus is None:
+        return None
+    candidates = [f for _, f in _table() if f.vendor == "AMD" and f.sm_count == num_cus]
+    return candidates[0] if len(candidates) == 1 else None

@@ -1,0 +1,207 @@
+"""The trace model: what every reader produces and every analysis consumes.
+
+Contract:
+
+* Times are integer nanoseconds (``int64``) on the trace's own clock. Units are in the names.
+* Events are columnar (:class:`Events`, one numpy array per field, all of one length), sorted by
+  ``start_ns``. Names are interned: ``Events.name_id`` indexes ``Trace.names``.
+* Each event has exactly one :class:`Kind`. Device-side events (kernel, memcpy, memset, sync, GPU
+  annotation) carry ``device >= 0`` and ``stream >= 0``; host-side events carry ``-1`` in both.
+* "Not recorded" is explicit: ``-1`` for ids, sizes and counts, ``NaN`` for ratios; never ``0``.
+* ``Events.link`` joins a launch (runtime call) and the device work it launched, both ways: for a
+  device event it is the row of its runtime call, for a runtime call the row of its (first) device
+  event, ``-1`` when unknown. Readers fill it from correlation ids or flow events.
+
+Readers know formats; nothing here does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+I64 = NDArray[np.int64]
+
+
+class Kind(IntEnum):
+    """What an event is. Stored as ``uint8`` in :attr:`Events.kind`."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    SYNC = 3  # device-side record of a synchronisation (Kineto ``cuda_sync``)
+    RUNTIME = 4  # CUDA/HIP runtime or driver call on a host thread
+    CPU_OP = 5  # framework operator (``aten::mm``)
+    PYTHON = 6  # Python frame (``file.py(12): fn``)
+    ANNOTATION = 7  # host-side user range (``ProfilerStep#3``, ``nccl:all_reduce``)
+    GPU_ANNOTATION = 8  # a user range projected onto a device stream; not device work
+
+
+#: Kinds whose intervals make a device busy.
+BUSY_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+
+class CopyDirection(IntEnum):
+    """Direction of a memory copy; ``NONE`` for everything that is not a memcpy."""
+
+    NONE = 0
+    H2D = 1
+    D2H = 2
+    D2D = 3
+    P2P = 4
+    OTHER = 5
+
+
+_COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
+    "kind": (np.uint8, 0),
+    "name_id": (np.int32, 0),
+    "start_ns": (np.int64, 0),
+    "dur_ns": (np.int64, 0),
+    "pid": (np.int64, -1),
+    "tid": (np.int64, -1),
+    "device": (np.int32, -1),
+    "stream": (np.int64, -1),
+    "correlation": (np.int64, -1),
+    "external_id": (np.int64, -1),
+    "link": (np.int64, -1),
+    "bytes": (np.int64, -1),
+    "copy_direction": (np.uint8, 0),
+    "pageable": (np.bool_, False),
+    "python_id": (np.int64, -1),
+    "python_parent_id": (np.int64, -1),
+    "grid_blocks": (np.int64, -1),
+    "block_threads": (np.int64, -1),
+    "occupancy_pct": (np.float32, float("nan")),
+}
+
+
+@dataclass
+class Events:
+    """Columnar event table. Every array has the same length; rows are sorted by ``start_ns``."""
+
+    kind: NDArray[np.uint8]
+    name_id: NDArray[np.int32]
+    start_ns: I64
+    dur_ns: I64
+    pid: I64
+    tid: I64
+    device: NDArray[np.int32]
+    stream: I64
+    correlation: I64
+    external_id: I64
+    link: I64
+    bytes: I64
+    copy_direction: NDArray[np.uint8]
+    pageable: NDArray[np.bool_]
+    python_id: I64
+    python_parent_id: I64
+    grid_blocks: I64
+    block_threads: I64
+    occupancy_pct: NDArray[np.float32]
+    #: Sparse per-row arguments that only some events have (recorded shapes, collective sizes).
+    extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @property
+    def end_ns(self) -> I64:
+        return self.start_ns + self.dur_ns
+
+    @classmethod
+    def from_columns(
+        cls, n: int, columns: dict[str, Any], extra: dict[int, dict[str, Any]]
+    ) -> Events:
+        """Build a table of ``n`` rows; columns not given take their "not recorded" value."""
+        arrays: dict[str, Any] = {}
+        for name, (dtype, missing) in _COLUMNS.items():
+            given = columns.get(name)
+            if given is None:
+                arrays[name] = np.full(n, missing, dtype=dtype)
+            else:
+                arrays[name] = np.asarray(given, dtype=dtype)
+        return cls(**arrays, extra=extra)
+
+    def take(self, rows: NDArray[np.intp]) -> Events:
+        """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped."""
+        remap = np.full(len(self), -1, dtype=np.int64)
+        remap[rows] = np.arange(rows.shape[0], dtype=np.int64)
+        arrays = {name: getattr(self, name)[rows] for name in _COLUMNS}
+        old_link = arrays["link"]
+        arrays["link"] = np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1)
+        new_row = remap.tolist()
+        extra = {new_row[r]: v for r, v in self.extra.items() if new_row[r] >= 0}
+        return Events(**arrays, extra=extra)
+
+    def of_kind(self, *kinds: Kind) -> NDArray[np.bool_]:
+        """Boolean mask of the rows whose kind is one of ``kinds``."""
+        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.uint8))
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the trace says about one device. ``None`` means the trace did not say."""
+
+    index: int  # the device id used in ``Events.device``
+    name: str | None
+    vendor: str | None  # "nvidia", "amd", "mtia"
+    num_sms: int | None
+    total_memory_bytes: int | None
+    compute_capability: str | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One profiler step (``ProfilerStep#12``) or step-like range, on the host clock."""
+
+    name: str
+    number: int
+    start_ns: int
+    end_ns: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Trace:
+    """One profile of one process (one rank): the unit every analysis works on."""
+
+    source: str
+    format: str  # "kineto", "nsys", ...
+    schema: str  # reader-specific generation, e.g. "kineto-2021", "kineto-float-us"
+    rank: int | None
+    world_size: int | None
+    devices: dict[int, DeviceInfo]
+    names: list[str]
+    events: Events
+    steps: list[Step]
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def name(self, row: int) -> str:
+        return self.names[int(self.events.name_id[row])]
+
+    @property
+    def device_ids(self) -> list[int]:
+        """Devices that have device-side work, in ascending order."""
+        ev = self.events
+        ids = np.unique(ev.device[ev.of_kind(*BUSY_KINDS)])
+        return [int(i) for i in ids]
+
+
+@dataclass
+class Job:
+    """All the traces of one job (one per rank), as given on the command line."""
+
+    source: str
+    traces: list[Trace]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for t in self.traces for w in t.warnings]

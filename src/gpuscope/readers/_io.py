@@ -1,0 +1,66 @@
+"""Bytes in: open a path, undo gzip, and say plainly what is wrong with a file that cannot be read.
+
+Contract: :func:`read_bytes` returns the decompressed content and whether it ended early (a gzip
+stream cut off mid-write still yields what was written). It raises :class:`InputError` for a
+missing path, an unreadable file, or a gzip stream corrupt before any content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from zlib_ng import zlib_ng
+
+from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+# zlib_ng's stub declares ``error`` as an instance; at run time it is the exception class.
+_ZLIB_ERROR = cast(type[Exception], zlib_ng.error)
+
+
+@dataclass(frozen=True)
+class Content:
+    data: bytes
+    truncated: bool  # the compressed stream ended before its end-of-stream marker
+    compressed: bool
+
+
+def read_bytes(path: Path) -> Content:
+    """Read ``path`` whole, decompressing gzip whatever the file is called."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "no such file or directory") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory") from None
+    except OSError as error:
+        raise InputError(path, f"cannot be read ({error.strerror})") from None
+    if not raw:
+        raise EmptyTraceError(path, "the file is empty")
+    if not raw.startswith(GZIP_MAGIC):
+        return Content(raw, truncated=False, compressed=False)
+    return _gunzip(path, raw)
+
+
+def _gunzip(path: Path, raw: bytes) -> Content:
+    # wbits 16+MAX_WBITS: gzip header and trailer; decompressobj keeps what a cut-off stream gave.
+    inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
+    try:
+        data = inflater.decompress(raw)
+    except _ZLIB_ERROR as error:
+        raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+    truncated = not inflater.eof
+    # A file of concatenated gzip members (pigz, re-gzipped chunks) continues in unused_data.
+    while inflater.eof and inflater.unused_data.startswith(GZIP_MAGIC):
+        rest = inflater.unused_data
+        inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
+        try:
+            data += inflater.decompress(rest)
+        except _ZLIB_ERROR as error:
+            raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+        truncated = not inflater.eof
+    if not data:
+        raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
+    return Content(data, truncated=truncated, compressed=True)

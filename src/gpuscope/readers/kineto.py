@@ -1,0 +1,689 @@
+"""Reader for PyTorch profiler (Kineto) Chrome-trace JSON, every generation.
+
+Handles: 2021 traces (capitalised categories, ``async`` flows, ``computeProperties``), integer-µs
+traces (2022-2024), float-µs traces with ``baseTimeNanoseconds`` (2025+), CUDA, ROCm (device args
+that differ from ``deviceProperties`` ids, empty device names) and MTIA (``mtia_ccp_events``).
+
+Contract: :func:`read` takes decoded bytes and returns one :class:`~gpuscope.model.Trace`, or raises
+:class:`~gpuscope.errors.InputError` with one line saying what is wrong. A document cut off
+mid-write is read up to its last whole event, with a warning.
+
+Speed: the document is decoded by msgspec into small typed structs that keep only the fields
+gpuscope uses, then turned into numpy columns with list comprehensions, one pass per field.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from itertools import compress, repeat
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+
+from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
+from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
+
+# --- the decoded shape -----------------------------------------------------------------------
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: int = -1
+    stream: int = -1
+    device: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    external_id_2021: int = msgspec.field(default=-1, name="external id")
+    bytes: int = -1
+    python_id: int = msgspec.field(default=-1, name="Python id")
+    python_parent_id: int | None = msgspec.field(default=-1, name="Python parent id")
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    occupancy_pct: float = msgspec.field(default=float("nan"), name="est. achieved occupancy %")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    size: int | None = None  # MTIA DMA size in bytes
+
+
+class _LenientArgs(msgspec.Struct, gc=False):
+    """Same fields, any JSON type: the fallback when a writer put odd types in ``args``."""
+
+    correlation: Any = None
+    stream: Any = None
+    device: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_2021: Any = msgspec.field(default=None, name="external id")
+    bytes: Any = None
+    python_id: Any = msgspec.field(default=None, name="Python id")
+    python_parent_id: Any = msgspec.field(default=None, name="Python parent id")
+    grid: Any = None
+    block: Any = None
+    occupancy_pct: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    collective_name: Any = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    size: Any = None
+
+
+class _Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event (``"ph": "X"``): the only phase the model is built from."""
+
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: int | float = 0
+    dur: int | float = 0
+    args: _Args | None = None
+
+
+def _skipped_phase(phase: str) -> type:
+    # Decoding other phases into field-less structs skips their content without allocating it.
+    return msgspec.defstruct(f"_Phase_{phase}", [], tag=phase, tag_field="ph", gc=False)
+
+
+_CHROME_PHASES = "BEiIsftPNODCbneMRcVpSTF"
+_AnyEvent = Union[(_Event, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
+
+
+class _Flow(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Any = ""
+    id: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0
+
+
+class _FlowDocument(msgspec.Struct, gc=False):
+    traceEvents: list[_Flow] | None = None  # noqa: N815
+
+
+class _LenientEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0.0
+    dur: Any = 0.0
+    id: Any = None
+    bp: Any = ""
+    args: _LenientArgs | None = None
+
+
+class _Document(msgspec.Struct):
+    traceEvents: list[_AnyEvent] | None = None  # type: ignore[valid-type]  # noqa: N815 - the format's own key
+    deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
+    computeProperties: list[dict[str, Any]] | None = None  # noqa: N815
+    distributedInfo: dict[str, Any] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+class _LenientDocument(msgspec.Struct):
+    traceEvents: list[_LenientEvent] | None = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    computeProperties: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+_DECODER = msgspec.json.Decoder(_Document)
+_FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
+_CATEGORY = attrgetter("cat")
+_NAME = attrgetter("name")
+_PID = attrgetter("pid")
+_TID = attrgetter("tid")
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_OCCUPANCY = attrgetter("occupancy_pct")
+_SKIP = 255
+_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument)
+_EMPTY_ARGS = _Args()
+
+# Categories, matched case-insensitively (2021 traces capitalise them).
+_KIND_OF_CATEGORY: dict[str, Kind] = {
+    "kernel": Kind.KERNEL,
+    "cuda_profiler_range": Kind.KERNEL,
+    "mtia_ccp_events": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_sync": Kind.SYNC,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "mtia_runtime": Kind.RUNTIME,
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "python_function": Kind.PYTHON,
+    "python": Kind.PYTHON,
+    "user_annotation": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+}
+_DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
+_FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_MEMCPY_DIRECTION = {
+    "htod": CopyDirection.H2D,
+    "dtoh": CopyDirection.D2H,
+    "dtod": CopyDirection.D2D,
+    "ptop": CopyDirection.P2P,
+}
+
+
+def looks_like_kineto(head: bytes) -> bool:
+    """Whether the first bytes of a document are a Chrome-trace JSON object with events."""
+    return head.lstrip()[:1] == b"{" and b'"traceEvents"' in head
+
+
+def read(path: Path, data: bytes, *, truncated_stream: bool = False) -> Trace:
+    """Decode one Kineto document into a :class:`Trace`."""
+    # Hundreds of thousands of short-lived objects and no cycles: the cyclic GC would only rescan
+    # them, which costs more than the decoding itself.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(path, data, truncated_stream)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
+    document, lost_tail = _decode(path, data, truncated_stream)
+    events = document.traceEvents
+    if events is None:
+        raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")
+    if not events:
+        raise EmptyTraceError(path, "the trace holds no events")
+    trace = _build(path, document, data)
+    if lost_tail:
+        span_ms = _span_ms(trace)
+        trace.warnings.append(
+            f"{path}: the file ends mid-write (the profiler did not finish it); read "
+            f"{len(events):,} whole events covering {span_ms:.1f} ms, the rest is lost"
+        )
+    return trace
+
+
+# --- decoding ----------------------------------------------------------------------------------
+
+
+def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
+    try:
+        return _decode_any(data), truncated_stream
+    except msgspec.DecodeError as error:
+        if not data.lstrip().startswith(b"{") or b'"traceEvents"' not in data[:65536]:
+            raise CorruptInputError(path, f"not valid JSON ({error})") from None
+        message = str(error)
+    repaired = _repair_truncated(data)
+    if repaired is None:
+        raise CorruptInputError(path, f"not valid JSON and no whole event to keep ({message})")
+    return repaired, True
+
+
+def _decode_any(data: bytes) -> Any:
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError:
+        return _LENIENT_DECODER.decode(data)
+
+
+_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+def _repair_truncated(data: bytes) -> Any | None:
+    """Cut a document that ends mid-write after its last whole event and close it."""
+    start = data.find(b"[", data.find(b'"traceEvents"'))
+    if start < 0:
+        return None
+    tail_from = max(start, len(data) - (8 << 20))
+    boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, tail_from)]
+    for cut in reversed(boundaries[-64:]):
+        try:
+            return _decode_any(data[: cut + 1] + b"]}")
+        except msgspec.DecodeError:
+            continue
+    return None
+
+
+# --- building the model --------------------------------------------------------------------------
+
+
+def _build(path: Path, doc: Any, data: bytes) -> Trace:
+    raw_events = doc.traceEvents
+    lenient = isinstance(doc, _LenientDocument)
+    if lenient:
+        complete = [e for e in raw_events if e.ph == "X"]
+    else:
+        complete = [e for e in raw_events if type(e) is _Event]
+    categories = list(map(_CATEGORY, complete))
+    kind_of = _kind_table(set(categories))
+    codes = np.fromiter(
+        map(kind_of.get, categories, repeat(_SKIP)), dtype=np.uint8, count=len(categories)
+    )
+    keep = codes != _SKIP
+    rows = list(compress(complete, keep.tolist()))
+    if not rows:
+        raise EmptyTraceError(path, "no profiler events (no CPU ops, kernels or runtime calls)")
+    kinds = codes[keep]
+    if "mtia_ccp_events" in kind_of:
+        _mark_mtia_dma(rows, kinds)
+    args = [e.args or _EMPTY_ARGS for e in rows]
+    if lenient:
+        args = [_coerce_args(a) for a in args]
+
+    names, name_ids = _intern(list(map(_NAME, rows)))
+    if lenient:
+        start_ns = _to_ns([_num(e.ts) for e in rows])
+        dur_ns = _to_ns([_num(e.dur) for e in rows])
+    else:
+        start_ns = _to_ns(list(map(_TS, rows)))
+        dur_ns = _to_ns(list(map(_DUR, rows)))
+    dur_ns = np.maximum(dur_ns, 0)
+
+    pid = _ids(list(map(_PID, rows)))
+    tid = _ids(list(map(_TID, rows)))
+    on_device = np.isin(kinds, np.array([int(k) for k in _DEVICE_KINDS], dtype=np.uint8))
+    arg_device = _column(args, "device")
+    arg_stream = _column(args, "stream")
+    device = np.where(on_device, np.where(arg_device >= 0, arg_device, pid), -1)
+    stream = np.where(on_device, np.where(arg_stream >= 0, arg_stream, tid), -1)
+
+    external_id = _column(args, "external_id")
+    old_external = _column(args, "external_id_2021")
+    external_id = np.where(external_id >= 0, external_id, old_external)
+    byte_count = _column(args, "bytes")
+    byte_count = np.where(byte_count >= 0, byte_count, _column(args, "size"))
+    columns: dict[str, Any] = {
+        "kind": kinds,
+        "name_id": name_ids,
+        "start_ns": start_ns,
+        "dur_ns": dur_ns,
+        "pid": pid,
+        "tid": tid,
+        "device": device,
+        "stream": stream,
+        "correlation": _column(args, "correlation"),
+        "external_id": external_id,
+        "bytes": byte_count,
+        "python_id": _column(args, "python_id"),
+        "python_parent_id": _column(args, "python_parent_id"),
+        "grid_blocks": _launch_sizes(args, kinds, "grid"),
+        "block_threads": _launch_sizes(args, kinds, "block"),
+        "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=len(args)),
+    }
+    direction, pageable = _memcpy_columns(names, name_ids, kinds)
+    columns["copy_direction"] = direction
+    columns["pageable"] = pageable
+    extra = _extra_args(args)
+    table = Events.from_columns(len(rows), columns, extra)
+    order = np.argsort(table.start_ns, kind="stable")
+    table = table.take(order)
+    _link_launches(table)
+    if not np.all(table.correlation[table.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)] >= 0):
+        _link_by_flows(table, data)
+
+    base = doc.baseTimeNanoseconds
+    schema = _schema(rows, doc)
+    devices = _devices(doc, table, mtia="mtia_ccp_events" in kind_of)
+    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    return Trace(
+        source=str(path),
+        format="kineto",
+        schema=schema,
+        rank=_opt_int(dist.get("rank")),
+        world_size=_opt_int(dist.get("world_size")),
+        devices=devices,
+        names=names,
+        events=table,
+        steps=_steps(table, names),
+        metadata={"base_time_ns": _opt_int(base), "distributed": dist},
+    )
+
+
+def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
+    """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
+    dma = [e.cat == "mtia_ccp_events" and e.name.startswith("dma") for e in rows]
+    kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
+
+
+def _kind_table(categories: set[Any]) -> dict[Any, int]:
+    """Map every category spelling present in the trace to its kind, once per spelling."""
+    table: dict[Any, int] = {}
+    for cat in categories:
+        kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+        if kind is not None:
+            table[cat] = int(kind)
+    return table
+
+
+def _intern(raw_names: list[Any]) -> tuple[list[str], np.ndarray]:
+    index: dict[str, int] = {}
+    ids = [index.setdefault(n if isinstance(n, str) else str(n), len(index)) for n in raw_names]
+    return list(index), np.array(ids, dtype=np.int32)
+
+
+def _column(args: list[Any], field: str) -> np.ndarray:
+    values = list(map(attrgetter(field), args))
+    try:
+        return np.array(values, dtype=np.int64)
+    except TypeError:  # a JSON null among the ints
+        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+
+
+def _ids(values: list[Any]) -> np.ndarray:
+    """pid/tid columns: plain ints, except in traces that write them as strings."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError):
+        return np.array([_int_id(v) for v in values], dtype=np.int64)
+
+
+def _to_ns(values_us: list[Any]) -> np.ndarray:
+    """Microseconds as written (ints, or floats with a fraction) to exact integer nanoseconds.
+
+    Integers are scaled exactly; floats are split into whole and fractional microseconds first,
+    so that the scaling does not lose the nanoseconds a float of ~1e15 cannot hold after ``* 1000``.
+    """
+    us = np.array(values_us)
+    if us.dtype.kind in "iu":
+        exact: np.ndarray = us.astype(np.int64) * 1000
+        return exact
+    us = us.astype(np.float64)
+    whole = np.floor(us)
+    fraction_ns = np.rint((us - whole) * 1000.0).astype(np.int64)
+    split: np.ndarray = whole.astype(np.int64) * 1000 + fraction_ns
+    return split
+
+
+def _launch_sizes(args: list[Any], kinds: np.ndarray, field: str) -> np.ndarray:
+    """Total blocks (``grid``) or threads per block (``block``) of each kernel launch."""
+    sizes = np.full(len(args), -1, dtype=np.int64)
+    kernel_rows = np.flatnonzero(kinds == Kind.KERNEL)
+    sizes[kernel_rows] = [_product(getattr(args[r], field)) for r in kernel_rows]
+    return sizes
+
+
+def _product(dims: list[int] | None) -> int:
+    if not dims:
+        return -1
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def _int_id(value: Any) -> int:
+    """Process and thread ids: ints, or strings such as ``"24572"`` / ``"stream 7"`` (2021)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        digits = value.rsplit(" ", 1)[-1]
+        if digits.lstrip("-").isdigit():
+            return int(digits)
+    return -1
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _opt_int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _coerce_args(a: Any) -> Any:
+    """Turn lenient args into the typed shape, dropping values of the wrong type."""
+    typed = _Args()
+    for field_name in _Args.__struct_fields__:
+        value = getattr(a, field_name)
+        if field_name in {"grid", "block"}:
+            value = (
+                value
+                if isinstance(value, list) and all(isinstance(v, int) for v in value)
+                else None
+            )
+        elif field_name in {"input_dims", "input_type", "concrete_inputs", "pg_ranks"}:
+            pass
+        elif field_name in {"collective_name", "dtype", "pg_name"}:
+            value = value if isinstance(value, str) else None
+        elif field_name == "occupancy_pct":
+            value = float(value) if isinstance(value, (int, float)) else float("nan")
+        else:
+            number = _opt_int(value)
+            value = -1 if number is None else number
+        setattr(typed, field_name, value)
+    return typed
+
+
+def _memcpy_columns(
+    names: list[str], name_ids: np.ndarray, kinds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Direction and pageable host memory, decided once per distinct memcpy name."""
+    direction_of_name = np.zeros(len(names), dtype=np.uint8)
+    pageable_of_name = np.zeros(len(names), dtype=np.bool_)
+    for name_id in np.unique(name_ids[kinds == Kind.MEMCPY]):
+        name = names[int(name_id)]
+        words = name.lower().split()
+        code = words[1] if len(words) > 1 and words[0] == "memcpy" else ""
+        direction_of_name[name_id] = _MEMCPY_DIRECTION.get(code, CopyDirection.OTHER)
+        pageable_of_name[name_id] = "pageable" in name.lower()
+    is_copy = kinds == Kind.MEMCPY
+    return (
+        np.where(is_copy, direction_of_name[name_ids], 0).astype(np.uint8),
+        is_copy & pageable_of_name[name_ids],
+    )
+
+
+_EXTRA_FIELDS = (
+    ("input_dims", "input_dims"),
+    ("input_type", "input_types"),
+    ("concrete_inputs", "concrete_inputs"),
+    ("collective_name", "collective_name"),
+    ("in_msg_nelems", "in_msg_nelems"),
+    ("out_msg_nelems", "out_msg_nelems"),
+    ("group_size", "group_size"),
+    ("dtype", "dtype"),
+    ("pg_name", "process_group"),
+    ("pg_ranks", "process_group_ranks"),
+)
+
+
+def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
+    has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
+    has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
+    rows = np.flatnonzero(np.array(has_shapes, dtype=bool) | np.array(has_comms, dtype=bool))
+    extra: dict[int, dict[str, Any]] = {}
+    for row in rows.tolist():
+        a = args[row]
+        extra[row] = {key: getattr(a, f) for f, key in _EXTRA_FIELDS if getattr(a, f) is not None}
+    return extra
+
+
+def _link_launches(table: Events) -> None:
+    """Join runtime calls and device work that share a correlation id (first match wins)."""
+    device_rows = np.flatnonzero(table.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC))
+    runtime_rows = np.flatnonzero(table.of_kind(Kind.RUNTIME))
+    device_rows = device_rows[table.correlation[device_rows] >= 0]
+    runtime_rows = runtime_rows[table.correlation[runtime_rows] >= 0]
+    if device_rows.size == 0 or runtime_rows.size == 0:
+        return
+    _join(
+        table,
+        runtime_rows,
+        table.correlation[runtime_rows],
+        device_rows,
+        table.correlation[device_rows],
+    )
+
+
+def _join(
+    table: Events,
+    host_rows: np.ndarray,
+    host_keys: np.ndarray,
+    dev_rows: np.ndarray,
+    dev_keys: np.ndarray,
+) -> None:
+    order = np.argsort(host_keys, kind="stable")
+    sorted_keys = host_keys[order]
+    pos = np.searchsorted(sorted_keys, dev_keys)
+    pos_ok = np.minimum(pos, sorted_keys.size - 1)
+    found = (pos < sorted_keys.size) & (sorted_keys[pos_ok] == dev_keys)
+    launcher = host_rows[order[pos_ok[found]]]
+    linked_dev = dev_rows[found]
+    table.link[linked_dev] = launcher
+    # Reverse link: the earliest device event of each launch (rows are in start order).
+    first = np.unique(launcher, return_index=True)[1]
+    table.link[launcher[first]] = linked_dev[first]
+
+
+def _link_by_flows(table: Events, data: bytes) -> None:
+    """Link device work without correlation ids through flow start/finish pairs (MTIA, old ROCm).
+
+    Flows are decoded only here, in a second pass over the document, as few traces need them.
+    """
+    try:
+        flows = _FLOW_DECODER.decode(data).traceEvents or []
+    except msgspec.DecodeError:  # a repaired, truncated document: no flows rather than none at all
+        return
+    flows = [
+        e
+        for e in flows
+        if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.lower() in _FLOW_CATEGORIES
+    ]
+    ts_ns = _to_ns([_num(e.ts) for e in flows]).tolist()
+    starts: dict[Any, tuple[int, int, int]] = {}
+    finishes: dict[Any, tuple[int, int, int]] = {}
+    for e, t_ns in zip(flows, ts_ns, strict=True):
+        key = (_int_id(e.pid), _int_id(e.tid), t_ns)
+        (starts if e.ph == "s" else finishes)[e.id] = key
+    if not starts or not finishes:
+        return
+    candidates = np.flatnonzero(
+        table.of_kind(Kind.RUNTIME) | ((table.device >= 0) & (table.link < 0))
+    )
+    keys = zip(
+        table.pid[candidates].tolist(),
+        table.tid[candidates].tolist(),
+        table.start_ns[candidates].tolist(),
+        strict=True,
+    )
+    at = dict(zip(keys, candidates.tolist(), strict=True))
+    host_rows: list[int] = []
+    dev_rows: list[int] = []
+    for flow_id, start_key in starts.items():
+        finish_key = finishes.get(flow_id)
+        if finish_key is None:
+            continue
+        h, d = at.get(start_key), at.get(finish_key)
+        if (
+            h is not None
+            and d is not None
+            and table.kind[h] == Kind.RUNTIME
+            and table.device[d] >= 0
+        ):
+            host_rows.append(h)
+            dev_rows.append(d)
+    if host_rows:
+        h_arr = np.array(host_rows, dtype=np.int64)
+        _join(table, h_arr, h_arr, np.array(dev_rows, dtype=np.int64), h_arr)
+
+
+def _schema(rows: list[Any], doc: Any) -> str:
+    """The trace's generation, as far as it matters to reading it."""
+    if doc.computeProperties is not None or any(
+        e.cat in ("Kernel", "Runtime", "Operator") for e in rows[:2000]
+    ):
+        return "kineto-2021"
+    if any(isinstance(e.ts, float) for e in rows[:2000]):
+        return "kineto-float-us"
+    return "kineto-int-us"
+
+
+def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
+    props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
+    props = [p for p in (props or []) if isinstance(p, dict)]
+    used = sorted({int(d) for d in np.unique(table.device) if d >= 0})
+    rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
+    by_id = {_opt_int(p.get("id")): p for p in props}
+    devices: dict[int, DeviceInfo] = {}
+    for position, device_id in enumerate(used):
+        prop = by_id.get(device_id)
+        if prop is None and len(props) == len(used):
+            prop = sorted(props, key=lambda p: _opt_int(p.get("id")) or 0)[position]
+        devices[device_id] = _device_info(device_id, prop, rocm, mtia)
+    return devices
+
+
+def _device_info(device_id: int, prop: dict[str, Any] | None, rocm: bool, mtia: bool) -> DeviceInfo:
+    if prop is None:
+        return DeviceInfo(
+            device_id, None, "mtia" if mtia else ("amd" if rocm else None), None, None, None
+        )
+    name = prop.get("name") or None
+    major = prop.get("computeMajor", prop.get("major"))
+    minor = prop.get("computeMinor", prop.get("minor"))
+    is_amd = rocm or (isinstance(name, str) and name.upper().startswith("AMD"))
+    return DeviceInfo(
+        index=device_id,
+        name=name if isinstance(name, str) else None,
+        vendor="mtia" if mtia else ("amd" if is_amd else "nvidia"),
+        num_sms=_opt_int(prop.get("numSms", prop.get("multiProcessorCount"))),
+        total_memory_bytes=_opt_int(prop.get("totalGlobalMem")),
+        compute_capability=None if major is None else f"{major}.{minor}",
+    )
+
+
+def _steps(table: Events, names: list[str]) -> list[Step]:
+    rows = np.flatnonzero(table.kind == Kind.ANNOTATION)
+    steps: list[Step] = []
+    step_name_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
+    for row in rows:
+        if int(table.name_id[row]) not in step_name_ids:
+            continue
+        name = names[int(table.name_id[row])]
+        match = _STEP_NAME.match(name)
+        if match is None:
+            continue
+        start = int(table.start_ns[row])
+        steps.append(Step(name, int(match.group(1)), start, start + int(table.dur_ns[row])))
+    return steps
+
+
+def _span_ms(trace: Trace) -> float:
+    ev = trace.events
+    if len(ev) == 0:
+        return 0.0
+    return float(ev.end_ns.max() - ev.start_ns.min()) / 1e6

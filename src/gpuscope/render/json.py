@@ -1,0 +1,115 @@
+"""The machine-readable diagnosis: one JSON document, versioned by its ``schema`` field.
+
+Contract: :func:`to_document` maps a :class:`~gpuscope.diagnosis.Diagnosis` to plain JSON types;
+``docs/json.md`` documents every field. Times are integer nanoseconds (``*_ns``), shares are
+percentages (``*_pct``) of the device's span unless the field says otherwise, and a figure that
+could not be measured is ``null``, never 0. Adding fields keeps the schema version; renaming or
+removing one bumps it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import msgspec
+
+from gpuscope import __version__
+from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.facts import GpuFacts
+
+SCHEMA = "gpuscope/diagnosis-1"
+
+
+def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "gpuscope_version": __version__,
+        "source": diagnosis.source,
+        "inputs": [asdict(i) for i in diagnosis.inputs],
+        "devices": [_device(d) for d in diagnosis.devices],
+        "warnings": list(diagnosis.warnings),
+    }
+
+
+def dumps(diagnosis: Diagnosis) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(to_document(diagnosis)), indent=1)
+
+
+def _pct(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return round(value, 3)
+
+
+def _device(d: DeviceReport) -> dict[str, Any]:
+    t = d.temporal
+    return {
+        "rank": d.rank,
+        "world_size": d.world_size,
+        "device": d.device,
+        "name": d.info.name,
+        "vendor": d.info.vendor,
+        "num_sms": d.info.num_sms,
+        "source": d.source,
+        "gpu": _facts(d.facts),
+        "span_start_ns": d.span_start_ns,
+        "span_end_ns": d.span_end_ns,
+        "span_ns": t.span_ns,
+        "busy_ns": t.busy_ns,
+        "idle_ns": t.idle_ns,
+        "compute_ns": t.compute_ns,
+        "communication_ns": t.communication_ns,
+        "memcpy_ns": t.memcpy_ns,
+        "memset_ns": t.memset_ns,
+        "memory_ns": t.memory_ns,
+        "busy_pct": _pct(t.pct(t.busy_ns)),
+        "idle_pct": _pct(t.pct(t.idle_ns)),
+        "compute_pct": _pct(t.pct(t.compute_ns)),
+        "communication_pct": _pct(t.pct(t.communication_ns)),
+        "memory_pct": _pct(t.pct(t.memory_ns)),
+        "exclusive": {
+            "compute_ns": t.exclusive_compute_ns,
+            "communication_ns": t.exclusive_communication_ns,
+            "memcpy_ns": t.exclusive_memcpy_ns,
+            "memset_ns": t.exclusive_memset_ns,
+            "idle_ns": t.idle_ns,
+        },
+        "overlap": {
+            "communication_ns": d.overlap.communication_ns,
+            "overlapped_ns": d.overlap.overlapped_ns,
+            "exposed_ns": d.overlap.exposed_ns,
+            "comp_comm_overlap_pct": _pct(d.overlap.overlap_pct),
+        },
+        "steps": [
+            {
+                "name": s.name,
+                "number": s.number,
+                "start_ns": s.start_ns,
+                "dur_ns": s.dur_ns,
+                "busy_ns": s.busy_ns,
+                "busy_pct": _pct(s.busy_pct),
+            }
+            for s in d.steps
+        ],
+        "streams": [asdict(s) for s in d.streams],
+        "top_kernels": [
+            {
+                "name": k.name,
+                "class": k.work_class.name.lower(),
+                "count": k.count,
+                "total_ns": k.total_ns,
+                "mean_ns": round(k.mean_ns, 1),
+                "max_ns": k.max_ns,
+                "share_pct": _pct(k.share_of_busy_pct),
+            }
+            for k in d.kernels
+        ],
+    }
+
+
+def _facts(facts: GpuFacts | None) -> dict[str, Any] | None:
+    if facts is None:
+        return None
+    return asdict(facts)

@@ -20,10 +20,9 @@ Contract:
 :func:`match_device` never guesses. It returns ``None`` for a missing, empty or unknown name, for an
 nvidia-smi MIG name, and when ``num_sms`` (the SM / CU count the trace reports; ``None``, 0 or -1
 for "not recorded") contradicts the matched row: a MIG slice or an MI300X partition reports its
-parent's name but fewer SMs, and full-chip peaks would be wrong for it. One exception to
-name-only matching: ROCm often reports a GCD as plain "AMD Radeon Graphics" (or nothing). For an
-empty or such generic AMD name, a known ``num_sms`` selects an AMD row by CU count, but only when
-exactly one AMD row has that count (110 is an MI250X GCD; 104 is MI210 or MI250 and stays None).
+parent's name but fewer SMs, and full-chip peaks would be wrong for it. A generic or empty AMD
+name ("AMD Radeon Graphics", "") is unknown too: a CU count alone does not name a GPU (304 CUs is
+an MI300X or an MI325X, with different memory and bandwidth).
 """
 
 from __future__ import annotations
@@ -143,22 +142,11 @@ def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | 
     """
     sms = num_sms if num_sms is not None and num_sms > 0 else None
     text = (name or "").strip()
-    if not text:
-        return _match_amd_by_cu_count(sms)
-    if _MIG_NAME.search(text):
+    if not text or _GENERIC_AMD_NAME.match(text) or _MIG_NAME.search(text):
         return None
     for pattern, facts in _table():
         if pattern.search(text):
             if sms is not None and facts.sm_count is not None and sms != facts.sm_count:
                 return None
             return facts
-    if _GENERIC_AMD_NAME.match(text):
-        return _match_amd_by_cu_count(sms)
     return None
-
-
-def _match_amd_by_cu_count(num_cus: int | None) -> GpuFacts | None:
-    if num_cus is None:
-        return None
-    candidates = [f for _, f in _table() if f.vendor == "AMD" and f.sm_count == num_cus]
-    return candidates[0] if len(candidates) == 1 else None

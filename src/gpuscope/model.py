@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,7 @@ class Events:
     def __len__(self) -> int:
         return int(self.kind.shape[0])
 
-    @property
+    @cached_property
     def end_ns(self) -> I64:
         return self.start_ns + self.dur_ns
 

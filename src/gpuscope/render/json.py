@@ -16,7 +16,9 @@ from typing import Any
 import msgspec
 
 from gpuscope import __version__
+from gpuscope.analyses.bounds import Bound
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.facts import GpuFacts
 
 SCHEMA = "gpuscope/diagnosis-1"
@@ -28,8 +30,47 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         "gpuscope_version": __version__,
         "source": diagnosis.source,
         "inputs": [asdict(i) for i in diagnosis.inputs],
+        "verdict": _verdict(diagnosis.verdict),
+        "findings": [_finding(f) for f in diagnosis.findings],
         "devices": [_device(d) for d in diagnosis.devices],
         "warnings": list(diagnosis.warnings),
+    }
+
+
+def _verdict(v: Verdict) -> dict[str, Any]:
+    return {
+        "bound": v.bound,
+        "summary": v.summary,
+        "idle_pct": _pct(v.idle_pct),
+        "shares_pct": {k: _pct(x) for k, x in v.shares_pct.items()},
+        "figures": {k: _pct(x) for k, x in v.figures.items()},
+        "wasted_usd_per_gpu_hour": _money(v.wasted_usd_per_gpu_hour),
+        "gpu_hour_usd": v.gpu_hour_usd,
+        "price_source": v.price_source,
+        "world_size": v.world_size,
+    }
+
+
+def _money(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {
+        "pattern": f.pattern,
+        "cause": f.cause,
+        "title": f.title,
+        "lost_ns": f.lost_ns,
+        "lost_ns_per_step": None if f.lost_ns_per_step is None else round(f.lost_ns_per_step),
+        "share": round(f.share_pct / 100.0, 6),
+        "share_pct": _pct(f.share_pct),
+        "events": f.events,
+        "cost_usd_per_gpu_hour": _money(f.cost_usd_per_gpu_hour),
+        "cost_usd_per_day": _money(f.cost_usd_per_day),
+        "locations": [asdict(loc) for loc in f.locations],
+        "evidence": f.evidence,
+        "fix": f.fix,
+        "max_gain_ns": f.lost_ns,
     }
 
 
@@ -94,6 +135,27 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             for s in d.steps
         ],
         "streams": [asdict(s) for s in d.streams],
+        "idle_causes": [
+            {
+                "cause": c.cause.value,
+                "lost_ns": c.lost_ns,
+                "share_pct": _pct(c.share_pct),
+                "gaps": c.gaps,
+                "locations": [asdict(loc) for loc in c.locations],
+            }
+            for c in d.idle.causes
+        ],
+        "bounds": {
+            "time_ns": {b.name.lower(): d.bounds.time_ns_by_bound[b] for b in Bound},
+            "gemm_ns": d.bounds.gemm_ns,
+            "fp32_gemm_ns": d.bounds.fp32_gemm_ns,
+            "estimated_share_pct": _pct(100.0 * d.bounds.estimated_share),
+            "achieved_tflops": _scaled(d.bounds.achieved_flops_per_s, 1e12),
+            "achieved_gb_per_s": _scaled(d.bounds.achieved_bytes_per_s, 1e9),
+            "mfu_pct": _pct(d.bounds.mfu_pct),
+            "mbu_pct": _pct(d.bounds.mbu_pct),
+            "not_estimable_reason": d.bounds.not_estimable_reason,
+        },
         "top_kernels": [
             {
                 "name": k.name,
@@ -107,6 +169,10 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             for k in d.kernels
         ],
     }
+
+
+def _scaled(value: float | None, unit: float) -> float | None:
+    return None if value is None else round(value / unit, 3)
 
 
 def _facts(facts: GpuFacts | None) -> dict[str, Any] | None:

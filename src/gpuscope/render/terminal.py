@@ -11,7 +11,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuscope.analyses.bounds import Bound
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.diagnosis.findings import Finding, Verdict
 
 _DETAILED_DEVICES = 2
 _SPLIT_COLOURS = {
@@ -26,6 +28,9 @@ _SPLIT_COLOURS = {
 def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False) -> None:
     for warning in diagnosis.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
+    console.print(_verdict(diagnosis.verdict))
+    if diagnosis.findings:
+        console.print(_findings(diagnosis.findings))
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))
@@ -40,6 +45,40 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         )
     for device in detailed:
         console.print(_device_panel(device))
+
+
+_BOUND_STYLE = {"host": "red", "memory": "yellow", "compute": "green", "communication": "magenta"}
+
+
+def _verdict(v: Verdict) -> Text:
+    text = Text()
+    text.append(v.summary, style=f"bold {_BOUND_STYLE.get(v.bound, 'white')}")
+    if v.gpu_hour_usd is None:
+        text.append(f"\n({v.price_source})", style="dim")
+    else:
+        text.append(f"\n(at ${v.gpu_hour_usd:.2f}/GPU-hour: {v.price_source})", style="dim")
+    return text
+
+
+def _findings(found: list[Finding]) -> Text:
+    text = Text("\nFindings, costliest first\n", style="bold")
+    for i, f in enumerate(found, 1):
+        text.append(f"{i}. {f.cause}", style="bold")
+        text.append(f"  {f.share_pct:.1f}% of device time")
+        if f.lost_ns_per_step is not None:
+            text.append(f" · {_ms(f.lost_ns_per_step)} per step")
+        if f.cost_usd_per_gpu_hour is not None:
+            text.append(f" · ${f.cost_usd_per_gpu_hour:.2f}/GPU-hour")
+            text.append(f" (${f.cost_usd_per_day:,.0f}/day)" if f.cost_usd_per_day else "")
+        text.append(f"  [{f.pattern}]\n", style="dim")
+        text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
+        for loc in f.locations[:3]:
+            text.append("   at ", style="dim")
+            text.append(loc.location, style="cyan")
+            text.append(f"  {_ms(loc.lost_ns)} in {loc.gaps:,} gaps\n", style="dim")
+        text.append("   fix: ", style="green")
+        text.append(f"{f.fix}\n")
+    return text
 
 
 def _extremes(devices: list[DeviceReport]) -> list[DeviceReport]:
@@ -91,7 +130,7 @@ def _device_table(devices: list[DeviceReport]) -> Table:
 
 
 def _device_panel(d: DeviceReport) -> Panel:
-    parts: list[Table | Text] = [_header(d), _split(d)]
+    parts: list[Table | Text] = [_header(d), _split(d), _bounds(d), _idle_causes(d)]
     if d.steps:
         parts.append(_steps(d))
     parts.append(_kernels(d))
@@ -148,6 +187,41 @@ def _split(d: DeviceReport) -> Text:
     return Text.assemble("\n", bar, "\n", legend, "\n")
 
 
+def _bounds(d: DeviceReport) -> Text:
+    b = d.bounds
+    t = b.time_ns_by_bound
+    text = Text("busy time is ")
+    text.append(f"compute-bound {_ms(t[Bound.COMPUTE])}", style="green")
+    text.append(", ")
+    text.append(f"memory-bound {_ms(t[Bound.MEMORY])}", style="yellow")
+    text.append(f", latency-bound (tiny kernels) {_ms(t[Bound.LATENCY])}")
+    if b.gemm_ns:
+        text.append(f"; {100 * b.fp32_gemm_ns / b.gemm_ns:.0f}% of GEMM time not on tensor cores")
+    if b.mfu_pct is not None:
+        text.append(f"\nMFU {b.mfu_pct:.1f}%, MBU {_pct(b.mbu_pct)}")
+        if b.achieved_flops_per_s:
+            text.append(
+                f" (while estimable kernels ran: {b.achieved_flops_per_s / 1e12:,.1f} TFLOP/s, "
+                f"{(b.achieved_bytes_per_s or 0) / 1e9:,.0f} GB/s)"
+            )
+    else:
+        text.append(f"\nMFU/MBU not estimable: {b.not_estimable_reason}", style="dim")
+    return text
+
+
+def _idle_causes(d: DeviceReport) -> Table:
+    table = Table(title="Why the GPU was idle", title_justify="left")
+    table.add_column("cause")
+    table.add_column("lost", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("gaps", justify="right")
+    table.add_column("top location")
+    for c in d.idle.causes:
+        top = c.locations[0].location if c.locations else "-"
+        table.add_row(c.cause.value, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
+    return table
+
+
 def _steps(d: DeviceReport) -> Table:
     table = Table(title="Steps", title_justify="left")
     table.add_column("step")
@@ -160,7 +234,7 @@ def _steps(d: DeviceReport) -> Table:
 
 def _kernels(d: DeviceReport) -> Table:
     table = Table(title="Top kernels by time", title_justify="left")
-    table.add_column("kernel", overflow="ellipsis", max_width=70, no_wrap=True)
+    table.add_column("kernel", overflow="ellipsis", max_width=44, no_wrap=True)
     table.add_column("class")
     table.add_column("count", justify="right")
     table.add_column("total", justify="right")

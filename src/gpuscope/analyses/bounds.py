@@ -1,0 +1,436 @@
+"""What bounds the busy time: FLOPs and bytes per kernel, set against the device's peaks.
+
+Contract: :func:`kernel_bounds` takes one device's work and the GPU's facts (or None) and returns,
+for every kernel, its work kind (GEMM on tensor cores or not, attention, convolution, elementwise,
+reduction, copy, communication), its estimated FLOPs and bytes when the launching operator's
+shapes were recorded (``record_shapes``), and whether it is compute-, memory- or latency-bound.
+Run-level MFU and MBU are reported only when shapes cover most of the compute time; otherwise they
+are None with the reason.
+
+Estimates follow the usual conventions: a matmul of (M, K) by (K, N) is 2·M·K·N FLOPs; attention
+is 4·B·H·Lq·Lk·D forward; elementwise ops move every input and output once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope.analyses.timeline import DeviceWork, WorkClass
+from gpuscope.facts import GpuFacts
+from gpuscope.model import Kind
+
+#: Kernels shorter than this are dominated by launch and tail latency.
+SHORT_KERNEL_NS = 5_000
+#: Shapes must explain this share of compute-kernel time before MFU/MBU are given.
+MIN_ESTIMATED_SHARE = 0.5
+
+
+class KernelKind(IntEnum):
+    GEMM = 0  # on tensor cores
+    GEMM_FP32 = 1  # FP32 GEMM on CUDA cores (sgemm / simt)
+    ATTENTION = 2
+    CONV = 3
+    ELEMENTWISE = 4
+    REDUCTION = 5  # reductions, norms, softmax
+    COPY = 6  # memcpy / memset / copy kernels
+    COMMUNICATION = 7
+    OTHER = 8
+
+
+class Bound(IntEnum):
+    COMPUTE = 0
+    MEMORY = 1
+    LATENCY = 2
+    COMMUNICATION = 3
+
+
+_KIND_PATTERNS: tuple[tuple[KernelKind, re.Pattern[str]], ...] = (
+    (KernelKind.ELEMENTWISE, re.compile(r"epilogue|splitKreduce", re.I)),  # GEMM helpers
+    (
+        KernelKind.ATTENTION,
+        re.compile(r"flash|fmha|attention|attn_fwd|attn_bwd|paged_attention", re.I),
+    ),
+    (
+        KernelKind.GEMM_FP32,
+        re.compile(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel", re.I),
+    ),
+    (
+        KernelKind.GEMM,
+        re.compile(
+            r"gemm|xmma|cutlass|nvjet|matmul|s16816|h16816|884|1688|wgmma|cublasLt|Cijk_|_mm_|bmm",
+            re.I,
+        ),
+    ),
+    (
+        KernelKind.CONV,
+        re.compile(r"conv|implicit_gemm|winograd|cudnn|miopen|igemm|fprop|dgrad|wgrad", re.I),
+    ),
+    (
+        KernelKind.REDUCTION,
+        re.compile(r"reduce|norm|softmax|sum_kernel|mean|argmax|topk|scan|cross_entropy", re.I),
+    ),
+    (
+        KernelKind.COPY,
+        re.compile(r"copy|CatArray|gather|scatter|index|transpose|permute|cat_", re.I),
+    ),
+    (
+        KernelKind.ELEMENTWISE,
+        re.compile(
+            r"elementwise|vectorized|unrolled|Functor|fill|triton_poi|activation|gelu|silu|relu",
+            re.I,
+        ),
+    ),
+)
+
+_ELEMENT_BYTES = {
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+}
+_HALF_TYPES = frozenset({"c10::Half", "c10::BFloat16"})
+_FP8_TYPES = frozenset(
+    {"c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    flops: float
+    bytes: float
+    precision: str  # "fp8", "bf16", "fp32": which peak applies
+
+
+@dataclass(frozen=True)
+class KernelBounds:
+    rows: NDArray[np.int64]  # kernel rows of the trace (same order as the arrays below)
+    kind: NDArray[np.uint8]  # KernelKind
+    bound: NDArray[np.uint8]  # Bound
+    flops: NDArray[np.float64]  # NaN when not estimable
+    bytes: NDArray[np.float64]
+    time_ns_by_bound: dict[Bound, int]  # union of each bound's kernels
+    gemm_ns: int
+    fp32_gemm_ns: int  # GEMM time not on tensor cores
+    estimated_share: float  # of compute-kernel time with a FLOP estimate
+    achieved_flops_per_s: float | None  # over the kernels with estimates, while they ran
+    achieved_bytes_per_s: float | None
+    mfu_pct: float | None  # estimated FLOPs / (span x peak)
+    mbu_pct: float | None
+    not_estimable_reason: str | None
+
+    @property
+    def fp32_gemm_share(self) -> float | None:
+        return self.fp32_gemm_ns / self.gemm_ns if self.gemm_ns else None
+
+
+def kernel_kind_of_names(names: list[str], comm: NDArray[np.bool_]) -> NDArray[np.uint8]:
+    kinds = np.full(len(names), KernelKind.OTHER, dtype=np.uint8)
+    for i, name in enumerate(names):
+        if comm[i]:
+            kinds[i] = KernelKind.COMMUNICATION
+            continue
+        for kind, pattern in _KIND_PATTERNS:
+            if pattern.search(name):
+                kinds[i] = kind
+                break
+    return kinds
+
+
+def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
+    trace = work.trace
+    ev = trace.events
+    rows = work.rows
+    classes = work.work_class
+    from gpuscope.classify import communication_name_mask  # noqa: PLC0415 - cheap, avoids a cycle
+
+    name_kinds = kernel_kind_of_names(trace.names, communication_name_mask(trace.names))
+    kind = name_kinds[ev.name_id[rows]]
+    kind[classes == WorkClass.COMMUNICATION] = KernelKind.COMMUNICATION
+    kind[(classes == WorkClass.MEMCPY) | (classes == WorkClass.MEMSET)] = KernelKind.COPY
+
+    flops, nbytes, precision = _estimates(work, kind)
+    dur = ev.dur_ns[rows].astype(np.float64)
+    bound = _bounds(work, kind, flops, nbytes, precision, dur, facts)
+
+    time_by_bound: dict[Bound, int] = {}
+    from gpuscope.analyses.intervals import union  # noqa: PLC0415
+
+    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
+    for b in Bound:
+        mask = bound == b
+        time_by_bound[b] = union(starts[mask], ends[mask]).total_ns
+    gemm = (kind == KernelKind.GEMM) | (kind == KernelKind.GEMM_FP32)
+    compute = classes == WorkClass.COMPUTE
+    estimated = compute & ~np.isnan(flops)
+    compute_time = float(dur[compute].sum())
+    share = float(dur[estimated].sum()) / compute_time if compute_time else 0.0
+    est_time_s = float(dur[estimated].sum()) / 1e9
+    achieved_flops = float(np.nansum(flops[estimated])) / est_time_s if est_time_s else None
+    achieved_bytes = float(np.nansum(nbytes[estimated])) / est_time_s if est_time_s else None
+    mfu, mbu, reason = _utilisation(work, flops, nbytes, precision, share, facts)
+    return KernelBounds(
+        rows=rows,
+        kind=kind,
+        bound=bound,
+        flops=flops,
+        bytes=nbytes,
+        time_ns_by_bound=time_by_bound,
+        gemm_ns=int(dur[gemm].sum()),
+        fp32_gemm_ns=int(dur[kind == KernelKind.GEMM_FP32].sum()),
+        estimated_share=share,
+        achieved_flops_per_s=achieved_flops,
+        achieved_bytes_per_s=achieved_bytes,
+        mfu_pct=mfu,
+        mbu_pct=mbu,
+        not_estimable_reason=reason,
+    )
+
+
+def _estimates(
+    work: DeviceWork, kind: NDArray[np.uint8]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], list[str | None]]:
+    """FLOPs and bytes per kernel, from the shapes of the operator that launched it."""
+    ev = work.trace.events
+    n = work.rows.size
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    precision: list[str | None] = [None] * n
+    if not ev.extra:
+        return flops, nbytes, precision
+    op_rows = np.array(sorted(r for r in ev.extra if ev.kind[r] == Kind.CPU_OP), dtype=np.int64)
+    if op_rows.size == 0:
+        return flops, nbytes, precision
+    # Kernels carry the External id of the operator that launched them.
+    op_ext = ev.external_id[op_rows]
+    order = np.argsort(op_ext, kind="stable")
+    op_ext, op_rows = op_ext[order], op_rows[order]
+    kernel_ext = ev.external_id[work.rows]
+    pos = np.minimum(np.searchsorted(op_ext, kernel_ext), op_ext.size - 1)
+    matched = (kernel_ext >= 0) & (op_ext[pos] == kernel_ext)
+    op_of_kernel = np.where(matched, op_rows[pos], -1)
+    dur = ev.dur_ns[work.rows].astype(np.float64)
+    # An op's work is shared among its kernels by duration (a GEMM and its epilogue, say).
+    op_total: dict[int, float] = {}
+    for k in np.flatnonzero(matched).tolist():
+        op = int(op_of_kernel[k])
+        op_total[op] = op_total.get(op, 0.0) + dur[k]
+    cache: dict[int, Estimate | None] = {}
+    for k in np.flatnonzero(matched).tolist():
+        op = int(op_of_kernel[k])
+        if kind[k] in (KernelKind.COMMUNICATION,):
+            continue
+        if op not in cache:
+            cache[op] = estimate_op(work.trace.name(op), ev.extra[op])
+        est = cache[op]
+        if est is None:
+            continue
+        weight = dur[k] / op_total[op] if op_total[op] > 0 else 1.0
+        flops[k] = est.flops * weight
+        nbytes[k] = est.bytes * weight
+        precision[k] = est.precision
+    return flops, nbytes, precision
+
+
+def _numel(dims: Any) -> int:
+    if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
+        return 0
+    return math.prod(dims) if dims else 1
+
+
+def _precision(types: list[str]) -> str:
+    if any(t in _FP8_TYPES for t in types):
+        return "fp8"
+    if any(t in _HALF_TYPES for t in types):
+        return "bf16"
+    return "fp32"
+
+
+_MATMUL = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::_scaled_mm",
+    }
+)
+_ATTENTION = re.compile(
+    r"^aten::_?(?:scaled_dot_product|_scaled_dot_product|_flash_attention|_efficient_attention|flash_attn)|flash_attn"
+)
+_CONV = re.compile(
+    r"^aten::(?:convolution|_convolution|conv\dd|cudnn_convolution|miopen_convolution)"
+)
+_NORM_SOFTMAX = re.compile(r"norm|softmax|log_softmax", re.I)
+_ELEMENTWISE = re.compile(
+    r"^aten::(?:add|sub|mul|div|gelu|relu|silu|sigmoid|tanh|exp|pow|sqrt|rsqrt|neg|abs|clamp|where|"
+    r"masked_fill|dropout|native_dropout|fill_|copy_|_to_copy|to|clone|contiguous|threshold|"
+    r"gelu_backward|silu_backward|threshold_backward|sigmoid_backward|tanh_backward|addcmul|addcdiv|"
+    r"lerp|maximum|minimum|cat|_foreach_\w+)_?$"
+)
+
+
+def estimate_op(name: str, extra: dict[str, Any]) -> Estimate | None:
+    """FLOPs and bytes of one operator from its recorded input shapes, or None."""
+    dims = extra.get("input_dims")
+    types = extra.get("input_types") or []
+    if not isinstance(dims, list) or not dims:
+        return None
+    types = [t if isinstance(t, str) else "" for t in types]
+    element = max((_ELEMENT_BYTES.get(t, 0) for t in types), default=0) or 4
+    tensors = [d for d in dims if isinstance(d, list) and d]
+    precision = _precision(types)
+    if name in _MATMUL:
+        return _matmul(name, tensors, element, precision)
+    if _ATTENTION.search(name):
+        return _attention(tensors, element, precision)
+    if _CONV.search(name) and len(tensors) >= 2:
+        x, w = tensors[0], tensors[1]
+        if len(x) >= 3 and len(w) >= 3:
+            out_spatial = math.prod(x[2:])  # stride 1, "same" padding: an upper bound
+            flops = 2.0 * x[0] * w[0] * out_spatial * math.prod(w[1:])
+            moved = (_numel(x) + _numel(w) + x[0] * w[0] * out_spatial) * element
+            return Estimate(flops, float(moved), precision)
+        return None
+    numel_in = sum(_numel(t) for t in tensors)
+    if numel_in == 0:
+        return None
+    largest = max(_numel(t) for t in tensors)
+    if _NORM_SOFTMAX.search(name):
+        return Estimate(5.0 * largest, float(2 * largest * element), "fp32")
+    if _ELEMENTWISE.search(name):
+        moved = (numel_in + largest) * element
+        return Estimate(float(largest), float(moved), "fp32")
+    return None
+
+
+def _matmul(name: str, t: list[list[int]], element: int, precision: str) -> Estimate | None:
+    if name in ("aten::addmm", "aten::baddbmm") and len(t) >= 3:
+        t = t[1:]
+    if len(t) < 2:
+        return None
+    a, b = t[0], t[1]
+    if name == "aten::linear":  # weight is (N, K)
+        if len(b) != 2:
+            return None
+        m = math.prod(a[:-1]) if len(a) > 1 else 1
+        k, n = a[-1], b[0]
+        batch = 1
+    elif len(a) == 3 and len(b) == 3:
+        batch, m, k, n = a[0], a[1], a[2], b[2]
+    elif len(a) >= 2 and len(b) == 2:
+        batch, m, k, n = 1, math.prod(a[:-1]), a[-1], b[1]
+    else:
+        return None
+    flops = 2.0 * batch * m * k * n
+    moved = batch * (m * k + k * n + m * n) * element
+    return Estimate(flops, float(moved), precision)
+
+
+def _attention(t: list[list[int]], element: int, precision: str) -> Estimate | None:
+    if len(t) < 3 or len(t[0]) != 4 or len(t[1]) != 4:
+        return None
+    b, h, lq, d = t[0]
+    lk = t[1][2]
+    flops = 4.0 * b * h * lq * lk * d
+    moved = (_numel(t[0]) + _numel(t[1]) + _numel(t[2]) + b * h * lq * d) * element
+    return Estimate(flops, float(moved), precision)
+
+
+def _peak_flops(facts: GpuFacts, precision: str | None, kind: int) -> float | None:
+    if kind == KernelKind.GEMM_FP32 or precision is None or precision == "fp32":
+        if (
+            kind in (KernelKind.GEMM, KernelKind.ATTENTION, KernelKind.CONV)
+            and facts.tf32_flops_per_s
+        ):
+            return facts.tf32_flops_per_s
+        return facts.fp32_flops_per_s
+    if precision == "fp8" and facts.fp8_flops_per_s:
+        return facts.fp8_flops_per_s
+    return facts.bf16_flops_per_s
+
+
+def _bounds(
+    work: DeviceWork,
+    kind: NDArray[np.uint8],
+    flops: NDArray[np.float64],
+    nbytes: NDArray[np.float64],
+    precision: list[str | None],
+    dur: NDArray[np.float64],
+    facts: GpuFacts | None,
+) -> NDArray[np.uint8]:
+    ev = work.trace.events
+    rows = work.rows
+    compute_kinds = np.isin(
+        kind, [KernelKind.GEMM, KernelKind.GEMM_FP32, KernelKind.ATTENTION, KernelKind.CONV]
+    )
+    bound = np.where(compute_kinds, Bound.COMPUTE, Bound.MEMORY).astype(np.uint8)
+    if facts is not None and facts.memory_bandwidth_bytes_per_s:
+        known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0))
+        for k in known.tolist():
+            peak = _peak_flops(facts, precision[k], int(kind[k]))
+            if not peak:
+                continue
+            ridge = peak / facts.memory_bandwidth_bytes_per_s
+            bound[k] = Bound.COMPUTE if flops[k] / nbytes[k] >= ridge else Bound.MEMORY
+    sms = work.trace.devices.get(work.device)
+    num_sms = sms.num_sms if sms is not None and sms.num_sms else None
+    grid = ev.grid_blocks[rows]
+    small_grid = (grid >= 0) & (grid < (num_sms or 0))
+    occupancy = ev.occupancy_pct[rows]
+    low_occupancy = ~np.isnan(occupancy) & (occupancy < 5)
+    latency = (dur < SHORT_KERNEL_NS) | small_grid | (low_occupancy & (dur < 4 * SHORT_KERNEL_NS))
+    bound[latency] = Bound.LATENCY
+    bound[kind == KernelKind.COMMUNICATION] = Bound.COMMUNICATION
+    return bound
+
+
+def _utilisation(
+    work: DeviceWork,
+    flops: NDArray[np.float64],
+    nbytes: NDArray[np.float64],
+    precision: list[str | None],
+    share: float,
+    facts: GpuFacts | None,
+) -> tuple[float | None, float | None, str | None]:
+    if facts is None:
+        return None, None, "the device is not in the GPU facts table"
+    if share < MIN_ESTIMATED_SHARE:
+        return (
+            None,
+            None,
+            (
+                f"recorded shapes explain {100 * share:.0f}% of compute time"
+                " (profile with record_shapes=True)"
+            ),
+        )
+    span_s = work.span_ns / 1e9
+    known = ~np.isnan(flops)
+    half = sum(1 for p in precision if p in ("bf16", "fp8"))
+    peak = (
+        facts.bf16_flops_per_s
+        if half * 2 >= sum(1 for p in precision if p)
+        else (facts.tf32_flops_per_s or facts.fp32_flops_per_s)
+    )
+    mfu = 100.0 * float(flops[known].sum()) / (span_s * peak) if peak and span_s else None
+    bw = facts.memory_bandwidth_bytes_per_s
+    mbu = 100.0 * float(nbytes[known].sum()) / (span_s * bw) if bw and span_s else None
+    return mfu, mbu, None

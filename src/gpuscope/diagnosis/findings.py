@@ -1,0 +1,312 @@
+"""Findings and the verdict: what costs the most, what it costs in money, and what bounds the job.
+
+Contract: :func:`findings` and :func:`verdict` are pure functions of per-device analysis results.
+Findings are job-level (one per cause, summed over devices), sorted by the time they cost, and
+never count a nanosecond twice: idle causes partition the idle time, exposed communication is busy
+time with no compute, and the compute-side savings (FP32 GEMMs, unfused memory-bound chains) are
+capped at the compute time. Their sum is therefore at most the window.
+
+Cost: a finding that wastes a share ``s`` of device time costs ``s x price`` per GPU-hour and
+``s x price x 24 x GPUs`` per day, where GPUs is the job's world size (or devices seen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
+from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind
+from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
+from gpuscope.diagnosis.fixes import advice
+from gpuscope.facts import GpuFacts
+
+#: Findings smaller than this share of the window are not reported.
+MIN_SHARE_PCT = 0.5
+#: Kernels of one chain are at most this far apart on their stream.
+CHAIN_GAP_NS = 20_000
+
+HOST_CAUSES = frozenset(
+    {
+        Cause.HOST_SYNC,
+        Cause.DATA_LOADER,
+        Cause.H2D_COPY,
+        Cause.LAUNCH_OVERHEAD,
+        Cause.ALLOCATOR,
+        Cause.CHECKPOINT,
+        Cause.CPU_OTHER,
+    }
+)
+_TITLES = {
+    "host_sync": "the GPU waits while the host synchronises",
+    "data_loader": "the GPU waits for the data loader",
+    "h2d_copy": "the GPU waits for host-to-device copies",
+    "launch_overhead": "the CPU cannot launch kernels fast enough",
+    "allocator": "the GPU waits for cudaMalloc/cudaFree",
+    "communication_wait": "the GPU waits for a peer's collective",
+    "checkpoint": "the GPU waits while a checkpoint is saved",
+    "cpu_other": "the GPU waits while the CPU does other work",
+    "unknown": "idle time nothing in the trace explains",
+    "exposed_communication": "communication runs with no compute to hide it",
+    "fp32_gemm": "matmuls run in FP32 on CUDA cores, not on tensor cores",
+    "memory_bound": "memory-bound kernels dominate the busy time",
+}
+
+
+@dataclass(frozen=True)
+class DeviceEvidence:
+    """Everything the findings need from one device."""
+
+    rank: int | None
+    device: int
+    work: DeviceWork
+    temporal: TemporalBreakdown
+    overlap: Overlap
+    idle: IdleAttribution
+    bounds: KernelBounds
+    facts: GpuFacts | None
+    steps: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    pattern: str  # ghost_gpu | bloated_context | latency_mirage | tensor_cores_unused
+    cause: str
+    title: str
+    lost_ns: int  # summed over the job's devices, over the whole window
+    lost_ns_per_step: float | None
+    share_pct: float  # of the job's device time (sum of spans)
+    events: int  # gaps or kernels behind it
+    cost_usd_per_gpu_hour: float | None
+    cost_usd_per_day: float | None
+    locations: list[LocationStat]
+    evidence: list[str]
+    fix: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bound: str  # host | memory | compute | communication
+    summary: str
+    shares_pct: dict[str, float]  # share of device time per bound
+    idle_pct: float
+    wasted_usd_per_gpu_hour: float | None
+    gpu_hour_usd: float | None
+    price_source: str
+    world_size: int
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+
+def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float | None, str]:
+    if override is not None:
+        return override, "--gpu-hour-usd"
+    for e in evidence:
+        if e.facts is not None and e.facts.usd_per_gpu_hour:
+            return e.facts.usd_per_gpu_hour, f"typical on-demand price of {e.facts.display_name}"
+    return None, "unknown device: pass --gpu-hour-usd to price the waste"
+
+
+def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:
+    return declared if declared and declared > 0 else max(len(evidence), 1)
+
+
+def findings(
+    evidence: list[DeviceEvidence], gpu_hour_usd: float | None, gpus: int
+) -> list[Finding]:
+    total_span = sum(e.temporal.span_ns for e in evidence)
+    steps = max((e.steps for e in evidence), default=0)
+    raw: list[tuple[str, str, int, int, list[LocationStat], list[str]]] = []
+    for cause in Cause:
+        lost = sum(e.idle.lost_ns(cause) for e in evidence)
+        stats = [s for e in evidence for s in e.idle.causes if s.cause is cause]
+        count = sum(s.gaps for s in stats)
+        locations = _merge_locations([loc for s in stats for loc in s.locations])
+        pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
+        note = [f"{count:,} idle gaps, {lost / 1e6:,.2f} ms in all"]
+        raw.append((pattern, cause.value, lost, count, locations, note))
+    exposed = sum(e.overlap.exposed_ns for e in evidence)
+    comm = sum(e.overlap.communication_ns for e in evidence)
+    raw.append(
+        (
+            "latency_mirage",
+            "exposed_communication",
+            exposed,
+            0,
+            [],
+            [f"{comm / 1e6:,.2f} ms of communication, {exposed / 1e6:,.2f} ms of it exposed"],
+        )
+    )
+    fp32_lost, fp32_note = _fp32_gemm_saving(evidence)
+    mem_lost, mem_kernels, mem_note, mem_pattern = _memory_bound_saving(evidence)
+    compute_total = sum(e.temporal.compute_ns for e in evidence)
+    scale = min(1.0, compute_total / (fp32_lost + mem_lost)) if fp32_lost + mem_lost else 1.0
+    raw.append(("tensor_cores_unused", "fp32_gemm", int(fp32_lost * scale), 0, [], fp32_note))
+    raw.append((mem_pattern, "memory_bound", int(mem_lost * scale), mem_kernels, [], mem_note))
+
+    result: list[Finding] = []
+    for pattern, cause_name, lost, count, locations, note in raw:
+        share = 100.0 * lost / total_span if total_span else 0.0
+        if share < MIN_SHARE_PCT or lost <= 0:
+            continue
+        seen = [loc.location for loc in locations]
+        cost_hour = share / 100.0 * gpu_hour_usd if gpu_hour_usd is not None else None
+        result.append(
+            Finding(
+                pattern=pattern,
+                cause=cause_name,
+                title=_TITLES[cause_name],
+                lost_ns=int(lost),
+                lost_ns_per_step=lost / len(evidence) / steps if steps else None,
+                share_pct=share,
+                events=count,
+                cost_usd_per_gpu_hour=cost_hour,
+                cost_usd_per_day=cost_hour * 24 * gpus if cost_hour is not None else None,
+                locations=locations,
+                evidence=note,
+                fix=advice(cause_name, seen),
+            )
+        )
+    result.sort(key=lambda f: -f.lost_ns)
+    return result
+
+
+def _merge_locations(locations: list[LocationStat]) -> list[LocationStat]:
+    merged: dict[str, list[int]] = {}
+    for loc in locations:
+        entry = merged.setdefault(loc.location, [0, 0])
+        entry[0] += loc.lost_ns
+        entry[1] += loc.gaps
+    top = sorted(merged.items(), key=lambda kv: -kv[1][0])[:5]
+    return [LocationStat(w, v[0], v[1]) for w, v in top]
+
+
+def _fp32_gemm_saving(evidence: list[DeviceEvidence]) -> tuple[float, list[str]]:
+    """FP32 GEMM time x (1 - FP32 peak / tensor-core peak): what tensor cores would save."""
+    saving = 0.0
+    fp32_ns = 0
+    gemm_ns = 0
+    for e in evidence:
+        fp32_ns += e.bounds.fp32_gemm_ns
+        gemm_ns += e.bounds.gemm_ns
+        f = e.facts
+        tensor = (f.tf32_flops_per_s or f.bf16_flops_per_s) if f else None
+        plain = f.fp32_flops_per_s if f else None
+        speedup = tensor / plain if tensor and plain else 2.0  # unknown device: a modest guess
+        saving += e.bounds.fp32_gemm_ns * (1.0 - 1.0 / max(speedup, 1.0))
+    share = 100.0 * fp32_ns / gemm_ns if gemm_ns else 0.0
+    note = [f"{fp32_ns / 1e6:,.2f} ms of FP32 GEMMs on CUDA cores: {share:.0f}% of GEMM time"]
+    return saving, note
+
+
+def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, list[str], str]:
+    """Fusing a chain of k back-to-back memory-bound kernels moves the data once instead of k
+    times: the chain's time x (1 - 1/k) is the most fusion can save."""
+    saving = 0.0
+    kernels = 0
+    memory_ns = 0
+    busy_ns = 0
+    for e in evidence:
+        b = e.bounds
+        memory_ns += b.time_ns_by_bound[Bound.MEMORY]
+        busy_ns += e.temporal.busy_ns
+        ev = e.work.trace.events
+        fusable = (b.bound == Bound.MEMORY) & np.isin(
+            b.kind, [KernelKind.ELEMENTWISE, KernelKind.REDUCTION]
+        )
+        rows = b.rows
+        for stream in np.unique(ev.stream[rows]):
+            on_stream = np.flatnonzero(ev.stream[rows] == stream)
+            starts, ends = ev.start_ns[rows][on_stream], ev.end_ns[rows][on_stream]
+            is_fusable = fusable[on_stream]
+            # A chain continues while kernels stay fusable and follow each other closely.
+            follows = np.empty(on_stream.size, dtype=bool)
+            follows[0] = False
+            follows[1:] = (
+                is_fusable[1:] & is_fusable[:-1] & (starts[1:] - ends[:-1] <= CHAIN_GAP_NS)
+            )
+            chain_id = np.cumsum(~follows)
+            members = chain_id[is_fusable]
+            durations = (ends - starts)[is_fusable].astype(np.float64)
+            if members.size == 0:
+                continue
+            _, index, counts = np.unique(members, return_inverse=True, return_counts=True)
+            totals = np.bincount(index, weights=durations)
+            saving += float((totals * (1.0 - 1.0 / counts)).sum())
+            kernels += int(counts[counts > 1].sum())
+    share = 100.0 * memory_ns / busy_ns if busy_ns else 0.0
+    pattern = "bloated_context" if share >= 50.0 else "ghost_gpu"
+    note = [
+        f"memory-bound kernels run {memory_ns / 1e6:,.2f} ms: {share:.0f}% of busy time",
+        f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
+    ]
+    return saving, kernels, note, pattern
+
+
+def verdict(
+    evidence: list[DeviceEvidence],
+    found: list[Finding],
+    gpu_hour_usd: float | None,
+    price_source: str,
+    gpus: int,
+) -> Verdict:
+    span = sum(e.temporal.span_ns for e in evidence) or 1
+    idle = sum(e.temporal.idle_ns for e in evidence)
+    host = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
+    comm = sum(e.overlap.exposed_ns + e.idle.lost_ns(Cause.COMMUNICATION_WAIT) for e in evidence)
+    memory = sum(e.bounds.time_ns_by_bound[Bound.MEMORY] for e in evidence)
+    compute = sum(e.bounds.time_ns_by_bound[Bound.COMPUTE] for e in evidence)
+    latency = sum(e.bounds.time_ns_by_bound[Bound.LATENCY] for e in evidence)
+    shares = {
+        "host": 100.0 * (host + latency) / span,
+        "communication": 100.0 * comm / span,
+        "memory": 100.0 * memory / span,
+        "compute": 100.0 * compute / span,
+    }
+    bound = max(shares, key=lambda k: shares[k])
+    wasted_share = sum(f.share_pct for f in found)
+    wasted = wasted_share / 100.0 * gpu_hour_usd if gpu_hour_usd is not None else None
+    return Verdict(
+        bound=bound,
+        summary=_summary(bound, shares, 100.0 * idle / span, found, wasted),
+        shares_pct=shares,
+        idle_pct=100.0 * idle / span,
+        wasted_usd_per_gpu_hour=wasted,
+        gpu_hour_usd=gpu_hour_usd,
+        price_source=price_source,
+        world_size=gpus,
+        figures={
+            "idle_host_pct": 100.0 * host / span,
+            "latency_bound_kernels_pct": 100.0 * latency / span,
+            "exposed_communication_pct": 100.0 * comm / span,
+            "memory_bound_pct": 100.0 * memory / span,
+            "compute_bound_pct": 100.0 * compute / span,
+            "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
+            "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
+        },
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _summary(
+    bound: str,
+    shares: dict[str, float],
+    idle_pct: float,
+    found: list[Finding],
+    wasted: float | None,
+) -> str:
+    top = found[0] if found else None
+    text = f"{bound}-bound: the GPU is idle {idle_pct:.0f}% of the window"
+    if top is not None:
+        text += (
+            f", {top.share_pct:.0f} points of it lost because {top.title}"
+            if top.cause in {c.value for c in Cause}
+            else f"; the top finding: {top.title} ({top.share_pct:.0f}% of device time)"
+        )
+    if wasted is not None:
+        text += f"; about ${wasted:.2f} per GPU-hour wasted"
+    return text

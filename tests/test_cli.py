@@ -1,0 +1,99 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON on disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from corpus import corpus
+from gpuscope.cli import main
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_diagnose_writes_versioned_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(
+        main,
+        ["diagnose", str(corpus("kineto/param-dlrm-8rank")), "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "gpuscope/diagnosis-1"
+    assert [d["rank"] for d in doc["devices"]] == list(range(8))
+    for d in doc["devices"]:
+        assert d["idle_ns"] == d["span_ns"] - d["busy_ns"]
+        exclusive = d["exclusive"]
+        assert (
+            exclusive["compute_ns"]
+            + exclusive["communication_ns"]
+            + exclusive["memcpy_ns"]
+            + exclusive["memset_ns"]
+            + exclusive["idle_ns"]
+            == d["span_ns"]
+        )
+        assert sum(c["lost_ns"] for c in d["idle_causes"]) == d["idle_ns"]
+    assert doc["verdict"]["bound"] in {"host", "memory", "compute", "communication"}
+    lost = [f["lost_ns"] for f in doc["findings"]]
+    assert lost == sorted(lost, reverse=True)
+    assert sum(f["share"] for f in doc["findings"]) <= 1.0
+    # The terminal report still printed.
+    assert "Findings" in result.output
+
+
+def test_json_to_stdout_is_only_json() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["diagnose", str(corpus("kineto/kineto-2021/v100_tiny_oldest_schema.json")), "--json", "-"],
+    )
+    assert result.exit_code == 0
+    assert json.loads(result.output)["devices"][0]["name"] == "Tesla V100-DGXS-32GB"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "the file is empty"),
+        (b"not json at all", "not a profiler trace"),
+        (b"\x1f\x8b\x08\x00\x00\x00", "gzip"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",'
+            b' "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
+            "GPU activity was not recorded",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "input.json"
+    path.write_bytes(content)
+    result = run("diagnose", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(path) in lines[0] and expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_path_exit_2(tmp_path: Path) -> None:
+    result = run("diagnose", str(tmp_path / "missing.json.gz"))
+    assert result.returncode == 2
+    assert "no such file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_price_override_changes_cost(tmp_path: Path) -> None:
+    path = str(corpus("kineto/tracelens/mi300x_bert-small_inference.json.gz"))
+    out = tmp_path / "a.json"
+    CliRunner().invoke(main, ["diagnose", path, "--json", str(out), "--gpu-hour-usd", "2"])
+    doc = json.loads(out.read_text())
+    top = doc["findings"][0]
+    assert doc["verdict"]["gpu_hour_usd"] == 2
+    assert top["cost_usd_per_gpu_hour"] == pytest.approx(top["share"] * 2, rel=1e-3)

@@ -259,6 +259,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
+def _signed(pp: float) -> str:
+    return f"{round(pp, 2) + 0.0:+.2f}"  # + 0.0 turns -0.0 into 0.0: no "-0.00"
+
+
 def _pair(f: Figures) -> str:
     return f"{_pct(f.idle_pct)} / {_pct(f.compute_pct)}"
 
@@ -302,7 +306,7 @@ def comparison_cells(c: Comparison) -> tuple[str, ...]:
         _pair(c.whole),
         _pair(c.window),
         _pct(c.window.overlap_pct),
-        f"{c.idle_diff_pp:+.2f} / {c.compute_diff_pp:+.2f}",
+        f"{_signed(c.idle_diff_pp)} / {_signed(c.compute_diff_pp)}",
         _explanation(c),
         _pair(c.all_behaviours),
     )

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -218,6 +218,16 @@ def gpuscope_in_process(path: Path) -> float:
 # --- c. scaling ----------------------------------------------------------------------------------
 
 
+def _fast_json() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
+    """orjson's loads/dumps, or the standard library's (slower, same output)."""
+    try:
+        import orjson
+
+        return orjson.loads, orjson.dumps
+    except ImportError:
+        return json.loads, lambda value: json.dumps(value, separators=(",", ":")).encode()
+
+
 def _max_int(values: Any) -> int:
     return max((v for v in values if isinstance(v, int)), default=0)
 
@@ -229,9 +239,9 @@ def replicate(source: Path, factor: int, out: Path) -> Path:
     of the events plus 1 ms; ``args.correlation``, ``args["External id"]`` and flow ids are offset
     by ``k`` times one more than their largest value, so every id stays unique.
     """
-    import orjson
-
-    doc = orjson.loads(gzip.decompress(source.read_bytes()))
+    loads, dumps = _fast_json()
+    data = source.read_bytes()
+    doc = loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     events: list[dict[str, Any]] = doc.pop("traceEvents")
     timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
     metadata = [e for e in events if e.get("ph") == "M"]
@@ -243,14 +253,14 @@ def replicate(source: Path, factor: int, out: Path) -> Path:
     flow_step = _max_int(e.get("id") for e in timed if e.get("ph") in ("s", "f", "t")) + 1
     with gzip.open(out, "wb", compresslevel=1) as f:
         f.write(b'{"traceEvents":[')
-        f.write(orjson.dumps(metadata)[1:-1])
+        f.write(dumps(metadata)[1:-1])
         for k in range(factor):
             offsets = (k * shift, k * correlation_step, k * external_step, k * flow_step)
             copy = [_shifted(e, *offsets) for e in timed]
             if metadata or k:
                 f.write(b",")
-            f.write(orjson.dumps(copy)[1:-1])
-        f.write(b"]," + orjson.dumps(doc)[1:])
+            f.write(dumps(copy)[1:-1])
+        f.write(b"]," + dumps(doc)[1:])
     return out
 
 
@@ -310,7 +320,7 @@ def whole_process_targets(series: list[Series]) -> list[Target]:
     return targets
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(line.rstrip() for line in lines)

@@ -287,20 +287,26 @@ def test_demo_gaps_are_idle_and_the_host_is_where_truth_says(demo: GeneratedTrac
 
 
 @pytest.mark.parametrize(
-    ("injection", "cause", "host_event"),
+    ("injection", "cause", "host_work"),
     [
-        (PageableH2DCopy(mb=64.0, line=49), "h2d_copy", "cudaMemcpyAsync"),
-        (TinyKernels(count=40, line=52), "launch_overhead", "cudaLaunchKernel"),
-        (AllocatorChurn(count=3, line=54), "allocator", "cudaFree"),
+        (PageableH2DCopy(mb=64.0, line=49), "h2d_copy", {"cudaMemcpyAsync"}),
+        (TinyKernels(count=40, line=52), "launch_overhead", {"aten::add", "aten::mul"}),
+        (AllocatorChurn(count=3, line=54), "allocator", {"cudaFree", "cudaMalloc"}),
         (
             Checkpoint(ms=20.0, line=61, every_n_steps=1),
             "checkpoint",
-            "torch/serialization.py(944): save",
+            {"torch/serialization.py(944): save"},
         ),
-        (HostSync(line=63, host_work_us=500.0), "host_sync", "cudaStreamSynchronize"),
+        (
+            HostSync(line=63),
+            "host_sync",
+            {"cudaStreamSynchronize", "logging/__init__.py(1517): info"},
+        ),
     ],
 )
-def test_each_idle_injection_shows_at_its_line(injection: Any, cause: str, host_event: str) -> None:
+def test_each_idle_injection_shows_at_its_line(
+    injection: Any, cause: str, host_work: set[str]
+) -> None:
     # A sync at the end of each step keeps the host from running ahead, as real loops do.
     sync = () if isinstance(injection, HostSync) else (HostSync(line=70),)
     trace = generate(GeneratorConfig(seed=5, steps=3, layers=1, inject=(injection, *sync)))
@@ -311,7 +317,11 @@ def test_each_idle_injection_shows_at_its_line(injection: Any, cause: str, host_
     frames = [
         e for e in events(trace, "python_function") if e["name"] == f"train.py({line}): train"
     ]
-    host = [e for e in events(trace, "cuda_runtime", "python_function") if e["name"] == host_event]
+    host = [
+        e
+        for e in events(trace, "cuda_runtime", "python_function", "cpu_op")
+        if e["name"] in host_work
+    ]
     covered = 0
     for gap in gaps:
         assert gap.location == f"train.py:{line}"
@@ -459,6 +469,8 @@ def test_config_is_validated() -> None:
         GeneratorConfig(rank=2, world_size=2)
     with pytest.raises(ValueError, match="unknown device"):
         GeneratorConfig(device="NVIDIA T4")
+    with pytest.raises(ValueError, match="straggler"):
+        generate_job(GeneratorConfig(inject=(Straggler(rank=4),)), world_size=4)
 
 
 def test_gpuscope_reader_reads_what_the_generator_writes(tmp_path: Path) -> None:

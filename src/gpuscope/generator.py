@@ -1828,6 +1828,9 @@ def generate_job(config: GeneratorConfig, world_size: int = 8) -> list[Generated
     A collective ends when its last rank has started it plus its transfer time, so a straggler's
     late arrival shows as longer NCCL kernels on the other ranks. Solved by fixed-point iteration:
     end times only grow, and each pass settles at least one more collective."""
+    stragglers = [s.rank for s in config.inject if isinstance(s, Straggler)]
+    if world_size < 2 or any(not 0 <= rank < world_size for rank in stragglers):
+        raise ValueError("generate_job: need world_size >= 2 and straggler ranks below it")
     configs = [replace(config, rank=r, world_size=world_size) for r in range(world_size)]
     ends: dict[int, int] = {}
     sims = [_simulate(c, ends) for c in configs]

@@ -1,15 +1,17 @@
 """Why the device was idle: every idle gap attributed to one cause, with the code that caused it.
 
 Contract: :func:`attribute_idle` takes the :class:`~gpuscope.analyses.timeline.DeviceWork` of one
-device and the trace's :class:`~gpuscope.analyses.host.HostIndex`, and returns every idle gap of
-the device's span with exactly one :class:`Cause`, so that the causes partition the idle time.
+device and the trace's :class:`~gpuscope.analyses.host.HostIndex`, and returns the idle time of
+the device's span cut into segments, each with exactly one :class:`Cause`, so that the causes
+partition the idle time. A gap is one segment unless the host did two different blocking things
+during it (a sync, then the data loader): then each part gets its own cause.
 
-How a gap is explained, looking at the host thread that launched the work ending the gap:
+How idle time is explained, looking at the host thread that launched the work ending the gap:
 
-1. a blocking host activity covers at least half of the gap: checkpoint, data loader, collective
-   wait, allocator call, host-to-device copy the host waits for, or a synchronisation;
-2. else a synchronisation (or ``cudaFree``) returned just as the device drained: the host emptied
-   the queue and then spent the gap on its own work before launching again;
+1. a blocking host activity claims the idle time it overlaps, in this order: checkpoint, data
+   loader, collective wait, allocator call, host-to-device copy the host waits for, sync;
+2. in what is left, a synchronisation (or ``cudaFree``) that returned just as it began: the host
+   emptied the queue and then spent the time on its own work before launching again;
 3. else the work after the gap had been launched before the gap began: the device waited on a
    dependency (a peer's collective when that work is communication; a bubble under 50 µs between
    queued kernels is launch latency; anything longer is unknown);
@@ -29,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.host import HostActivity, HostIndex
-from gpuscope.analyses.intervals import covered_ns, gaps
+from gpuscope.analyses.intervals import Intervals, covered_ns, difference, gaps, intersection
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.model import Kind
 
@@ -112,8 +114,7 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
     ev = work.trace.events
     idle = gaps(work.busy, work.span_start_ns, work.span_end_ns)
     g0, g1 = idle.start_ns, idle.end_ns
-    cause = np.full(g0.size, _CODE[Cause.UNKNOWN], dtype=np.uint8)
-    decider = np.full(g0.size, -1, dtype=np.int64)
+    parts: list[_Segments] = []
     if g0.size:
         # The device work that ends each gap, and the host thread that launched it.
         starts = ev.start_ns[work.rows]
@@ -123,10 +124,12 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
         for p, t in sorted(set(zip(pid.tolist(), tid.tolist(), strict=True))):
-            on_thread = np.flatnonzero((pid == p) & (tid == t))
-            _explain(work, host, (p, t), on_thread, g0, g1, after, launcher, cause, decider)
-    locations = _locations(host, g0, g1, cause, decider)
-    gap_set = IdleGaps(g0, g1, cause, decider, locations)
+            which = np.flatnonzero((pid == p) & (tid == t))
+            gap = _Gaps(g0[which], g1[which], after[which], launcher[which])
+            parts.append(_explain(work, host, (p, t), gap))
+    segments = _Segments.concat(parts)
+    locations = _locations(host, segments.start, segments.end, segments.cause, segments.decider)
+    gap_set = IdleGaps(segments.start, segments.end, segments.cause, segments.decider, locations)
     return IdleAttribution(
         span_ns=work.span_ns,
         idle_ns=idle.total_ns,
@@ -135,72 +138,101 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
     )
 
 
-def _explain(
-    work: DeviceWork,
-    host: HostIndex,
-    thread: tuple[int, int],
-    which: NDArray[np.int64],
-    g0_all: NDArray[np.int64],
-    g1_all: NDArray[np.int64],
-    after_all: NDArray[np.int64],
-    launcher_all: NDArray[np.int64],
-    cause: NDArray[np.uint8],
-    decider: NDArray[np.int64],
-) -> None:
-    """Decide the cause of the gaps ``which``, all ended by work launched from ``thread``."""
+@dataclass(frozen=True)
+class _Gaps:
+    """Idle gaps ended by work from one host thread: bounds, the work after, its launch."""
+
+    start: NDArray[np.int64]
+    end: NDArray[np.int64]
+    after: NDArray[np.int64]
+    launcher: NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """Pieces of idle gaps, each with one cause and the host event that decided it."""
+
+    start: NDArray[np.int64]
+    end: NDArray[np.int64]
+    cause: NDArray[np.uint8]
+    decider: NDArray[np.int64]
+
+    @classmethod
+    def concat(cls, parts: list[_Segments]) -> _Segments:
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, np.zeros(0, dtype=np.uint8), empty)
+        start = np.concatenate([p.start for p in parts])
+        order = np.argsort(start, kind="stable")
+        return cls(
+            start[order],
+            np.concatenate([p.end for p in parts])[order],
+            np.concatenate([p.cause for p in parts])[order],
+            np.concatenate([p.decider for p in parts])[order],
+        )
+
+
+def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _Gaps) -> _Segments:
+    """Split the gaps ended by work from ``thread`` into pieces, each with one cause."""
     ev = work.trace.events
-    g0, g1 = g0_all[which], g1_all[which]
-    length = g1 - g0
-    undecided = np.ones(which.size, dtype=bool)
-    host_rows = ev.device < 0
-    on_thread = host_rows & (ev.pid == thread[0]) & (ev.tid == thread[1])
+    on_thread = (ev.device < 0) & (ev.pid == thread[0]) & (ev.tid == thread[1])
     if not np.any(on_thread & (ev.kind == Kind.PYTHON)):
         on_thread = on_thread | (ev.kind == Kind.PYTHON)  # frames on a pseudo-thread
+    pieces: list[_Segments] = []
+
+    # 1. Blocking host activities claim the idle time they overlap, in priority order.
+    remaining = Intervals(gap.start, gap.end)
+    rows_of: dict[HostActivity, NDArray[np.int64]] = {}
+    for activity, c in _BLOCKING:
+        rows = np.flatnonzero(on_thread & (host.activity == activity)).astype(np.int64)
+        rows_of[activity] = rows
+        if rows.size == 0 or len(remaining) == 0:
+            continue
+        claimed = intersection(remaining, host.intervals(rows))
+        if len(claimed):
+            remaining = difference(remaining, claimed)
+            decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
+            pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
+
+    # What is left is decided from the gap it belongs to and what came just before it.
+    r0, r1 = remaining.start_ns, remaining.end_ns
+    index = np.searchsorted(gap.start, r0, side="right") - 1
+    cause = np.full(r0.size, _CODE[Cause.UNKNOWN], dtype=np.uint8)
+    decider = np.full(r0.size, -1, dtype=np.int64)
+    undecided = np.ones(r0.size, dtype=bool)
+    length = r1 - r0
 
     def decide(mask: NDArray[np.bool_], c: Cause, rows: NDArray[np.int64]) -> None:
         take = undecided & mask
-        cause[which[take]] = _CODE[c]
-        decider[which[take]] = rows[take]
+        cause[take] = _CODE[c]
+        decider[take] = rows[take]
         undecided[take] = False
 
-    # 1. A blocking activity covers at least half the gap: the largest one wins.
-    coverage = np.zeros((len(_BLOCKING), which.size), dtype=np.int64)
-    activity_rows: list[NDArray[np.int64]] = []
-    for i, (activity, _) in enumerate(_BLOCKING):
-        rows = np.flatnonzero(on_thread & (host.activity == activity)).astype(np.int64)
-        activity_rows.append(rows)
-        if rows.size:
-            coverage[i] = covered_ns(host.intervals(rows), g0, g1)
-    best = np.argmax(coverage, axis=0)
-    best_cover = coverage[best, np.arange(which.size)]
-    for i, (_, c) in enumerate(_BLOCKING):
-        mask = (best == i) & (2 * best_cover >= length)
-        if mask.any():
-            decide(mask, c, _latest_before(ev.start_ns, activity_rows[i], g1))
-
-    # 2. A synchronisation returned as the device drained.
+    # 2. A synchronisation returned as the device drained: the host emptied the queue.
     syncs = np.concatenate(
-        [activity_rows[4], activity_rows[5], activity_rows[3]]
-    )  # copy/sync/alloc
+        [
+            rows_of[HostActivity.H2D_COPY],
+            rows_of[HostActivity.HOST_SYNC],
+            rows_of[HostActivity.ALLOCATOR],
+        ]
+    )
     syncs = syncs[ev.kind[syncs] == Kind.RUNTIME]
-    if syncs.size and undecided.any():
+    if syncs.size and r0.size:
         ends = ev.end_ns[syncs]
         order = np.argsort(ends, kind="stable")
         syncs, ends = syncs[order], ends[order]
-        i = np.minimum(np.searchsorted(ends, g0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
-        hit = (ends[i] >= g0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(g0 + SYNC_AFTER_NS, g1))
+        i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
+        hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
         row = syncs[i]
-        is_alloc = host.activity[row] == HostActivity.ALLOCATOR
-        is_copy = host.activity[row] == HostActivity.H2D_COPY
-        decide(hit & is_alloc, Cause.ALLOCATOR, row)
-        decide(hit & is_copy, Cause.H2D_COPY, row)
+        decide(hit & (host.activity[row] == HostActivity.ALLOCATOR), Cause.ALLOCATOR, row)
+        decide(hit & (host.activity[row] == HostActivity.H2D_COPY), Cause.H2D_COPY, row)
         decide(hit, Cause.HOST_SYNC, row)
 
-    # 3. Work launched well before the gap: the device waited on a dependency.
-    launcher = launcher_all[which]
-    after = after_all[which]
-    launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], g1)
-    queued = (launcher >= 0) & (launch_ns < g0 - QUEUED_NS)
+    # 3. Work launched well before its gap began: the device waited on a dependency.
+    launcher = gap.launcher[index]
+    after = gap.after[index]
+    launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], r1)
+    queued = (launcher >= 0) & (launch_ns < gap.start[index] - QUEUED_NS)
     comm_after = work.work_class[np.searchsorted(work.rows, after)] == WorkClass.COMMUNICATION
     decide(queued & comm_after, Cause.COMMUNICATION_WAIT, launcher)
     # A brief bubble between queued kernels is the device's own launch latency.
@@ -214,9 +246,9 @@ def _explain(
     #    code on the way to the next launch is launch overhead unless it runs for very long.
     if undecided.any():
         ops = np.flatnonzero(on_thread & (ev.kind == Kind.CPU_OP)).astype(np.int64)
-        op_row = _innermost_at(ev.start_ns, ev.end_ns, ops, (g0 + g1) // 2)
+        op_row = _innermost_at(ev.start_ns, ev.end_ns, ops, (r0 + r1) // 2)
         safe = np.maximum(op_row, 0)
-        inside = np.minimum(ev.end_ns[safe], g1) - np.maximum(ev.start_ns[safe], g0)
+        inside = np.minimum(ev.end_ns[safe], r1) - np.maximum(ev.start_ns[safe], r0)
         launches = np.flatnonzero(on_thread & (host.activity == HostActivity.LAUNCH))
         launch_starts = ev.start_ns[launches]
         launched = np.searchsorted(launch_starts, ev.end_ns[safe], side="right") - np.searchsorted(
@@ -228,8 +260,16 @@ def _explain(
         decide(op_row >= 0, Cause.CPU_OTHER, op_row)
         python = np.flatnonzero(on_thread & (ev.kind == Kind.PYTHON)).astype(np.int64)
         if python.size:
-            py_cover = covered_ns(host.intervals(python), g0, g1)
-            decide(2 * py_cover >= length, Cause.CPU_OTHER, np.full(which.size, -1, np.int64))
+            py_cover = covered_ns(host.intervals(python), r0, r1)
+            decide(2 * py_cover >= length, Cause.CPU_OTHER, np.full(r0.size, -1, np.int64))
+    pieces.append(_Segments(r0, r1, cause, decider))
+    return _Segments.concat(pieces)
+
+
+def _segments(
+    start: NDArray[np.int64], end: NDArray[np.int64], c: Cause, decider: NDArray[np.int64]
+) -> _Segments:
+    return _Segments(start, end, np.full(start.size, _CODE[c], dtype=np.uint8), decider)
 
 
 def _latest_before(

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.facts import GpuFacts
-from gpuscope.model import Kind
+from gpuscope.model import CopyDirection, Kind
 
 #: Kernels shorter than this are dominated by launch and tail latency.
 SHORT_KERNEL_NS = 5_000
@@ -46,9 +46,10 @@ class KernelKind(IntEnum):
 
 class Bound(IntEnum):
     COMPUTE = 0
-    MEMORY = 1
+    MEMORY = 1  # DRAM bandwidth
     LATENCY = 2
     COMMUNICATION = 3
+    TRANSFER = 4  # host-device or peer copies: bounded by PCIe / NVLink, not DRAM
 
 
 _KIND_PATTERNS: tuple[tuple[KernelKind, re.Pattern[str]], ...] = (
@@ -125,6 +126,7 @@ class KernelBounds:
     bound: NDArray[np.uint8]  # Bound
     flops: NDArray[np.float64]  # NaN when not estimable
     bytes: NDArray[np.float64]
+    op_row: NDArray[np.int64]  # the CPU operator that launched each kernel, -1 when unknown
     time_ns_by_bound: dict[Bound, int]  # union of each bound's kernels
     gemm_ns: int
     fp32_gemm_ns: int  # GEMM time not on tensor cores
@@ -165,7 +167,7 @@ def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
     kind[classes == WorkClass.COMMUNICATION] = KernelKind.COMMUNICATION
     kind[(classes == WorkClass.MEMCPY) | (classes == WorkClass.MEMSET)] = KernelKind.COPY
 
-    flops, nbytes, precision = _estimates(work, kind)
+    flops, nbytes, precision, op_row = _estimates(work, kind)
     dur = ev.dur_ns[rows].astype(np.float64)
     bound = _bounds(work, kind, flops, nbytes, precision, dur, facts)
 
@@ -191,6 +193,7 @@ def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
         bound=bound,
         flops=flops,
         bytes=nbytes,
+        op_row=op_row,
         time_ns_by_bound=time_by_bound,
         gemm_ns=int(dur[gemm].sum()),
         fp32_gemm_ns=int(dur[kind == KernelKind.GEMM_FP32].sum()),
@@ -205,18 +208,19 @@ def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
 
 def _estimates(
     work: DeviceWork, kind: NDArray[np.uint8]
-) -> tuple[NDArray[np.float64], NDArray[np.float64], list[str | None]]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], list[str | None], NDArray[np.int64]]:
     """FLOPs and bytes per kernel, from the shapes of the operator that launched it."""
     ev = work.trace.events
     n = work.rows.size
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
     precision: list[str | None] = [None] * n
+    no_ops = np.full(n, -1, dtype=np.int64)
     if not ev.extra:
-        return flops, nbytes, precision
+        return flops, nbytes, precision, no_ops
     op_rows = np.array(sorted(r for r in ev.extra if ev.kind[r] == Kind.CPU_OP), dtype=np.int64)
     if op_rows.size == 0:
-        return flops, nbytes, precision
+        return flops, nbytes, precision, no_ops
     # Kernels carry the External id of the operator that launched them.
     op_ext = ev.external_id[op_rows]
     order = np.argsort(op_ext, kind="stable")
@@ -245,7 +249,7 @@ def _estimates(
         flops[k] = est.flops * weight
         nbytes[k] = est.bytes * weight
         precision[k] = est.precision
-    return flops, nbytes, precision
+    return flops, nbytes, precision, op_of_kernel.astype(np.int64)
 
 
 def _numel(dims: Any) -> int:
@@ -279,6 +283,7 @@ _ATTENTION = re.compile(
 _CONV = re.compile(
     r"^aten::(?:convolution|_convolution|conv\dd|cudnn_convolution|miopen_convolution)"
 )
+_COPY_OP = re.compile(r"^aten::(?:copy_|_to_copy|to|clone|contiguous|cat)$")
 _NORM_SOFTMAX = re.compile(r"norm|softmax|log_softmax", re.I)
 _ELEMENTWISE = re.compile(
     r"^aten::(?:add|sub|mul|div|gelu|relu|silu|sigmoid|tanh|exp|pow|sqrt|rsqrt|neg|abs|clamp|where|"
@@ -318,7 +323,8 @@ def estimate_op(name: str, extra: dict[str, Any]) -> Estimate | None:
         return Estimate(5.0 * largest, float(2 * largest * element), "fp32")
     if _ELEMENTWISE.search(name):
         moved = (numel_in + largest) * element
-        return Estimate(float(largest), float(moved), "fp32")
+        work = 0.0 if _COPY_OP.search(name) else float(largest)
+        return Estimate(work, float(moved), "fp32")
     return None
 
 
@@ -383,23 +389,36 @@ def _bounds(
         kind, [KernelKind.GEMM, KernelKind.GEMM_FP32, KernelKind.ATTENTION, KernelKind.CONV]
     )
     bound = np.where(compute_kinds, Bound.COMPUTE, Bound.MEMORY).astype(np.uint8)
+    # Share of the roofline's attainable throughput each kernel reached (NaN when unknown).
+    attained = np.full(rows.size, np.nan)
     if facts is not None and facts.memory_bandwidth_bytes_per_s:
-        known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0))
+        bandwidth = facts.memory_bandwidth_bytes_per_s
+        known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0) & (dur > 0))
         for k in known.tolist():
             peak = _peak_flops(facts, precision[k], int(kind[k]))
             if not peak:
                 continue
-            ridge = peak / facts.memory_bandwidth_bytes_per_s
-            bound[k] = Bound.COMPUTE if flops[k] / nbytes[k] >= ridge else Bound.MEMORY
-    sms = work.trace.devices.get(work.device)
-    num_sms = sms.num_sms if sms is not None and sms.num_sms else None
+            intensity = flops[k] / nbytes[k]
+            bound[k] = Bound.COMPUTE if intensity >= peak / bandwidth else Bound.MEMORY
+            roof = min(peak, intensity * bandwidth)
+            attained[k] = (flops[k] / (dur[k] / 1e9)) / roof if roof > 0 else np.nan
+    device = work.trace.devices.get(work.device)
+    num_sms = device.num_sms if device is not None and device.num_sms else 0
     grid = ev.grid_blocks[rows]
-    small_grid = (grid >= 0) & (grid < (num_sms or 0))
+    small_grid = (grid >= 0) & (grid < num_sms)
     occupancy = ev.occupancy_pct[rows]
     low_occupancy = ~np.isnan(occupancy) & (occupancy < 5)
-    latency = (dur < SHORT_KERNEL_NS) | small_grid | (low_occupancy & (dur < 4 * SHORT_KERNEL_NS))
-    bound[latency] = Bound.LATENCY
+    # Too short, too few blocks to fill the SMs, or nearly empty SMs: unless the kernel reached
+    # a good share of its roof anyway, latency bounds it, not compute or memory.
+    starved = (dur < SHORT_KERNEL_NS) | small_grid | (low_occupancy & (dur < 4 * SHORT_KERNEL_NS))
+    reached_roof = ~np.isnan(attained) & (attained >= 0.3)
+    bound[starved & ~reached_roof] = Bound.LATENCY
     bound[kind == KernelKind.COMMUNICATION] = Bound.COMMUNICATION
+    direction = ev.copy_direction[rows]
+    over_link = (ev.kind[rows] == Kind.MEMCPY) & np.isin(
+        direction, [CopyDirection.H2D, CopyDirection.D2H, CopyDirection.P2P]
+    )
+    bound[over_link] = Bound.TRANSFER
     return bound
 
 
@@ -434,3 +453,70 @@ def _utilisation(
     bw = facts.memory_bandwidth_bytes_per_s
     mbu = 100.0 * float(nbytes[known].sum()) / (span_s * bw) if bw and span_s else None
     return mfu, mbu, None
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """Kernels (or operators) of one name on the roofline: time, work, and where they sit."""
+
+    name: str
+    kind: str
+    bound: str  # the bound of most of its time
+    count: int
+    total_ns: int
+    flops: float | None  # None when no shapes were recorded for it
+    bytes: float | None
+
+    @property
+    def flops_per_s(self) -> float | None:
+        return self.flops / (self.total_ns / 1e9) if self.flops and self.total_ns else None
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes / (self.total_ns / 1e9) if self.bytes and self.total_ns else None
+
+    @property
+    def intensity(self) -> float | None:
+        return self.flops / self.bytes if self.flops and self.bytes else None
+
+
+def roofline_points(
+    bounds: KernelBounds, work: DeviceWork, *, by: str = "kernel", top: int = 30
+) -> list[RooflinePoint]:
+    """Time, FLOPs and bytes per kernel name (``by="kernel"``) or launching operator
+    (``by="operator"``), costliest first."""
+    ev = work.trace.events
+    if by == "operator":
+        keep = bounds.op_row >= 0
+        keys = ev.name_id[bounds.op_row[keep]]
+    else:
+        keep = np.ones(bounds.rows.size, dtype=bool)
+        keys = ev.name_id[bounds.rows]
+    if not keep.any():
+        return []
+    dur = ev.dur_ns[bounds.rows][keep].astype(np.float64)
+    flops, nbytes = bounds.flops[keep], bounds.bytes[keep]
+    kinds, bound = bounds.kind[keep], bounds.bound[keep]
+    unique, inverse = np.unique(keys, return_inverse=True)
+    totals = np.bincount(inverse, weights=dur)
+    counts = np.bincount(inverse)
+    known = ~np.isnan(flops)
+    flop_sum = np.bincount(inverse[known], weights=flops[known], minlength=unique.size)
+    byte_sum = np.bincount(inverse[known], weights=nbytes[known], minlength=unique.size)
+    has = np.bincount(inverse[known], minlength=unique.size) > 0
+    points: list[RooflinePoint] = []
+    for i in np.argsort(-totals, kind="stable")[:top].tolist():
+        members = inverse == i
+        by_bound = np.bincount(bound[members], weights=dur[members], minlength=len(Bound))
+        points.append(
+            RooflinePoint(
+                name=work.trace.names[int(unique[i])],
+                kind=KernelKind(int(np.bincount(kinds[members]).argmax())).name.lower(),
+                bound=Bound(int(by_bound.argmax())).name.lower(),
+                count=int(counts[i]),
+                total_ns=int(totals[i]),
+                flops=float(flop_sum[i]) if has[i] else None,
+                bytes=float(byte_sum[i]) if has[i] else None,
+            )
+        )
+    return points

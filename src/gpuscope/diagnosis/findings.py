@@ -24,6 +24,10 @@ from gpuscope.facts import GpuFacts
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
+#: Memory-bound kernels must take this share of busy time before fusing them is a finding, and
+#: half the busy time to be Bloated Context.
+MEMORY_BOUND_FINDING_PCT = 30.0
+BLOATED_CONTEXT_PCT = 50.0
 #: Kernels of one chain are at most this far apart on their stream.
 CHAIN_GAP_NS = 20_000
 
@@ -235,11 +239,20 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
             saving += float((totals * (1.0 - 1.0 / counts)).sum())
             kernels += int(counts[counts > 1].sum())
     share = 100.0 * memory_ns / busy_ns if busy_ns else 0.0
-    pattern = "bloated_context" if share >= 50.0 else "ghost_gpu"
+    pattern = "bloated_context" if share >= BLOATED_CONTEXT_PCT else "fusion"
     note = [
         f"memory-bound kernels run {memory_ns / 1e6:,.2f} ms: {share:.0f}% of busy time",
         f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
     ]
+    achieved = [e.bounds.achieved_bytes_per_s for e in evidence if e.bounds.achieved_bytes_per_s]
+    peak = next((e.facts.memory_bandwidth_bytes_per_s for e in evidence if e.facts), None)
+    if achieved and peak:
+        note.append(
+            f"kernels with recorded shapes moved {max(achieved) / 1e9:,.0f} GB/s"
+            f" ({100 * max(achieved) / peak:.0f}% of the {peak / 1e9:,.0f} GB/s peak)"
+        )
+    if share < MEMORY_BOUND_FINDING_PCT:
+        saving = 0.0  # fusion is worth a look, but memory-bound work does not dominate
     return saving, kernels, note, pattern
 
 

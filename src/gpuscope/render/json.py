@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gpuscope import __version__
-from gpuscope.analyses.bounds import Bound
+from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.facts import GpuFacts
@@ -156,6 +156,10 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             "mbu_pct": _pct(d.bounds.mbu_pct),
             "not_estimable_reason": d.bounds.not_estimable_reason,
         },
+        "roofline": {
+            "kernels": [_point(p) for p in roofline_points(d.bounds, d.work, by="kernel")],
+            "operators": [_point(p) for p in roofline_points(d.bounds, d.work, by="operator")],
+        },
         "top_kernels": [
             {
                 "name": k.name,
@@ -168,6 +172,21 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             }
             for k in d.kernels
         ],
+    }
+
+
+def _point(p: RooflinePoint) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "kind": p.kind,
+        "bound": p.bound,
+        "count": p.count,
+        "total_ns": p.total_ns,
+        "flops": p.flops,
+        "bytes": p.bytes,
+        "achieved_tflops": _scaled(p.flops_per_s, 1e12),
+        "achieved_gb_per_s": _scaled(p.bytes_per_s, 1e9),
+        "flops_per_byte": None if p.intensity is None else round(p.intensity, 3),
     }
 
 

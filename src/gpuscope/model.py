@@ -196,13 +196,86 @@ class Trace:
         return [int(i) for i in ids]
 
 
+@dataclass(frozen=True)
+class CounterKernel:
+    """One kernel as Nsight Compute measured it. ``None``: the report did not have the metric."""
+
+    id: int
+    name: str
+    device: int | None
+    duration_ns: int | None
+    sm_throughput_pct: float | None  # "Compute (SM) Throughput"
+    memory_throughput_pct: float | None
+    dram_throughput_pct: float | None
+    achieved_occupancy_pct: float | None
+    theoretical_occupancy_pct: float | None
+    waves_per_sm: float | None
+    grid_blocks: int | None
+    block_threads: int | None
+    metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric, by name
+    rules: list[str] = field(default_factory=list)  # the report's own rule texts
+
+
+@dataclass
+class KernelCounters:
+    """A kernel-level report (Nsight Compute): measured counters, no timeline."""
+
+    source: str
+    format: str  # "ncu-csv", "ncu-csv-raw"
+    device_name: str | None
+    kernels: list[CounterKernel]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GpuSamples:
+    """Sampled utilisation of one GPU. Arrays share ``time_ns``; NaN marks a missing value."""
+
+    gpu: int
+    name: str | None
+    time_ns: I64
+    utilization_pct: NDArray[np.float64]  # coarse "GPU util": share of time any kernel ran
+    sm_active_pct: NDArray[np.float64] | None = None  # DCGM SM active, when recorded
+    dram_active_pct: NDArray[np.float64] | None = None
+    memory_used_bytes: NDArray[np.float64] | None = None
+    memory_total_bytes: int | None = None
+    power_w: NDArray[np.float64] | None = None
+
+
+@dataclass
+class SampleSet:
+    """A log of sampled GPU metrics (nvidia-smi, NVML, DCGM): no timeline of kernels."""
+
+    source: str
+    format: str  # "nvidia-smi-csv", "nvml-jsonl", "dcgmi-dmon", "prometheus"
+    gpus: list[GpuSamples]
+    warnings: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Job:
-    """All the traces of one job (one per rank), as given on the command line."""
+    """All the inputs of one job: timelines (one per rank or process), and any kernel counter
+    reports and sampled metrics given with them."""
 
     source: str
     traces: list[Trace]
+    counters: list[KernelCounters] = field(default_factory=list)
+    samples: list[SampleSet] = field(default_factory=list)
 
     @property
     def warnings(self) -> list[str]:
-        return [w for t in self.traces for w in t.warnings]
+        found = [w for t in self.traces for w in t.warnings]
+        found += [w for c in self.counters for w in c.warnings]
+        found += [w for s in self.samples for w in s.warnings]
+        return found
+
+    @classmethod
+    def merge(cls, source: str, parts: list[Job]) -> Job:
+        traces = [t for p in parts for t in p.traces]
+        traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, t.source))
+        return cls(
+            source=source,
+            traces=traces,
+            counters=[c for p in parts for c in p.counters],
+            samples=[s for p in parts for s in p.samples],
+        )

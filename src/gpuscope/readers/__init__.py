@@ -1,60 +1,71 @@
 """Readers: one per input format. Content decides the format, never the file name.
 
-Contract: :func:`load` turns a file or a folder of per-rank files into a
-:class:`~gpuscope.model.Job` or raises :class:`~gpuscope.errors.InputError` naming the file
-and what is wrong with it.
+Contract: :func:`load` turns a file or a folder into a :class:`~gpuscope.model.Job` or raises
+:class:`~gpuscope.errors.InputError` naming the file and what is wrong with it. Each format is a
+:class:`Reader` in ``READERS``: ``sniff`` looks at the first bytes of a file (decompressed when
+gzip), ``read`` returns the job fragment the file holds (timelines, kernel counters or samples).
+Adding a format is one module and one line in ``READERS``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscope.errors import EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, Trace
 from gpuscope.readers import kineto
-from gpuscope.readers._io import read_bytes
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+from gpuscope.readers._io import head_bytes, read_bytes
 
 
-def load(path: str | Path) -> Job:
-    """Read one trace file, or every trace in a folder (one per rank)."""
-    path = Path(path)
-    if path.is_dir():
-        return _load_folder(path)
-    trace = load_trace(path)
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    sniff: Callable[[bytes], bool]
+    read: Callable[[Path], Job]
+
+
+def _read_kineto(path: Path) -> Job:
+    content = read_bytes(path)
+    trace = kineto.read(path, content.data, truncated_stream=content.truncated)
+    require_device_activity(path, trace)
     return Job(source=str(path), traces=[trace])
 
 
-def load_trace(path: Path) -> Trace:
-    """Read one file, whatever its format, and check it has device activity to analyse."""
+READERS: list[Reader] = [
+    Reader("kineto", kineto.looks_like_kineto, _read_kineto),
+]
+
+
+def load(path: str | Path) -> Job:
+    """Read one file, or every readable file in a folder (one per rank, or mixed formats)."""
+    path = Path(path)
+    if path.is_dir():
+        return _load_folder(path)
+    return load_file(path)
+
+
+def load_file(path: Path) -> Job:
+    """Read one file, whatever its format."""
     if path.suffix == ".nsys-rep":
         raise UnknownFormatError(
             path,
             "an Nsight Systems report; export it first: nsys export --type sqlite "
             f"--output {path.with_suffix('.sqlite').name} {path.name}",
         )
-    content = read_bytes(path)
-    head = content.data[:4096]
-    if head.startswith(_SQLITE_MAGIC):
-        raise UnknownFormatError(
-            path, "SQLite files are not read yet (Nsight Systems support is planned)"
-        )
-    if kineto.looks_like_kineto(head) or (
-        head.lstrip()[:1] == b"{" and b'"traceEvents"' in content.data
-    ):
-        trace = kineto.read(path, content.data, truncated_stream=content.truncated)
-    elif head.lstrip()[:1] in (b"{", b"["):
+    head = head_bytes(path)
+    for reader in READERS:
+        if reader.sniff(head):
+            return reader.read(path)
+    if head.lstrip()[:1] in (b"{", b"["):
         raise UnknownFormatError(path, "JSON, but not a profiler trace (no 'traceEvents')")
-    else:
-        raise UnknownFormatError(
-            path, "not a profiler trace gpuscope can read (Kineto JSON, plain or gzip)"
-        )
-    _require_device_activity(path, trace)
-    return trace
+    known = ", ".join(r.name for r in READERS)
+    raise UnknownFormatError(path, f"not a profiler trace gpuscope can read ({known})")
 
 
-def _require_device_activity(path: Path, trace: Trace) -> None:
+def require_device_activity(path: Path, trace: Trace) -> None:
+    """A timeline without device work cannot be diagnosed: say which of two reasons it is."""
     ev = trace.events
     if ev.of_kind(*BUSY_KINDS).any():
         return
@@ -69,23 +80,22 @@ def _require_device_activity(path: Path, trace: Trace) -> None:
 
 def _load_folder(folder: Path) -> Job:
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    traces: list[Trace] = []
+    parts: list[Job] = []
     skipped: list[str] = []
     for file in files:
         try:
-            traces.append(load_trace(file))
+            parts.append(load_file(file))
         except UnknownFormatError as error:
             skipped.append(f"{file.name} ({error.reason})")
-    if not traces:
+    if not parts:
         if skipped:
             raise UnknownFormatError(
                 folder, "no readable trace in the folder: " + "; ".join(skipped)
             )
         raise InputError(folder, "the folder is empty")
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, t.source))
-    job = Job(source=str(folder), traces=traces)
-    if skipped:
-        traces[0].warnings.append(
+    job = Job.merge(str(folder), parts)
+    if skipped and job.traces:
+        job.traces[0].warnings.append(
             f"{folder}: skipped files that are not traces: " + "; ".join(skipped)
         )
     return job

@@ -64,3 +64,27 @@ def _gunzip(path: Path, raw: bytes) -> Content:
     if not data:
         raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
     return Content(data, truncated=truncated, compressed=True)
+
+
+def head_bytes(path: Path, size: int = 65536) -> bytes:
+    """The first bytes of a file, decompressed when it is gzip, for sniffing its format."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(size)
+    except FileNotFoundError:
+        raise InputError(path, "no such file or directory") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory") from None
+    except OSError as error:
+        raise InputError(path, f"cannot be read ({error.strerror})") from None
+    if not raw:
+        raise EmptyTraceError(path, "the file is empty")
+    if not raw.startswith(GZIP_MAGIC):
+        return raw
+    try:
+        head: bytes = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS).decompress(raw, size)
+    except _ZLIB_ERROR as error:
+        raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+    if not head:
+        raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
+    return head

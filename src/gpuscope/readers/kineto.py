@@ -187,6 +187,13 @@ _KIND_OF_CATEGORY: dict[str, Kind] = {
 }
 _DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
 _FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+_KINETO_KEYS = (
+    b'"traceEvents"',
+    b'"schemaVersion"',
+    b'"deviceProperties"',
+    b'"distributedInfo"',
+    b'"computeProperties"',
+)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _MEMCPY_DIRECTION = {
     "htod": CopyDirection.H2D,
@@ -197,8 +204,14 @@ _MEMCPY_DIRECTION = {
 
 
 def looks_like_kineto(head: bytes) -> bool:
-    """Whether the first bytes of a document are a Chrome-trace JSON object with events."""
-    return head.lstrip()[:1] == b"{" and b'"traceEvents"' in head
+    """Whether the first bytes of a document are a Chrome-trace JSON object with events.
+
+    Kineto writes ``traceEvents`` after the device properties, which can take many kilobytes:
+    a JSON object whose head names any Kineto top-level key counts too.
+    """
+    if head.lstrip()[:1] != b"{":
+        return False
+    return any(key in head for key in _KINETO_KEYS)
 
 
 def read(path: Path, data: bytes, *, truncated_stream: bool = False) -> Trace:

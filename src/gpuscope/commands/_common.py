@@ -1,0 +1,40 @@
+"""What every command shares: exit codes and the one-line error for bad input."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from gpuscope.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def input_errors_exit(func: F) -> F:
+    """Turn an :class:`InputError` into one line on stderr and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except InputError as error:
+            click.echo(f"gpuscope: error: {error}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def missing_extra(feature: str, package: str, extra: str) -> None:
+    """Say in one line that an optional dependency is missing, and exit 2."""
+    click.echo(
+        f"gpuscope: error: {feature} needs {package}: pip install 'gpuscope[{extra}]'", err=True
+    )
+    sys.exit(EXIT_BAD_INPUT)

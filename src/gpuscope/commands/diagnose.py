@@ -1,0 +1,69 @@
+"""``gpuscope diagnose`` and ``gpuscope demo``."""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    help="Write the diagnosis as JSON ('-': stdout).",
+)
+@click.option("--top", default=10, show_default=True, help="Kernels to list per device.")
+@click.option("--all-devices", is_flag=True, help="Detail every device, not just the extremes.")
+@click.option(
+    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+)
+@input_errors_exit
+def diagnose(
+    path: Path, json_out: Path | None, top: int, all_devices: bool, gpu_hour_usd: float | None
+) -> None:
+    """Diagnose a trace file, or a folder of per-rank traces of one job."""
+    run_diagnose(path, json_out, top=top, all_devices=all_devices, gpu_hour_usd=gpu_hour_usd)
+
+
+@click.command()
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Also write the JSON.")
+@input_errors_exit
+def demo(json_out: Path | None) -> None:
+    """Diagnose the example training trace shipped with gpuscope."""
+    example = resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
+    with resources.as_file(example) as path:
+        click.echo(f"Example trace: {path}\n", err=True)
+        run_diagnose(path, json_out)
+
+
+def run_diagnose(
+    path: Path,
+    json_out: Path | None,
+    *,
+    top: int = 10,
+    all_devices: bool = False,
+    gpu_hour_usd: float | None = None,
+) -> None:
+    from gpuscope.diagnosis import Options, diagnose  # keeps --help instant
+    from gpuscope.readers import load
+    from gpuscope.render import json as json_renderer
+
+    result = diagnose(load(path), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    if json_out is not None:
+        data = json_renderer.dumps(result)
+        if str(json_out) == "-":
+            sys.stdout.buffer.write(data + b"\n")
+            return
+        json_out.write_bytes(data + b"\n")
+    from rich.console import Console
+
+    from gpuscope.render import terminal
+
+    terminal.render(result, Console(), all_devices=all_devices)

@@ -288,22 +288,29 @@ def _innermost_at(
     rows: NDArray[np.int64],
     t: NDArray[np.int64],
 ) -> NDArray[np.int64]:
-    """For each time, the latest-starting of ``rows`` that contains it (nested ops: innermost)."""
-    result = np.full(t.shape, -1, dtype=np.int64)
+    """For each time, the latest-starting of ``rows`` that contains it (nested ops: innermost).
+
+    Among the rows that started by ``t``, the answer is the last one still running at ``t``: a
+    "previous element at least t" query, answered for all times at once by binary lifting over
+    a sparse table of running maxima of the end times.
+    """
     if rows.size == 0:
-        return result
+        return np.full(t.shape, -1, dtype=np.int64)
     row_starts, row_ends = starts[rows], ends[rows]
-    last = np.searchsorted(row_starts, t, side="right") - 1
-    found = (last >= 0) & (row_ends[np.maximum(last, 0)] >= t)
-    result[found] = rows[last[found]]
-    # The latest op to start may have ended already: walk back to an enclosing one.
-    for k in np.flatnonzero(~found & (last >= 0)).tolist():
-        when = int(t[k])
-        for j in range(int(last[k]) - 1, max(int(last[k]) - 64, -1), -1):
-            if row_ends[j] >= when:
-                result[k] = rows[j]
-                break
-    return result
+    # levels[j][i] = max(row_ends[i - 2**j + 1 .. i])
+    levels = [row_ends]
+    while (1 << len(levels)) <= row_ends.size:
+        prev, half = levels[-1], 1 << (len(levels) - 1)
+        level = prev.copy()
+        level[half:] = np.maximum(prev[half:], prev[:-half])
+        levels.append(level)
+    p = np.searchsorted(row_starts, t, side="right") - 1
+    for j in range(len(levels) - 1, -1, -1):
+        size = 1 << j
+        jump = (p - size + 1 >= 0) & (levels[j][np.maximum(p, 0)] < t)
+        p = np.where(jump, p - size, p)
+    found = (p >= 0) & (row_ends[np.maximum(p, 0)] >= t)
+    return np.where(found, rows[np.maximum(p, 0)], -1).astype(np.int64)
 
 
 def _locations(

@@ -186,6 +186,7 @@ _KIND_OF_CATEGORY: dict[str, Kind] = {
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
 }
 _DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
+_LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
 _FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _KINETO_KEYS = (
     b'"traceEvents"',
@@ -311,6 +312,7 @@ def _build(path: Path, doc: Any, data: bytes) -> Trace:
     if lenient:
         args = [_coerce_args(a) for a in args]
 
+    schema = _schema(rows, doc)
     names, name_ids = _intern(list(map(_NAME, rows)))
     if lenient:
         start_ns = _to_ns([_num(e.ts) for e in rows])
@@ -322,17 +324,26 @@ def _build(path: Path, doc: Any, data: bytes) -> Trace:
 
     pid = _ids(list(map(_PID, rows)))
     tid = _ids(list(map(_TID, rows)))
-    on_device = np.isin(kinds, np.array([int(k) for k in _DEVICE_KINDS], dtype=np.uint8))
-    arg_device = _column(args, "device")
-    arg_stream = _column(args, "stream")
-    device = np.where(on_device, np.where(arg_device >= 0, arg_device, pid), -1)
-    stream = np.where(on_device, np.where(arg_stream >= 0, arg_stream, tid), -1)
-
+    # Most arguments matter for a few kinds only: read them for those rows alone.
+    on_device = np.flatnonzero(
+        np.isin(kinds, np.array([int(k) for k in _DEVICE_KINDS], dtype=np.uint8))
+    )
+    linked = np.flatnonzero(
+        np.isin(kinds, np.array([int(k) for k in _LINKED_KINDS], dtype=np.uint8))
+    )
+    copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
+    python = np.flatnonzero(kinds == Kind.PYTHON)
+    device = np.full(len(rows), -1, dtype=np.int64)
+    stream = np.full(len(rows), -1, dtype=np.int64)
+    arg_device = _column(args, "device", on_device)
+    arg_stream = _column(args, "stream", on_device)
+    device[on_device] = np.where(arg_device >= 0, arg_device, pid[on_device])
+    stream[on_device] = np.where(arg_stream >= 0, arg_stream, tid[on_device])
     external_id = _column(args, "external_id")
-    old_external = _column(args, "external_id_2021")
-    external_id = np.where(external_id >= 0, external_id, old_external)
-    byte_count = _column(args, "bytes")
-    byte_count = np.where(byte_count >= 0, byte_count, _column(args, "size"))
+    if schema == "kineto-2021":
+        external_id = np.where(external_id >= 0, external_id, _column(args, "external_id_2021"))
+    byte_count = np.full(len(rows), -1, dtype=np.int64)
+    byte_count[copies] = np.maximum(_column(args, "bytes", copies), _column(args, "size", copies))
     columns: dict[str, Any] = {
         "kind": kinds,
         "name_id": name_ids,
@@ -342,11 +353,11 @@ def _build(path: Path, doc: Any, data: bytes) -> Trace:
         "tid": tid,
         "device": device,
         "stream": stream,
-        "correlation": _column(args, "correlation"),
+        "correlation": _scatter(len(rows), linked, _column(args, "correlation", linked)),
         "external_id": external_id,
         "bytes": byte_count,
-        "python_id": _column(args, "python_id"),
-        "python_parent_id": _column(args, "python_parent_id"),
+        "python_id": _scatter(len(rows), python, _column(args, "python_id", python)),
+        "python_parent_id": _scatter(len(rows), python, _column(args, "python_parent_id", python)),
         "grid_blocks": _launch_sizes(args, kinds, "grid"),
         "block_threads": _launch_sizes(args, kinds, "block"),
         "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=len(args)),
@@ -363,7 +374,6 @@ def _build(path: Path, doc: Any, data: bytes) -> Trace:
         _link_by_flows(table, data)
 
     base = doc.baseTimeNanoseconds
-    schema = _schema(rows, doc)
     devices = _devices(doc, table, mtia="mtia_ccp_events" in kind_of)
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     return Trace(
@@ -397,13 +407,23 @@ def _kind_table(categories: set[Any]) -> dict[Any, int]:
 
 
 def _intern(raw_names: list[Any]) -> tuple[list[str], np.ndarray]:
-    index: dict[str, int] = {}
-    ids = [index.setdefault(n if isinstance(n, str) else str(n), len(index)) for n in raw_names]
-    return list(index), np.array(ids, dtype=np.int32)
+    if not all(isinstance(n, str) for n in dict.fromkeys(raw_names)):
+        raw_names = [n if isinstance(n, str) else str(n) for n in raw_names]
+    index = {name: i for i, name in enumerate(dict.fromkeys(raw_names))}
+    ids = np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
+    return list(index), ids
 
 
-def _column(args: list[Any], field: str) -> np.ndarray:
-    values = list(map(attrgetter(field), args))
+def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    column = np.full(n, -1, dtype=np.int64)
+    column[rows] = values
+    return column
+
+
+def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """One integer argument as a column (``-1`` when absent), for all rows or only ``rows``."""
+    chosen = args if rows is None else [args[r] for r in rows.tolist()]
+    values = list(map(attrgetter(field), chosen))
     try:
         return np.array(values, dtype=np.int64)
     except TypeError:  # a JSON null among the ints

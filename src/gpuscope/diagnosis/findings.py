@@ -22,6 +22,8 @@ from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.facts import GpuFacts
 
+#: A GPU that waits this share of the time (for the host or for peers) is bound by what it waits on.
+STARVED_PCT = 25.0
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
 #: Memory-bound kernels must take this share of busy time before fusing them is a finding, and
@@ -276,7 +278,7 @@ def verdict(
         "memory": 100.0 * memory / span,
         "compute": 100.0 * compute / span,
     }
-    bound = max(shares, key=lambda k: shares[k])
+    bound = _bound(shares)
     wasted_share = sum(f.share_pct for f in found)
     wasted = wasted_share / 100.0 * gpu_hour_usd if gpu_hour_usd is not None else None
     return Verdict(
@@ -298,6 +300,15 @@ def verdict(
             "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
         },
     )
+
+
+def _bound(shares: dict[str, float]) -> str:
+    """Waiting first: a GPU starved by the host or its peers for a large share of the time is
+    bound by them, whatever its kernels are. Otherwise the busy time's kernels decide."""
+    waste = max(("host", "communication"), key=lambda k: shares[k])
+    if shares[waste] >= STARVED_PCT:
+        return waste
+    return max(shares, key=lambda k: shares[k])
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -184,7 +184,7 @@ def test_truncated_gzip_is_read_with_a_warning(tmp_path: Path) -> None:
             "GPU activity was not recorded",
         ),
         (b"\x1f\x8b\x08\x00garbage-garbage-garbage", CorruptInputError, "corrupt gzip"),
-        (b'{"traceEvents": [{"ph": "X", ', CorruptInputError, "no whole event"),
+        (b'{"traceEvents": [{"ph": "X", ', CorruptInputError, "before its first whole event"),
     ],
 )
 def test_bad_input_names_the_file_and_the_problem(

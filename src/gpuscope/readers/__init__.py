@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscope.errors import EmptyTraceError, InputError, UnknownFormatError
-from gpuscope.model import BUSY_KINDS, Job, Kind, Trace
-from gpuscope.readers import kineto
-from gpuscope.readers._io import head_bytes, read_bytes
+from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
+from gpuscope.readers import kineto, ncu, nsys, samples
+from gpuscope.readers._io import head_bytes
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,31 @@ class Reader:
 
 
 def _read_kineto(path: Path) -> Job:
-    content = read_bytes(path)
-    trace = kineto.read(path, content.data, truncated_stream=content.truncated)
+    trace = kineto.read_file(path)
     require_device_activity(path, trace)
     return Job(source=str(path), traces=[trace])
 
 
+def _read_ncu(path: Path) -> Job:
+    return Job(source=str(path), traces=[], counters=[ncu.read(path)])
+
+
+def _sampled(read: Callable[[Path], SampleSet]) -> Callable[[Path], Job]:
+    def read_job(path: Path) -> Job:
+        return Job(source=str(path), traces=[], samples=[read(path)])
+
+    return read_job
+
+
 READERS: list[Reader] = [
     Reader("kineto", kineto.looks_like_kineto, _read_kineto),
+    Reader("nsys", nsys.looks_like_nsys, nsys.read),
+    Reader("ncu-csv", ncu.looks_like_ncu, _read_ncu),
+    Reader("nvml-jsonl", samples.looks_like_nvml_jsonl, _sampled(samples.read_nvml_jsonl)),
+    Reader("nvidia-smi-csv", samples.looks_like_nvidia_smi, _sampled(samples.read_nvidia_smi)),
+    Reader("dcgmi-dmon", samples.looks_like_dcgmi_dmon, _sampled(samples.read_dcgmi_dmon)),
+    Reader("dcgm-counter-list", samples.looks_like_counter_list, samples.reject_counter_list),
+    Reader("prometheus", samples.looks_like_prometheus, _sampled(samples.read_prometheus)),
 ]
 
 

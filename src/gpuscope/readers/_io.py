@@ -17,7 +17,7 @@ from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 # zlib_ng's stub declares ``error`` as an instance; at run time it is the exception class.
-_ZLIB_ERROR = cast(type[Exception], zlib_ng.error)
+ZLIB_ERROR = cast(type[Exception], zlib_ng.error)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _gunzip(path: Path, raw: bytes) -> Content:
     inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
     try:
         data = inflater.decompress(raw)
-    except _ZLIB_ERROR as error:
+    except ZLIB_ERROR as error:
         raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
     truncated = not inflater.eof
     # A file of concatenated gzip members (pigz, re-gzipped chunks) continues in unused_data.
@@ -58,7 +58,7 @@ def _gunzip(path: Path, raw: bytes) -> Content:
         inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
         try:
             data += inflater.decompress(rest)
-        except _ZLIB_ERROR as error:
+        except ZLIB_ERROR as error:
             raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
         truncated = not inflater.eof
     if not data:
@@ -83,7 +83,7 @@ def head_bytes(path: Path, size: int = 65536) -> bytes:
         return raw
     try:
         head: bytes = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS).decompress(raw, size)
-    except _ZLIB_ERROR as error:
+    except ZLIB_ERROR as error:
         raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
     if not head:
         raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import gc
 import re
-from itertools import compress, repeat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 import numpy as np
+from zlib_ng import zlib_ng
 
-from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
+from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
+from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, read_bytes
 
 # --- the decoded shape -----------------------------------------------------------------------
 
@@ -152,6 +157,9 @@ class _LenientDocument(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Document)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
+_FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
+_META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
 _NAME = attrgetter("name")
@@ -187,6 +195,8 @@ _KIND_OF_CATEGORY: dict[str, Kind] = {
 }
 _DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
 _LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
+_DEVICE_CODES = np.array(sorted(int(k) for k in _DEVICE_KINDS), dtype=np.uint8)
+_LINKED_CODES = np.array(sorted(int(k) for k in _LINKED_KINDS), dtype=np.uint8)
 _FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _KINETO_KEYS = (
     b'"traceEvents"',
@@ -215,16 +225,35 @@ def looks_like_kineto(head: bytes) -> bool:
     return any(key in head for key in _KINETO_KEYS)
 
 
+def read_file(path: Path) -> Trace:
+    """Read a Kineto file in pieces: at most a few megabytes of text and of decoded events are
+    held at once, so memory stays near the size of the columns. Falls back to reading the whole
+    document when its layout is unusual (odd types, or text the piecewise split cannot follow)."""
+    with _gc_paused():
+        try:
+            return _read_streamed(path)
+        except (_NotStreamableError, msgspec.DecodeError):
+            pass
+    content = read_bytes(path)
+    return read(path, content.data, truncated_stream=content.truncated)
+
+
 def read(path: Path, data: bytes, *, truncated_stream: bool = False) -> Trace:
-    """Decode one Kineto document into a :class:`Trace`."""
+    """Decode one whole Kineto document held in memory into a :class:`Trace`."""
+    with _gc_paused():
+        return _read(path, data, truncated_stream)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
     # Hundreds of thousands of short-lived objects and no cycles: the cyclic GC would only rescan
     # them, which costs more than the decoding itself.
-    gc_was_enabled = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(path, data, truncated_stream)
+        yield
     finally:
-        if gc_was_enabled:
+        if was_enabled:
             gc.enable()
 
 
@@ -235,14 +264,169 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
         raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")
     if not events:
         raise EmptyTraceError(path, "the trace holds no events")
-    trace = _build(path, document, data)
-    if lost_tail:
-        span_ms = _span_ms(trace)
-        trace.warnings.append(
-            f"{path}: the file ends mid-write (the profiler did not finish it); read "
-            f"{len(events):,} whole events covering {span_ms:.1f} ms, the rest is lost"
-        )
-    return trace
+    columns = _Columns(lenient=isinstance(document, _LenientDocument))
+    columns.add(events, lambda: _flows_of(data))
+    return columns.finish(path, document, lost_tail=lost_tail)
+
+
+# --- reading in pieces ---------------------------------------------------------------------------
+
+_PIECE_BYTES = 4 << 20
+_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+class _NotStreamableError(Exception):
+    """The document's layout is not one the piecewise reader follows; read it whole instead."""
+
+
+def _read_streamed(path: Path) -> Trace:
+    stream = _EventText(path)
+    columns = _Columns(lenient=False)
+    for chunk in stream.chunks():
+        body = b"[" + chunk + b"]"
+        decoded = _EVENTS_DECODER.decode(body)
+        columns.add(decoded, partial(_flows_in, body))
+        del decoded
+    if not stream.finished:
+        raise _NotStreamableError
+    if stream.truncated and columns.events == 0:
+        raise CorruptInputError(path, "the file ends mid-write before its first whole event")
+    meta = _META_DECODER.decode(stream.metadata_document())
+    return columns.finish(path, meta, lost_tail=stream.truncated)
+
+
+class _EventText:
+    """The text of a Chrome trace cut into pieces of whole events.
+
+    ``chunks()`` yields comma-separated whole events (no brackets); afterwards
+    ``metadata_document()`` is the document without its events, and ``truncated`` says whether
+    it ended mid-write.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.header = b""
+        self.tail = b""
+        self.truncated = False
+        self.finished = False
+
+    def chunks(self) -> Iterator[bytes]:
+        pieces = _decompressed_pieces(self.path, self)
+        buffer = b""
+        for piece in pieces:
+            buffer += piece
+            found = _ARRAY_START.search(buffer)
+            if found:
+                self.header, buffer = buffer[: found.start()], buffer[found.end() :]
+                break
+            if len(buffer) > (64 << 20):
+                raise _NotStreamableError
+        else:
+            raise _NotStreamableError
+        exhausted = False
+        while True:
+            while len(buffer) < _PIECE_BYTES and not exhausted:
+                more = next(pieces, None)
+                exhausted = more is None
+                buffer += more or b""
+            cut = _last_boundary(buffer)
+            if cut is not None:
+                yield buffer[: cut[0]]
+                buffer = buffer[cut[1] :]
+                if len(buffer) < _PIECE_BYTES and not exhausted:
+                    continue
+            if exhausted:
+                break
+            more = next(pieces, None)  # one event larger than a piece: read on
+            exhausted = more is None
+            buffer += more or b""
+        last = self._last_event(buffer)
+        self.finished = True
+        if last:
+            yield last
+
+    def _last_event(self, buffer: bytes) -> bytes:
+        """Split what follows the last boundary into the last event and the document's tail."""
+        if buffer.lstrip().startswith(b"]"):
+            self.tail = buffer.lstrip()[1:]
+            return b""
+        position = buffer.find(b"]")
+        while position >= 0:
+            candidate = buffer[:position]
+            if candidate.rstrip().endswith(b"}"):
+                try:
+                    _EVENTS_DECODER.decode(b"[" + candidate + b"]")
+                except msgspec.DecodeError:
+                    pass
+                else:
+                    self.tail = buffer[position + 1 :]
+                    return candidate
+            position = buffer.find(b"]", position + 1)
+        self.truncated = True  # the last event was cut off mid-write
+        return b""
+
+    def metadata_document(self) -> bytes:
+        """The document's other keys: the text around the events, closed as a JSON object."""
+        head = self.header.rstrip()
+        head = head[:-1] if head.endswith(b",") else head
+        tail = self.tail.strip()
+        tail = tail[1:] if tail.startswith(b",") else tail
+        tail = tail[:-1] if tail.endswith(b"}") else tail
+        joiner = b"," if tail.strip() and not head.endswith(b"{") else b""
+        return head + joiner + tail + b"}"
+
+
+def _last_boundary(buffer: bytes) -> tuple[int, int] | None:
+    """Where the last whole event before another ends: (just past its ``}``, at the next ``{``)."""
+    for window in (1 << 16, len(buffer)):
+        found = None
+        for found in _BOUNDARY.finditer(buffer, max(0, len(buffer) - window)):  # noqa: B007
+            pass
+        if found is not None:
+            return found.start() + 1, found.end() - 1
+    return None
+
+
+def _decompressed_pieces(path: Path, state: _EventText) -> Iterator[bytes]:
+    """The file's bytes, gunzipped when gzip, in pieces of about ``_PIECE_BYTES``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise InputError(path, f"cannot be read ({error.strerror})") from None
+    if not raw.startswith(GZIP_MAGIC):
+        for start in range(0, len(raw), _PIECE_BYTES):
+            yield raw[start : start + _PIECE_BYTES]
+        return
+    data = raw
+    while data:
+        inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
+        while True:
+            try:
+                piece = inflater.decompress(data, _PIECE_BYTES)
+            except ZLIB_ERROR as error:
+                raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+            data = inflater.unconsumed_tail
+            if piece:
+                yield piece
+            if inflater.eof or not piece:
+                break
+        if not inflater.eof:
+            state.truncated = True
+            return
+        rest = inflater.unused_data
+        data = rest if rest.startswith(GZIP_MAGIC) else b""
+
+
+def _flows_in(body: bytes) -> list[Any]:
+    return list(_FLOWS_DECODER.decode(body))
+
+
+def _flows_of(data: bytes) -> list[Any]:
+    try:
+        return _FLOW_DECODER.decode(data).traceEvents or []
+    except msgspec.DecodeError:  # a repaired, truncated document: no flows rather than none at all
+        return []
 
 
 # --- decoding ----------------------------------------------------------------------------------
@@ -289,129 +473,162 @@ def _repair_truncated(data: bytes) -> Any | None:
 # --- building the model --------------------------------------------------------------------------
 
 
-def _build(path: Path, doc: Any, data: bytes) -> Trace:
-    raw_events = doc.traceEvents
-    lenient = isinstance(doc, _LenientDocument)
-    if lenient:
-        complete = [e for e in raw_events if e.ph == "X"]
-    else:
-        complete = [e for e in raw_events if type(e) is _Event]
-    categories = list(map(_CATEGORY, complete))
-    kind_of = _kind_table(set(categories))
-    codes = np.fromiter(
-        map(kind_of.get, categories, repeat(_SKIP)), dtype=np.uint8, count=len(categories)
-    )
-    keep = codes != _SKIP
-    rows = list(compress(complete, keep.tolist()))
-    if not rows:
-        raise EmptyTraceError(path, "no profiler events (no CPU ops, kernels or runtime calls)")
-    kinds = codes[keep]
-    if "mtia_ccp_events" in kind_of:
-        _mark_mtia_dma(rows, kinds)
-    args = [e.args or _EMPTY_ARGS for e in rows]
-    if lenient:
-        args = [_coerce_args(a) for a in args]
+class _Columns:
+    """Events turned into columns piece by piece, then assembled into one sorted table."""
 
-    schema = _schema(rows, doc)
-    names, name_ids = _intern(list(map(_NAME, rows)))
-    if lenient:
-        start_ns = _to_ns([_num(e.ts) for e in rows])
-        dur_ns = _to_ns([_num(e.dur) for e in rows])
-    else:
-        start_ns = _to_ns(list(map(_TS, rows)))
-        dur_ns = _to_ns(list(map(_DUR, rows)))
-    dur_ns = np.maximum(dur_ns, 0)
+    def __init__(self, *, lenient: bool) -> None:
+        self.lenient = lenient
+        self.kind_of: dict[Any, int] = {}
+        self.index: dict[Any, int] = {}
+        self._names: list[str] = []
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.extra: dict[int, dict[str, Any]] = {}
+        self.rows = 0
+        self.events = 0
+        self.old_schema = False
+        self.float_ts = False
+        self.flows: list[Any] = []
 
-    pid = _ids(list(map(_PID, rows)))
-    tid = _ids(list(map(_TID, rows)))
-    # Most arguments matter for a few kinds only: read them for those rows alone.
-    on_device = np.flatnonzero(
-        np.isin(kinds, np.array([int(k) for k in _DEVICE_KINDS], dtype=np.uint8))
-    )
-    linked = np.flatnonzero(
-        np.isin(kinds, np.array([int(k) for k in _LINKED_KINDS], dtype=np.uint8))
-    )
-    copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
-    python = np.flatnonzero(kinds == Kind.PYTHON)
-    device = np.full(len(rows), -1, dtype=np.int64)
-    stream = np.full(len(rows), -1, dtype=np.int64)
-    arg_device = _column(args, "device", on_device)
-    arg_stream = _column(args, "stream", on_device)
-    device[on_device] = np.where(arg_device >= 0, arg_device, pid[on_device])
-    stream[on_device] = np.where(arg_stream >= 0, arg_stream, tid[on_device])
-    external_id = _column(args, "external_id")
-    if schema == "kineto-2021":
-        external_id = np.where(external_id >= 0, external_id, _column(args, "external_id_2021"))
-    byte_count = np.full(len(rows), -1, dtype=np.int64)
-    byte_count[copies] = np.maximum(_column(args, "bytes", copies), _column(args, "size", copies))
-    columns: dict[str, Any] = {
-        "kind": kinds,
-        "name_id": name_ids,
-        "start_ns": start_ns,
-        "dur_ns": dur_ns,
-        "pid": pid,
-        "tid": tid,
-        "device": device,
-        "stream": stream,
-        "correlation": _scatter(len(rows), linked, _column(args, "correlation", linked)),
-        "external_id": external_id,
-        "bytes": byte_count,
-        "python_id": _scatter(len(rows), python, _column(args, "python_id", python)),
-        "python_parent_id": _scatter(len(rows), python, _column(args, "python_parent_id", python)),
-        "grid_blocks": _launch_sizes(args, kinds, "grid"),
-        "block_threads": _launch_sizes(args, kinds, "block"),
-        "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=len(args)),
-    }
-    direction, pageable = _memcpy_columns(names, name_ids, kinds)
-    columns["copy_direction"] = direction
-    columns["pageable"] = pageable
-    extra = _extra_args(args)
-    table = Events.from_columns(len(rows), columns, extra)
-    order = np.argsort(table.start_ns, kind="stable")
-    table = table.take(order)
-    _link_launches(table)
-    if not np.all(table.correlation[table.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)] >= 0):
-        _link_by_flows(table, data)
+    def add(self, raw_events: list[Any], flows: Callable[[], list[Any]]) -> None:
+        """Add a piece of the document's events; ``flows`` decodes the same piece's flow events,
+        called only when device work in it lacks correlation ids."""
+        self.events += len(raw_events)
+        if self.lenient:
+            complete = [e for e in raw_events if e.ph == "X"]
+        else:
+            complete = [e for e in raw_events if type(e) is _Event]
+        categories = list(map(_CATEGORY, complete))
+        for cat in set(categories) - self.kind_of.keys():
+            kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+            self.kind_of[cat] = _SKIP if kind is None else int(kind)
+            self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
+        codes = np.fromiter(
+            map(self.kind_of.__getitem__, categories), dtype=np.uint8, count=len(categories)
+        )
+        keep = codes != _SKIP
+        rows = list(compress(complete, keep.tolist()))
+        if not rows:
+            return
+        kinds = codes[keep]
+        if "mtia_ccp_events" in self.kind_of:
+            _mark_mtia_dma(rows, kinds)
+        columns = self._columns(rows, kinds)
+        for name, values in columns.items():
+            self.parts.setdefault(name, []).append(values)
+        on_device = (columns["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
+        if np.any(columns["correlation"][on_device] < 0):
+            self.flows.extend(flows())
+        self.rows += len(rows)
 
-    base = doc.baseTimeNanoseconds
-    devices = _devices(doc, table, mtia="mtia_ccp_events" in kind_of)
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
-    return Trace(
-        source=str(path),
-        format="kineto",
-        schema=schema,
-        rank=_opt_int(dist.get("rank")),
-        world_size=_opt_int(dist.get("world_size")),
-        devices=devices,
-        names=names,
-        events=table,
-        steps=_steps(table, names),
-        metadata={"base_time_ns": _opt_int(base), "distributed": dist},
-    )
+    def _columns(self, rows: list[Any], kinds: np.ndarray) -> dict[str, np.ndarray]:
+        args = [e.args or _EMPTY_ARGS for e in rows]
+        if self.lenient:
+            args = [_coerce_args(a) for a in args]
+            ts = [_num(e.ts) for e in rows]
+            dur = [_num(e.dur) for e in rows]
+        else:
+            ts = list(map(_TS, rows))
+            dur = list(map(_DUR, rows))
+        self.float_ts |= any(isinstance(t, float) for t in ts[:2000])
+        n = len(rows)
+        pid = _ids(list(map(_PID, rows)))
+        tid = _ids(list(map(_TID, rows)))
+        # Most arguments matter for a few kinds only: read them for those rows alone.
+        on_device = np.flatnonzero(np.isin(kinds, _DEVICE_CODES))
+        linked = np.flatnonzero(np.isin(kinds, _LINKED_CODES))
+        copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
+        python = np.flatnonzero(kinds == Kind.PYTHON)
+        device = np.full(n, -1, dtype=np.int64)
+        stream = np.full(n, -1, dtype=np.int64)
+        arg_device = _column(args, "device", on_device)
+        arg_stream = _column(args, "stream", on_device)
+        device[on_device] = np.where(arg_device >= 0, arg_device, pid[on_device])
+        stream[on_device] = np.where(arg_stream >= 0, arg_stream, tid[on_device])
+        external_id = _column(args, "external_id")
+        if self.old_schema:
+            external_id = np.where(external_id >= 0, external_id, _column(args, "external_id_2021"))
+        byte_count = np.full(n, -1, dtype=np.int64)
+        byte_count[copies] = np.maximum(
+            _column(args, "bytes", copies), _column(args, "size", copies)
+        )
+        for row, values in _extra_args(args).items():
+            self.extra[self.rows + row] = values
+        return {
+            "kind": kinds,
+            "name_id": self._intern(list(map(_NAME, rows))),
+            "start_ns": _to_ns(ts),
+            "dur_ns": np.maximum(_to_ns(dur), 0),
+            "pid": pid,
+            "tid": tid,
+            "device": device,
+            "stream": stream,
+            "correlation": _scatter(n, linked, _column(args, "correlation", linked)),
+            "external_id": external_id,
+            "bytes": byte_count,
+            "python_id": _scatter(n, python, _column(args, "python_id", python)),
+            "python_parent_id": _scatter(n, python, _column(args, "python_parent_id", python)),
+            "grid_blocks": _launch_sizes(args, kinds, "grid"),
+            "block_threads": _launch_sizes(args, kinds, "block"),
+            "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=n),
+        }
+
+    def _intern(self, raw_names: list[Any]) -> np.ndarray:
+        index = self.index
+        for name in dict.fromkeys(raw_names):
+            if name not in index:
+                text = name if isinstance(name, str) else str(name)
+                index[name] = index.setdefault(text, len(self.names))
+                if index[name] == len(self.names):
+                    self.names.append(text)
+        return np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
+
+    @property
+    def names(self) -> list[str]:
+        return self._names
+
+    def finish(self, path: Path, doc: Any, *, lost_tail: bool) -> Trace:
+        if self.events == 0:
+            raise EmptyTraceError(path, "the trace holds no events")
+        if self.rows == 0:
+            raise EmptyTraceError(path, "no profiler events (no CPU ops, kernels or runtime calls)")
+        names = list(self.names)
+        columns = {name: np.concatenate(parts) for name, parts in self.parts.items()}
+        direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
+        columns["copy_direction"] = direction
+        columns["pageable"] = pageable
+        table = Events.from_columns(self.rows, columns, self.extra)
+        order = np.argsort(table.start_ns, kind="stable")
+        table = table.take(order)
+        _link_launches(table)
+        if self.flows:
+            _link_by_flows(table, self.flows)
+        dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+        old = self.old_schema or doc.computeProperties is not None
+        schema = "kineto-2021" if old else ("kineto-float-us" if self.float_ts else "kineto-int-us")
+        trace = Trace(
+            source=str(path),
+            format="kineto",
+            schema=schema,
+            rank=_opt_int(dist.get("rank")),
+            world_size=_opt_int(dist.get("world_size")),
+            devices=_devices(doc, table, mtia="mtia_ccp_events" in self.kind_of),
+            names=names,
+            events=table,
+            steps=_steps(table, names),
+            metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
+        )
+        if lost_tail:
+            trace.warnings.append(
+                f"{path}: the file ends mid-write (the profiler did not finish it); read "
+                f"{self.rows:,} whole events covering {_span_ms(trace):.1f} ms, the rest is lost"
+            )
+        return trace
 
 
 def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
     """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
     dma = [e.cat == "mtia_ccp_events" and e.name.startswith("dma") for e in rows]
     kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
-
-
-def _kind_table(categories: set[Any]) -> dict[Any, int]:
-    """Map every category spelling present in the trace to its kind, once per spelling."""
-    table: dict[Any, int] = {}
-    for cat in categories:
-        kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
-        if kind is not None:
-            table[cat] = int(kind)
-    return table
-
-
-def _intern(raw_names: list[Any]) -> tuple[list[str], np.ndarray]:
-    if not all(isinstance(n, str) for n in dict.fromkeys(raw_names)):
-        raw_names = [n if isinstance(n, str) else str(n) for n in raw_names]
-    index = {name: i for i, name in enumerate(dict.fromkeys(raw_names))}
-    ids = np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
-    return list(index), ids
 
 
 def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -602,15 +819,11 @@ def _join(
     table.link[launcher[first]] = linked_dev[first]
 
 
-def _link_by_flows(table: Events, data: bytes) -> None:
+def _link_by_flows(table: Events, flows: list[Any]) -> None:
     """Link device work without correlation ids through flow start/finish pairs (MTIA, old ROCm).
 
-    Flows are decoded only here, in a second pass over the document, as few traces need them.
+    Flow events are decoded only for the pieces of a document that need them.
     """
-    try:
-        flows = _FLOW_DECODER.decode(data).traceEvents or []
-    except msgspec.DecodeError:  # a repaired, truncated document: no flows rather than none at all
-        return
     flows = [
         e
         for e in flows
@@ -652,17 +865,6 @@ def _link_by_flows(table: Events, data: bytes) -> None:
     if host_rows:
         h_arr = np.array(host_rows, dtype=np.int64)
         _join(table, h_arr, h_arr, np.array(dev_rows, dtype=np.int64), h_arr)
-
-
-def _schema(rows: list[Any], doc: Any) -> str:
-    """The trace's generation, as far as it matters to reading it."""
-    if doc.computeProperties is not None or any(
-        e.cat in ("Kernel", "Runtime", "Operator") for e in rows[:2000]
-    ):
-        return "kineto-2021"
-    if any(isinstance(e.ts, float) for e in rows[:2000]):
-        return "kineto-float-us"
-    return "kineto-int-us"
 
 
 def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+
+#: Package data; read from the file system (importlib.resources would cost more to import).
+DATA = Path(__file__).parent / "data"
 
 
 @cache
 def communication_pattern() -> re.Pattern[str]:
     """One compiled alternation of every pattern in the data file."""
-    text = resources.files("gpuscope.data").joinpath("communication_kernels.txt").read_text("utf-8")
+    text = (DATA / "communication_kernels.txt").read_text("utf-8")
     lines = [line.strip() for line in text.splitlines()]
     patterns = [line for line in lines if line and not line.startswith("#")]
     return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)

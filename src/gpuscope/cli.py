@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import click
 
-from gpuscope.commands import diagnose
+from gpuscope.commands import (
+    annotate,
+    check,
+    diagnose,
+    diff,
+    history,
+    profile,
+    report,
+    scale,
+    sweep,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,3 +29,11 @@ def main() -> None:
 
 main.add_command(diagnose.diagnose)
 main.add_command(diagnose.demo)
+main.add_command(report.report)
+main.add_command(annotate.annotate)
+main.add_command(profile.profile)
+main.add_command(diff.diff)
+main.add_command(history.history)
+main.add_command(check.check)
+main.add_command(scale.scale)
+main.add_command(sweep.sweep)

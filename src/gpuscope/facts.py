@@ -31,7 +31,8 @@ import csv
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+
+from gpuscope.classify import DATA
 
 _COLUMNS = (
     "key",
@@ -110,7 +111,7 @@ def _row_facts(row: dict[str, str]) -> GpuFacts:
 @cache
 def _table() -> tuple[tuple[re.Pattern[str], GpuFacts], ...]:
     """The CSV, parsed and checked once: (compiled ``match``, facts) in file order."""
-    text = resources.files("gpuscope.data").joinpath("gpu_facts.csv").read_text("utf-8")
+    text = (DATA / "gpu_facts.csv").read_text("utf-8")
     reader = csv.DictReader(text.splitlines())
     if tuple(reader.fieldnames or ()) != _COLUMNS:
         raise ValueError(f"gpu_facts.csv: expected columns {_COLUMNS}, got {reader.fieldnames}")

@@ -1844,3 +1844,120 @@ def generate_job(config: GeneratorConfig, world_size: int = 8) -> list[Generated
         ends = new_ends
         sims = [_simulate(c, ends) for c in configs]
     return [_package(sim) for sim in sims]
+
+
+# --- series of runs: scaling over GPU counts, sweeps over batch sizes -------------------------
+
+
+def _step_ns(traces: Sequence[GeneratedTrace], steps: int) -> float:
+    """Mean over ranks of device span / steps: the per-GPU step time the series are judged by."""
+    return sum(t.truth.span_ns for t in traces) / len(traces) / steps
+
+
+@dataclass(frozen=True)
+class ScalingSeries:
+    """The same training job at several GPU counts; its known answers come from the schedule.
+
+    Each step ends with an all-reduce after backward that nothing overlaps and whose time grows
+    by ``comm_ms_per_peer`` per extra GPU (a slow network's latency term), so the per-GPU step
+    grows with the GPU count while the work per GPU stays the same (weak scaling)."""
+
+    runs: dict[int, list[GeneratedTrace]]  # by GPU count; rank order
+    steps: int
+    step_ns: dict[int, float]  # per GPU: mean device span / steps
+    efficiency_pct: dict[int, float]  # step time at the fewest GPUs / step time here
+    threshold_pct: float
+    knee_gpus: int | None  # the fewest GPUs whose efficiency falls below the threshold
+
+    def write(self, folder: str | Path, *, compress: bool = True) -> dict[int, Path]:
+        """``folder/gpus{n}/rank{r}.json.gz`` (``.json`` without ``compress``) per run; returns
+        the run folders by GPU count."""
+        suffix = ".json.gz" if compress else ".json"
+        written: dict[int, Path] = {}
+        for gpus, traces in self.runs.items():
+            run = Path(folder) / f"gpus{gpus}"
+            run.mkdir(parents=True, exist_ok=True)
+            for rank, trace in enumerate(traces):
+                trace.write(run / f"rank{rank}{suffix}")
+            written[gpus] = run
+        return written
+
+
+def generate_scaling_series(
+    gpu_counts: Sequence[int] = (1, 2, 4, 8),
+    *,
+    seed: int = 0,
+    comm_ms_per_peer: float = 1.0,
+    base: GeneratorConfig | None = None,
+    threshold_pct: float = 80.0,
+) -> ScalingSeries:
+    """Simulate ``base`` (default: 3 training steps of 2 layers) at each GPU count."""
+    config = base or GeneratorConfig(seed=seed, steps=3, layers=2)
+    runs: dict[int, list[GeneratedTrace]] = {}
+    for gpus in sorted(gpu_counts):
+        if gpus == 1:
+            runs[gpus] = [generate(replace(config, world_size=1, rank=0, collectives_per_step=0))]
+            continue
+        slow = ExposedCollective(mb=64.0, ms=comm_ms_per_peer * (gpus - 1))
+        runs[gpus] = generate_job(replace(config, inject=(*config.inject, slow)), world_size=gpus)
+    step = {gpus: _step_ns(traces, config.steps) for gpus, traces in runs.items()}
+    first = min(step)
+    efficiency = {gpus: 100.0 * step[first] / s for gpus, s in step.items()}
+    below = [gpus for gpus, e in efficiency.items() if e < threshold_pct]
+    return ScalingSeries(
+        runs, config.steps, step, efficiency, threshold_pct, min(below) if below else None
+    )
+
+
+@dataclass(frozen=True)
+class BatchSweep:
+    """The same inference job at several batch sizes; its known answers come from the schedule.
+
+    Each step reads ``kv_mb_per_sample`` x batch MB per op through a chain of memory-bound ops
+    (a KV cache): past the batch where the device's step outlasts the host's, throughput stays
+    flat and the busy time is memory-bound."""
+
+    runs: dict[int, GeneratedTrace]  # by batch size
+    steps: int
+    step_ns: dict[int, float]  # device span / steps
+    throughput_per_s: dict[int, float]  # samples per second
+    tolerance_pct: float
+    knee_batch: int  # the smallest batch within tolerance_pct of the best throughput
+
+    def write(self, folder: str | Path, *, compress: bool = True) -> list[Path]:
+        """``folder/bs{batch}.json.gz`` (``.json`` without ``compress``) per run, smallest
+        batch first."""
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        suffix = ".json.gz" if compress else ".json"
+        return [trace.write(target / f"bs{b}{suffix}") for b, trace in sorted(self.runs.items())]
+
+
+def generate_batch_sweep(
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
+    *,
+    seed: int = 0,
+    kv_mb_per_sample: float = 19.0,
+    base: GeneratorConfig | None = None,
+    tolerance_pct: float = 5.0,
+) -> BatchSweep:
+    """Simulate ``base`` (default: 3 host-heavy inference steps of one layer with small GEMMs) at
+    each batch size; with the defaults the knee is at batch 16."""
+    config = base or GeneratorConfig(
+        seed=seed,
+        steps=3,
+        mode="inference",
+        layers=1,
+        gemm_us=30.0,
+        attention_us=40.0,
+        dataloader_us=3000.0,
+    )
+    runs: dict[int, GeneratedTrace] = {}
+    for batch in sorted(batch_sizes):
+        chain = MemoryBoundChain(ops=12, mb_per_op=kv_mb_per_sample * batch)
+        runs[batch] = generate(replace(config, batch_size=batch, inject=(*config.inject, chain)))
+    step = {b: _step_ns([t], config.steps) for b, t in runs.items()}
+    throughput = {b: b / (s / 1e9) for b, s in step.items()}
+    best = max(throughput.values())
+    knee = min(b for b, t in throughput.items() if t >= best * (1 - tolerance_pct / 100))
+    return BatchSweep(runs, config.steps, step, throughput, tolerance_pct, knee)

@@ -197,6 +197,17 @@ class Trace:
 
 
 @dataclass(frozen=True)
+class CounterRule:
+    """One of Nsight Compute's own rule results for a kernel, as the report words it."""
+
+    name: str  # "SOLBottleneck", "TheoreticalOccupancy", ...
+    type: str  # "OPT" (optimisation), "WRN", "INF", "ERR"
+    text: str
+    speedup_type: str | None  # "global" (share of the kernel's duration) or "local"
+    speedup_pct: float | None  # the rule's estimated speedup, None when it gives none
+
+
+@dataclass(frozen=True)
 class CounterKernel:
     """One kernel as Nsight Compute measured it. ``None``: the report did not have the metric."""
 
@@ -213,7 +224,8 @@ class CounterKernel:
     grid_blocks: int | None
     block_threads: int | None
     metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric, by name
-    rules: list[str] = field(default_factory=list)  # the report's own rule texts
+    rules: list[CounterRule] = field(default_factory=list)  # the report's own rule results
+    num_sms: int | None = None
 
 
 @dataclass
@@ -225,6 +237,7 @@ class KernelCounters:
     device_name: str | None
     kernels: list[CounterKernel]
     warnings: list[str] = field(default_factory=list)
+    schema: str = ""  # "ncu-long-rules", "ncu-long", "ncu-raw"
 
 
 @dataclass
@@ -240,6 +253,7 @@ class GpuSamples:
     memory_used_bytes: NDArray[np.float64] | None = None
     memory_total_bytes: int | None = None
     power_w: NDArray[np.float64] | None = None
+    uuid: str | None = None
 
 
 @dataclass
@@ -261,10 +275,12 @@ class Job:
     traces: list[Trace]
     counters: list[KernelCounters] = field(default_factory=list)
     samples: list[SampleSet] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings about the job as a whole
 
     @property
     def warnings(self) -> list[str]:
-        found = [w for t in self.traces for w in t.warnings]
+        found = list(self.notes)
+        found += [w for t in self.traces for w in t.warnings]
         found += [w for c in self.counters for w in c.warnings]
         found += [w for s in self.samples for w in s.warnings]
         return found

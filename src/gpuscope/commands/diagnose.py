@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from pathlib import Path
 
 import click
@@ -24,12 +23,28 @@ from gpuscope.commands._common import input_errors_exit
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option("--save", is_flag=True, help="Save the run's summary to the history.")
+@click.option("--label", help="Label the saved run (implies --save).")
 @input_errors_exit
 def diagnose(
-    path: Path, json_out: Path | None, top: int, all_devices: bool, gpu_hour_usd: float | None
+    path: Path,
+    json_out: Path | None,
+    top: int,
+    all_devices: bool,
+    gpu_hour_usd: float | None,
+    save: bool,
+    label: str | None,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
-    run_diagnose(path, json_out, top=top, all_devices=all_devices, gpu_hour_usd=gpu_hour_usd)
+    run_diagnose(
+        path,
+        json_out,
+        top=top,
+        all_devices=all_devices,
+        gpu_hour_usd=gpu_hour_usd,
+        save=save or label is not None,
+        label=label,
+    )
 
 
 @click.command()
@@ -37,6 +52,8 @@ def diagnose(
 @input_errors_exit
 def demo(json_out: Path | None) -> None:
     """Diagnose the example training trace shipped with gpuscope."""
+    from importlib import resources
+
     example = resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
     with resources.as_file(example) as path:
         click.echo(f"Example trace: {path}\n", err=True)
@@ -50,12 +67,20 @@ def run_diagnose(
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
+    save: bool = False,
+    label: str | None = None,
 ) -> None:
     from gpuscope.diagnosis import Options, diagnose  # keeps --help instant
     from gpuscope.readers import load
     from gpuscope.render import json as json_renderer
 
     result = diagnose(load(path), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    if save:
+        from gpuscope.analyses.diff import summarize
+        from gpuscope.commands.history import save_run
+
+        run_id = save_run(summarize(result), path, label)
+        click.echo(f"gpuscope: saved as run {run_id}", err=True)
     if json_out is not None:
         data = json_renderer.dumps(result)
         if str(json_out) == "-":

@@ -6,11 +6,21 @@ and never prints. One :class:`DeviceReport` per device per rank, in rank then de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
+from gpuscope.analyses.counters import (
+    CounterIndex,
+    CounterSummary,
+    MeasuredBounds,
+    apply_counters,
+    counter_index,
+    summarize,
+)
 from gpuscope.analyses.host import HostIndex, host_activity
+from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
+from gpuscope.analyses.samples import GpuUtilisation, SampleOptions, gpu_utilisation
 from gpuscope.analyses.timeline import (
     DeviceWork,
     KernelStat,
@@ -31,8 +41,17 @@ from gpuscope.diagnosis.findings import (
     Verdict,
     findings,
     price,
+    rank_evidence,
     verdict,
     world_size,
+)
+from gpuscope.diagnosis.sampled import (
+    Price,
+    counter_findings,
+    counter_verdict,
+    price_of,
+    sampled_findings,
+    sampled_verdict,
 )
 from gpuscope.facts import GpuFacts, match_device
 from gpuscope.model import DeviceInfo, Job, Trace
@@ -42,6 +61,7 @@ from gpuscope.model import DeviceInfo, Job, Trace
 class Options:
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
+    samples: SampleOptions = field(default_factory=SampleOptions)  # idle/gap thresholds
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,7 @@ class DeviceReport:
     idle: IdleAttribution
     bounds: KernelBounds
     work: DeviceWork  # the classified device work the figures above come from
+    counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
 
 
 @dataclass(frozen=True)
@@ -83,30 +104,141 @@ class Diagnosis:
     verdict: Verdict
     findings: list[Finding]
     warnings: list[str] = field(default_factory=list)
+    based_on: str = "timeline"  # "timeline", "timeline+ncu", "samples", "samples+ncu", "ncu"
+    sampled: list[GpuUtilisation] = field(default_factory=list)  # per sampled GPU
+    counters: list[CounterSummary] = field(default_factory=list)  # per ncu report
+    ranks: RankAnalysis | None = None  # several ranks, or any collective: who waits for whom
 
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
     options = options or Options()
+    counters = [summarize(c) for c in job.counters]
+    index = counter_index(counters) if counters else None
     devices: list[DeviceReport] = []
     evidence: list[DeviceEvidence] = []
+    hosts: dict[int, HostIndex] = {}
     for trace in job.traces:
-        host = host_activity(trace)
+        host = hosts[id(trace)] = host_activity(trace)
         for device in trace.device_ids:
             report = _device_report(trace, device, options, host)
+            if index is not None:
+                report = _with_counters(report, index)
             devices.append(report)
             evidence.append(_evidence(trace, report))
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    found = findings(evidence, gpu_hour_usd, gpus)
-    return Diagnosis(
+    ranks = _ranks(job, devices, hosts)
+    extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
+    found = findings(evidence, gpu_hour_usd, gpus, extra)
+    result = Diagnosis(
         source=job.source,
         inputs=[_input_summary(t) for t in job.traces],
         devices=devices,
         verdict=verdict(evidence, found, gpu_hour_usd, price_source, gpus),
         findings=found,
         warnings=job.warnings,
+        ranks=ranks,
     )
+    if not (job.samples or counters):
+        return result
+    return _with_measurements(result, job, counters, options, Price(gpu_hour_usd, price_source))
+
+
+def _with_counters(report: DeviceReport, index: CounterIndex) -> DeviceReport:
+    """Measured limiters (ncu) in place of the estimated bounds, for the kernels that match."""
+    measured = apply_counters(report.bounds, report.work, index)
+    return replace(report, bounds=measured.bounds, counters=measured)
+
+
+def _with_measurements(
+    result: Diagnosis,
+    job: Job,
+    counters: list[CounterSummary],
+    options: Options,
+    timeline_price: Price,
+) -> Diagnosis:
+    """Add what samples and counters say; without a timeline, they make the verdict."""
+    sampled = [
+        gpu_utilisation(g, s.source, s.format, match_device(g.name), options.samples)
+        for s in job.samples
+        for g in s.gpus
+        if g.time_ns.size
+    ]
+    names = [g.name for g in sampled] + [c.device_name for c in counters]
+    price = price_of(names, options.gpu_hour_usd)
+    inputs = result.inputs + _measured_inputs(job)
+    if job.traces:
+        if price.gpu_hour_usd is None:
+            price = timeline_price
+        measured = any(d.counters is not None and d.counters.measured_ns for d in result.devices)
+        return replace(
+            result,
+            inputs=inputs,
+            findings=result.findings + sampled_findings(sampled, price),
+            based_on="timeline+ncu" if measured else "timeline",
+            sampled=sampled,
+            counters=counters,
+        )
+    from_counters = counter_findings(counters, price)
+    if sampled:
+        from_samples = sampled_findings(sampled, price)
+        verdict_ = sampled_verdict(sampled, from_samples, price)
+        found, based_on = from_samples + from_counters, "samples+ncu" if counters else "samples"
+    else:
+        verdict_ = counter_verdict(counters, from_counters, price)
+        found, based_on = from_counters, "ncu"
+    return replace(
+        result,
+        inputs=inputs,
+        verdict=verdict_,
+        findings=found,
+        based_on=based_on,
+        sampled=sampled,
+        counters=counters,
+    )
+
+
+def _measured_inputs(job: Job) -> list[InputSummary]:
+    counters = [
+        InputSummary(c.source, c.format, c.schema, None, None, len(c.kernels), 0)
+        for c in job.counters
+    ]
+    samples = [
+        InputSummary(
+            s.source, s.format, s.format, None, None, sum(int(g.time_ns.size) for g in s.gpus), 0
+        )
+        for s in job.samples
+    ]
+    return counters + samples
+
+
+def _ranks(
+    job: Job, devices: list[DeviceReport], hosts: dict[int, HostIndex]
+) -> RankAnalysis | None:
+    """The rank analysis when there is more than one GPU or any collective; ranks a trace does
+    not name are numbered in file order."""
+    by_source = {t.source: t for t in job.traces}
+    multi = len(devices) > 1 or any((d.world_size or 0) > 1 for d in devices)
+    if not devices or not (multi or any(d.temporal.communication_ns for d in devices)):
+        return None
+    participants = [
+        Participant(
+            rank=d.rank if d.rank is not None else position,
+            device=d.device,
+            source=d.source,
+            world_size=d.world_size,
+            work=d.work,
+            temporal=d.temporal,
+            overlap=d.overlap,
+            steps=d.steps,
+            idle=d.idle,
+            host=hosts.get(id(by_source[d.source])) if d.source in by_source else None,
+            facts=d.facts,
+        )
+        for position, d in enumerate(devices)
+    ]
+    return analyse_ranks(participants)
 
 
 def _device_report(trace: Trace, device: int, options: Options, host: HostIndex) -> DeviceReport:

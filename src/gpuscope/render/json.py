@@ -17,9 +17,13 @@ import msgspec
 
 from gpuscope import __version__
 from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
+from gpuscope.analyses.counters import CounterStat, CounterSummary
+from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.facts import GpuFacts
+from gpuscope.diagnosis.sampled import SampledFinding
+from gpuscope.facts import GpuFacts, match_device
+from gpuscope.render.ranks import ranks_document
 
 SCHEMA = "gpuscope/diagnosis-1"
 
@@ -30,9 +34,12 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         "gpuscope_version": __version__,
         "source": diagnosis.source,
         "inputs": [asdict(i) for i in diagnosis.inputs],
-        "verdict": _verdict(diagnosis.verdict),
+        "verdict": {**_verdict(diagnosis.verdict), "based_on": diagnosis.based_on},
         "findings": [_finding(f) for f in diagnosis.findings],
-        "devices": [_device(d) for d in diagnosis.devices],
+        "devices": [_device(d) for d in diagnosis.devices]
+        + [_sampled_device(g) for g in diagnosis.sampled]
+        + [_counter_device(c) for c in diagnosis.counters],
+        "ranks": None if diagnosis.ranks is None else ranks_document(diagnosis.ranks),
         "warnings": list(diagnosis.warnings),
     }
 
@@ -71,6 +78,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": f.evidence,
         "fix": f.fix,
         "max_gain_ns": f.lost_ns,
+        "measured_from": f.measured_from if isinstance(f, SampledFinding) else "timeline",
     }
 
 
@@ -94,6 +102,7 @@ def _device(d: DeviceReport) -> dict[str, Any]:
         "vendor": d.info.vendor,
         "num_sms": d.info.num_sms,
         "source": d.source,
+        "measured_from": "timeline",
         "gpu": _facts(d.facts),
         "span_start_ns": d.span_start_ns,
         "span_end_ns": d.span_end_ns,
@@ -155,6 +164,7 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             "mfu_pct": _pct(d.bounds.mfu_pct),
             "mbu_pct": _pct(d.bounds.mbu_pct),
             "not_estimable_reason": d.bounds.not_estimable_reason,
+            **_bounds_source(d),
         },
         "roofline": {
             "kernels": [_point(p) for p in roofline_points(d.bounds, d.work, by="kernel")],
@@ -198,3 +208,114 @@ def _facts(facts: GpuFacts | None) -> dict[str, Any] | None:
     if facts is None:
         return None
     return asdict(facts)
+
+
+def _bounds_source(d: DeviceReport) -> dict[str, Any]:
+    """Where each kernel's bound came from: Nsight Compute where a report matched, else names and
+    shapes (estimated)."""
+    m = d.counters
+    if m is None or not m.measured_ns:
+        return {"measured_from": "estimated", "measured_kernel_ns": 0, "measured_share_pct": 0.0}
+    return {
+        "measured_from": "ncu" if m.measured_ns == m.kernel_ns else "ncu+estimated",
+        "measured_kernel_ns": m.measured_ns,
+        "measured_share_pct": _pct(m.measured_share_pct),
+        "ncu_kernels_matched": m.matched_names,
+    }
+
+
+def _identity(
+    device: int | None, name: str | None, source: str, measured_from: str
+) -> dict[str, Any]:
+    """The identity fields every ``devices[]`` entry has, whatever measured it."""
+    return {
+        "rank": None,
+        "world_size": None,
+        "device": device,
+        "name": name,
+        "vendor": None,
+        "num_sms": None,
+        "source": source,
+        "measured_from": measured_from,
+        "gpu": _facts(match_device(name)),
+    }
+
+
+def _distribution(d: Distribution | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {
+        "samples": d.samples,
+        "mean_pct": _pct(d.mean),
+        "p50_pct": _pct(d.p50),
+        "p90_pct": _pct(d.p90),
+        "p99_pct": _pct(d.p99),
+        "max_pct": _pct(d.max),
+    }
+
+
+def _sampled_device(g: GpuUtilisation) -> dict[str, Any]:
+    busy = g.activity.mean if g.activity is not None else None
+    return {
+        **_identity(g.gpu, g.name, g.source, g.measured_from),
+        "span_start_ns": g.start_ns,
+        "span_end_ns": g.end_ns,
+        "span_ns": g.span_ns,
+        "busy_pct": _pct(busy),
+        "idle_pct": None if busy is None else _pct(100.0 - busy),
+        "samples": {
+            "count": g.samples,
+            "uuid": g.uuid,
+            "period_ns": g.period_ns,
+            "covered_ns": g.covered_ns,
+            "utilization": _distribution(g.utilization),
+            "sm_active": _distribution(g.sm_active),
+            "dram_active": _distribution(g.dram_active),
+            "memory_peak_bytes": g.memory_peak_bytes,
+            "memory_total_bytes": g.memory_total_bytes,
+            "memory_peak_pct": _pct(g.memory_peak_pct),
+            "power_mean_w": None if g.power_mean_w is None else round(g.power_mean_w, 1),
+            "idle_stretches": [
+                {"start_ns": s.start_ns, "end_ns": s.end_ns, "dur_ns": s.dur_ns} for s in g.idle
+            ],
+            "idle_ns": g.idle_ns,
+            "gaps": [
+                {"start_ns": s.start_ns, "end_ns": s.end_ns, "dur_ns": s.dur_ns} for s in g.gaps
+            ],
+            "gap_ns": g.gap_ns,
+        },
+    }
+
+
+def _counter_device(c: CounterSummary) -> dict[str, Any]:
+    device = c.devices[0] if len(c.devices) == 1 else None
+    return {
+        **_identity(device, c.device_name, c.source, "ncu"),
+        "counters": {
+            "format": c.format,
+            "devices": c.devices,
+            "kernels": c.kernels,
+            "profiled_kernel_ns": c.measured_ns,
+            "time_ns_by_limiter": {k.value: v for k, v in c.time_ns_by_limiter.items()},
+            "unclassified_kernels": c.unclassified,
+            "top_kernels": [_counter_stat(s) for s in c.stats[:30]],
+        },
+    }
+
+
+def _counter_stat(s: CounterStat) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "count": s.count,
+        "total_ns": s.total_ns,
+        "limiter": None if s.limiter is None else s.limiter.value,
+        "reason": s.reason,
+        "sm_throughput_pct": _pct(s.sm_throughput_pct),
+        "memory_throughput_pct": _pct(s.memory_throughput_pct),
+        "dram_throughput_pct": _pct(s.dram_throughput_pct),
+        "achieved_occupancy_pct": _pct(s.achieved_occupancy_pct),
+        "theoretical_occupancy_pct": _pct(s.theoretical_occupancy_pct),
+        "waves_per_sm": None if s.waves_per_sm is None else round(s.waves_per_sm, 3),
+        "estimated_speedup_pct": _pct(s.speedup_pct),
+        "rules": s.rules,
+    }

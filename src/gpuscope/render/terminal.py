@@ -6,14 +6,21 @@ computes nothing: every figure comes from the diagnosis.
 
 from __future__ import annotations
 
+import numpy as np
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import Bound
+from gpuscope.analyses.counters import CounterSummary
+from gpuscope.analyses.intervals import Intervals, covered_ns
+from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.diagnosis.sampled import SampledFinding
+from gpuscope.render.ranks import render_ranks
 
 _DETAILED_DEVICES = 2
 _SPLIT_COLOURS = {
@@ -34,6 +41,10 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))
+    if devices:
+        console.print(idle_timeline(devices, console.width))
+    if diagnosis.ranks is not None:
+        render_ranks(diagnosis.ranks, console)
     detailed = devices if all_devices or len(devices) <= _DETAILED_DEVICES else _extremes(devices)
     if len(detailed) < len(devices):
         console.print(
@@ -45,6 +56,10 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         )
     for device in detailed:
         console.print(_device_panel(device))
+    if diagnosis.sampled:
+        console.print(_samples_table(diagnosis.sampled))
+    for summary in diagnosis.counters:
+        console.print(_counters_table(summary, console.width))
 
 
 _BOUND_STYLE = {"host": "red", "memory": "yellow", "compute": "green", "communication": "magenta"}
@@ -64,7 +79,7 @@ def _findings(found: list[Finding]) -> Text:
     text = Text("\nFindings, costliest first\n", style="bold")
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
-        text.append(f"  {f.share_pct:.1f}% of device time")
+        text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:
             text.append(f" · {_ms(f.lost_ns_per_step)} per step")
         if f.cost_usd_per_gpu_hour is not None:
@@ -131,6 +146,8 @@ def _device_table(devices: list[DeviceReport]) -> Table:
 
 def _device_panel(d: DeviceReport) -> Panel:
     parts: list[Table | Text] = [_header(d), _split(d), _bounds(d), _idle_causes(d)]
+    if d.counters is not None and d.counters.measured_ns:
+        parts.insert(3, _measured_bounds(d))
     if d.steps:
         parts.append(_steps(d))
     parts.append(_kernels(d))
@@ -263,3 +280,156 @@ def _streams(d: DeviceReport) -> Table:
             _ms(s.other_ns),
         )
     return table
+
+
+def _measured_bounds(d: DeviceReport) -> Text:
+    m = d.counters
+    assert m is not None
+    return Text(
+        f"bounds measured by Nsight Compute for {_ms(m.measured_ns)} of {_ms(m.kernel_ns)}"
+        f" kernel time ({_pct(m.measured_share_pct)}; ncu kernels matched:"
+        f" {len(m.matched_names)}); the rest estimated",
+        style="dim",
+    )
+
+
+def _dist(d: Distribution | None) -> str:
+    return "n/a" if d is None else f"{d.mean:.0f}%"
+
+
+def _time_of(f: Finding) -> str:
+    """What a finding's share is of: device time, sampled GPU time, or profiled kernel time."""
+    source = f.measured_from if isinstance(f, SampledFinding) else "timeline"
+    if source == "timeline":
+        return "device time"
+    return "profiled kernel time" if source == "ncu" else "sampled GPU time"
+
+
+def _samples_table(gpus: list[GpuUtilisation]) -> Table:
+    periods = sorted({g.period_ns for g in gpus if g.period_ns})
+    every = f", a sample every {periods[0] / 1e9:,.1f} s" if len(periods) == 1 else ""
+    table = Table(
+        title=f"Sampled utilisation ({len(gpus)} GPUs{every})",
+        title_justify="left",
+    )
+    columns = ["GPU", "samples", "util", "p50", "p90", "p99"]
+    sm = any(g.sm_active for g in gpus)
+    dram = any(g.dram_active for g in gpus)
+    columns += ["SM active"] * sm + ["DRAM active"] * dram + ["memory peak", "idle", "gaps"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "GPU" else "right")
+    for g in gpus:
+        table.add_row(*_samples_row(g, sm, dram))
+    return table
+
+
+def _samples_row(g: GpuUtilisation, sm: bool, dram: bool) -> list[str | Text]:
+    u = g.utilization
+    row: list[str | Text] = [Text(f"{g.gpu} {g.name or ''}".strip()), f"{g.samples:,}"]
+    row += [_dist(u)] + ["n/a" if u is None else f"{v:.0f}%" for v in _ranks(u)]
+    row += [_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram
+    row += [
+        _memory(g),
+        f"{len(g.idle)}: {g.idle_ns / 1e9:,.0f} s",
+        f"{len(g.gaps)}: {g.gap_ns / 1e9:,.0f} s",
+    ]
+    return row
+
+
+def _ranks(d: Distribution | None) -> list[float | None]:
+    return [None, None, None] if d is None else [d.p50, d.p90, d.p99]
+
+
+def _memory(g: GpuUtilisation) -> str:
+    if g.memory_peak_bytes is None:
+        return "n/a"
+    share = f" {g.memory_peak_pct:.0f}%" if g.memory_peak_pct is not None else ""
+    return f"{g.memory_peak_bytes / 2**30:,.1f} GiB{share}"
+
+
+def _counters_table(c: CounterSummary, width: int) -> Table:
+    title = (
+        f"Nsight Compute counters: {c.kernels} launch(es), {_ms(c.measured_ns)} profiled"
+        " (throughput and occupancy in % of peak)"
+    )
+    table = Table(title=title, title_justify="left")
+    # The other columns and the borders take 62 characters; the kernel name gets the rest.
+    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=max(12, width - 62))
+    widths = {"n": 3, "time": 9, "SM/mem/DRAM": 11, "occ/theo": 8}
+    for column, min_width in widths.items():
+        table.add_column(column, justify="right", no_wrap=True, min_width=min_width)
+    table.add_column("bound", no_wrap=True, min_width=8)
+    for s in c.stats[:10]:
+        table.add_row(
+            Text(s.name),
+            f"{s.count:,}",
+            "n/a" if s.total_ns is None else _ms(s.total_ns),
+            "/".join(
+                _int_pct(v)
+                for v in (s.sm_throughput_pct, s.memory_throughput_pct, s.dram_throughput_pct)
+            ),
+            f"{_int_pct(s.achieved_occupancy_pct)}/{_int_pct(s.theoretical_occupancy_pct)}",
+            "n/a" if s.limiter is None else s.limiter.value,
+        )
+    return table
+
+
+def _int_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+# --- idle timeline -------------------------------------------------------------------------------
+
+_TIMELINE_COLUMNS = 60
+_TIMELINE_DEVICES = 16
+#: Each column's dominant state: its character and colour (the HTML report's colours).
+_STATES = {
+    "busy": ("█", "#2ca02c"),
+    "host_sync": ("S", "#d62728"),
+    "data_loader": ("D", "#ff7f0e"),
+    "h2d_copy": ("H", "#e377c2"),
+    "launch_overhead": ("L", "#f5b041"),
+    "allocator": ("A", "#c49c94"),
+    "communication_wait": ("C", "#c5b0d5"),
+    "checkpoint": ("K", "#8c6d31"),
+    "cpu_other": ("O", "#ff9896"),
+    "unknown": ("?", "#b0b0b0"),
+}
+
+
+def idle_timeline(devices: list[DeviceReport], width: int = 120) -> Text:
+    """One line per device: each column is an equal slice of its span, drawn as what took most
+    of that slice (busy, or the cause of the idle time), with a legend of the states shown.
+    Up to 60 columns, fewer when the line would not fit in ``width`` characters."""
+    shown = devices[:_TIMELINE_DEVICES]
+    label = max(len(_label(d)) for d in shown)
+    columns = max(min(_TIMELINE_COLUMNS, width - label - 16), 10)
+    text = Text(f"\nIdle timeline (each column 1/{columns} of the device's span)\n", style="bold")
+    seen: set[str] = set()
+    for d in shown:
+        states = _column_states(d, columns)
+        seen.update(states)
+        text.append(f"{_label(d):<{label}} │")
+        for state in states:
+            char, colour = _STATES[state]
+            text.append(char, style=colour)
+        text.append(f"│ {_ms(d.temporal.span_ns)}\n")
+    if len(devices) > len(shown):
+        text.append(f"(the first {len(shown)} of {len(devices)} devices)\n", style="dim")
+    for state, (char, colour) in _STATES.items():
+        if state in seen:
+            text.append(f"{char} {state}  ", style=colour)
+    return text
+
+
+def _column_states(d: DeviceReport, columns: int) -> list[str]:
+    """The dominant state of each of ``columns`` equal slices of the device's span."""
+    edges = np.linspace(d.span_start_ns, d.span_end_ns, columns + 1).round().astype(np.int64)
+    lo, hi = edges[:-1], edges[1:]
+    g = d.idle.gaps
+    time_ns = [covered_ns(d.work.busy, lo, hi)]
+    for code in range(len(CAUSES)):
+        mine = g.cause == code
+        time_ns.append(covered_ns(Intervals(g.start_ns[mine], g.end_ns[mine]), lo, hi))
+    names = ["busy", *(c.value for c in CAUSES)]
+    return [names[i] for i in np.vstack(time_ns).argmax(axis=0).tolist()]

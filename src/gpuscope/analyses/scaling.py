@@ -1,0 +1,575 @@
+"""Runs of one job side by side: scaling over GPU counts, and sweeps over batch sizes.
+
+Contract: :func:`scaling` and :func:`sweep` are pure functions of already-loaded
+:class:`~gpuscope.model.Job` objects (one per run: a trace, or a folder of per-rank traces) and
+typed options; they return typed reports and never print. A run without a device timeline raises
+:class:`~gpuscope.errors.InputError` naming it.
+
+Figures per run are per GPU and per step, averaged over the run's GPUs:
+
+* step time = device span / profiler steps (the whole span is one step when none are recorded);
+* its split, from the exclusive breakdown (``analyses.timeline``): compute, exposed communication
+  (communication with no compute alongside), idle, and other (memcpy/memset): the four sum to the
+  step time exactly;
+* GPUs = the declared ``world_size``, else the number of ranks (devices) present.
+
+**Scaling.** Work per GPU per step is ``units_per_step`` (per GPU), else the batch size read from
+recorded input shapes when the units are samples or tokens, else one "GPU-step". Throughput =
+work x GPUs / step time. Against the run with the fewest GPUs (n0): speed-up = throughput ratio,
+efficiency = speed-up / (n / n0), and the loss per GPU-step = step time - ideal step time (the
+base run's step scaled by the work per GPU), split into the growth of each of the four parts over
+its own ideal: compute growth + exposed-communication growth + idle growth + other = loss. Below
+``threshold_pct`` efficiency a ``latency_mirage`` finding names the largest growth and the dollars
+per unit of work at each size.
+
+**Sweep.** Batch sizes come from the options, else the leading dimension most operators' inputs
+share (recorded shapes), else the file or folder name (``bs32``, ``batch_32``); the source is
+reported. Throughput = batch x GPUs / step time. The knee is the smallest batch within
+``tolerance_pct`` (5%) of the best throughput, or, under a latency limit, the best-throughput
+batch whose step fits it. When the knee's busy time is mostly memory-bound (kernel bounds), a
+``bloated_context`` finding reports the latency the larger batches add and the memory the knee's
+batch frees against the largest batch: from sampled device memory when recorded, else estimated
+from recorded input shapes (the first operand of every kernel-launching operator in one step:
+activations, which scale with batch); ``memory_source`` says which.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpuscope.analyses.bounds import Bound, kernel_bounds
+from gpuscope.analyses.timeline import device_work, temporal_breakdown
+from gpuscope.errors import InputError
+from gpuscope.facts import GpuFacts, match_device
+from gpuscope.model import Job, Kind, Trace
+
+#: Busy time this memory-bound (share of busy) makes the knee Bloated Context.
+MEMORY_BOUND_PCT = 50.0
+_BATCH_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:bs|batch|batch_?size|b)[-_=]?(\d+)(?![0-9])", re.I)
+_ELEMENT_BYTES = {
+    "double": 8,
+    "float": 4,
+    "c10::half": 2,
+    "c10::bfloat16": 2,
+    "long int": 8,
+    "long": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+}
+
+
+# --- per run ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """One GPU's step, split so that the parts sum to ``step_ns``."""
+
+    step_ns: float
+    compute_ns: float
+    exposed_communication_ns: float
+    idle_ns: float
+    other_ns: float  # memcpy and memset not under compute or communication
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    source: str
+    gpus: int
+    gpus_source: str  # "world_size" or "ranks present"
+    steps: int
+    split: StepSplit
+    facts: GpuFacts | None
+
+
+def run_figures(job: Job) -> RunFigures:
+    """Per GPU and step, the mean over the run's devices."""
+    if not job.traces:
+        raise InputError(job.source, "no device timeline in this run (a trace is needed)")
+    parts: list[StepSplit] = []
+    facts: GpuFacts | None = None
+    for trace in job.traces:
+        steps = max(len(trace.steps), 1)
+        for device in trace.device_ids:
+            t = temporal_breakdown(device_work(trace, device))
+            other = t.exclusive_memcpy_ns + t.exclusive_memset_ns
+            parts.append(
+                StepSplit(
+                    t.span_ns / steps,
+                    t.exclusive_compute_ns / steps,
+                    t.exclusive_communication_ns / steps,
+                    t.idle_ns / steps,
+                    other / steps,
+                )
+            )
+            info = trace.devices.get(device)
+            if facts is None and info is not None:
+                facts = match_device(info.name, num_sms=info.num_sms)
+    declared = max((t.world_size or 0 for t in job.traces), default=0)
+    return RunFigures(
+        source=job.source,
+        gpus=declared or len(parts),
+        gpus_source="world_size" if declared else "ranks present",
+        steps=max(max(len(t.steps), 1) for t in job.traces),
+        split=_mean_split(parts),
+        facts=facts,
+    )
+
+
+def _mean_split(parts: list[StepSplit]) -> StepSplit:
+    n = len(parts)
+    return StepSplit(
+        sum(p.step_ns for p in parts) / n,
+        sum(p.compute_ns for p in parts) / n,
+        sum(p.exposed_communication_ns for p in parts) / n,
+        sum(p.idle_ns for p in parts) / n,
+        sum(p.other_ns for p in parts) / n,
+    )
+
+
+@dataclass(frozen=True)
+class RunFinding:
+    pattern: str  # latency_mirage | bloated_context
+    cause: str  # scaling_efficiency | batch_knee
+    title: str
+    evidence: list[str]
+    fix: str
+
+
+# --- scaling ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingOptions:
+    units_per_step: float | None = None  # work units one GPU processes per step
+    units: str | None = None  # what a unit is: "samples", "tokens", "images"...
+    threshold_pct: float = 80.0
+    gpu_hour_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    source: str
+    gpus: int
+    gpus_source: str
+    steps: int
+    units_per_step_per_gpu: float
+    step_ns: float
+    throughput_per_s: float  # units per second, whole job
+    speedup: float
+    efficiency_pct: float
+    split: StepSplit
+    loss: StepSplit | None  # growth over the ideal per GPU-step; None for the base run
+    usd_per_unit: float | None
+
+
+@dataclass(frozen=True)
+class ScalingReport:
+    units: str
+    units_source: str
+    threshold_pct: float
+    gpu_hour_usd: float | None
+    price_source: str
+    points: list[ScalingPoint]  # fewest GPUs first
+    findings: list[RunFinding]
+    warnings: list[str]
+
+
+def scaling(jobs: list[Job], options: ScalingOptions | None = None) -> ScalingReport:
+    options = options or ScalingOptions()
+    runs = sorted((run_figures(j) for j in jobs), key=lambda r: r.gpus)
+    units, source, per_gpu = _units(jobs, runs, options)
+    price, price_source = _price(runs, options.gpu_hour_usd)
+    warnings = []
+    counts = [r.gpus for r in runs]
+    if len(set(counts)) < len(counts):
+        warnings.append(f"several runs have the same GPU count ({counts}): compare like with like")
+    base, base_work = runs[0], per_gpu[runs[0].source]
+    base_throughput = base_work * base.gpus / (base.split.step_ns / 1e9)
+    points: list[ScalingPoint] = []
+    for run in runs:
+        work = per_gpu[run.source]
+        throughput = work * run.gpus / (run.split.step_ns / 1e9)
+        speedup = throughput / base_throughput
+        ratio = work / base_work
+        points.append(
+            ScalingPoint(
+                source=run.source,
+                gpus=run.gpus,
+                gpus_source=run.gpus_source,
+                steps=run.steps,
+                units_per_step_per_gpu=work,
+                step_ns=run.split.step_ns,
+                throughput_per_s=throughput,
+                speedup=speedup,
+                efficiency_pct=100.0 * speedup / (run.gpus / base.gpus),
+                split=run.split,
+                loss=None if run is base else _growth(run.split, base.split, ratio),
+                usd_per_unit=None if price is None else price * run.gpus / 3600.0 / throughput,
+            )
+        )
+    found = _scaling_findings(points, options.threshold_pct, units)
+    return ScalingReport(
+        units, source, options.threshold_pct, price, price_source, points, found, warnings
+    )
+
+
+def _growth(split: StepSplit, base: StepSplit, ratio: float) -> StepSplit:
+    """Each part's growth over the base run's, scaled to this run's work per GPU."""
+    return StepSplit(
+        split.step_ns - base.step_ns * ratio,
+        split.compute_ns - base.compute_ns * ratio,
+        split.exposed_communication_ns - base.exposed_communication_ns * ratio,
+        split.idle_ns - base.idle_ns * ratio,
+        split.other_ns - base.other_ns * ratio,
+    )
+
+
+def _units(
+    jobs: list[Job], runs: list[RunFigures], options: ScalingOptions
+) -> tuple[str, str, dict[str, float]]:
+    """What a unit of work is, where the count came from, and units per GPU per step by run."""
+    if options.units_per_step is not None:
+        name = options.units or "units"
+        return name, "--units-per-step (per GPU)", {r.source: options.units_per_step for r in runs}
+    if options.units in ("samples", "tokens", "sequences"):
+        counts: dict[str, float] = {}
+        for job in jobs:
+            shape = _batch_shape(job.traces)
+            if shape is None:
+                break
+            batch, seq = shape
+            counts[job.source] = float(batch * seq if options.units == "tokens" else batch)
+        else:
+            return options.units, "batch size from recorded input shapes (per GPU)", counts
+    return (
+        "GPU-steps",
+        "one unit per GPU per step (pass --units-per-step)",
+        {r.source: 1.0 for r in runs},
+    )
+
+
+def _price(runs: list[RunFigures], override: float | None) -> tuple[float | None, str]:
+    if override is not None:
+        return override, "--gpu-hour-usd"
+    for r in runs:
+        if r.facts is not None and r.facts.usd_per_gpu_hour:
+            return r.facts.usd_per_gpu_hour, f"typical on-demand price of {r.facts.display_name}"
+    return None, "unknown device: pass --gpu-hour-usd to price a unit of work"
+
+
+_GROWTH_FIX = {
+    "exposed communication": (
+        "Communication grows with the GPU count and is not hidden: overlap it with compute (DDP"
+        " `bucket_cap_mb`, FSDP prefetching), issue fewer and larger collectives, use a faster"
+        " link or a hierarchical algorithm across nodes, or stop at the GPU count where the cost"
+        " per unit is lowest."
+    ),
+    "idle": (
+        "Idle time grows with the GPU count: ranks wait for each other (a straggler, uneven work)"
+        " or for their hosts; run `gpuscope diagnose` on the largest run's folder to see which."
+    ),
+    "compute": (
+        "Compute per GPU grows faster than the work per GPU: smaller per-GPU shapes run less"
+        " efficiently, or work is replicated on every rank; keep the per-GPU batch large enough."
+    ),
+    "other": "Copies grow with the GPU count: check host-device and peer copies per step.",
+}
+
+
+def _scaling_findings(points: list[ScalingPoint], threshold: float, units: str) -> list[RunFinding]:
+    below = [p for p in points if p.loss is not None and p.efficiency_pct < threshold]
+    if not below:
+        return []
+    first, worst = below[0], below[-1]
+    assert worst.loss is not None
+    parts = {
+        "compute": worst.loss.compute_ns,
+        "exposed communication": worst.loss.exposed_communication_ns,
+        "idle": worst.loss.idle_ns,
+        "other": worst.loss.other_ns,
+    }
+    largest = max(parts, key=lambda k: parts[k])
+    drop = f"efficiency falls below {threshold:.0f}% at {first.gpus} GPUs"
+    if first is worst:
+        drop += f": {worst.efficiency_pct:.0f}%"
+    else:
+        drop += f" ({first.efficiency_pct:.0f}%) and reaches {worst.efficiency_pct:.0f}% at"
+        drop += f" {worst.gpus} GPUs"
+    evidence = [
+        f"{drop} (speed-up {worst.speedup:.2f}x on {worst.gpus / points[0].gpus:g}x the GPUs)",
+        f"at {worst.gpus} GPUs each GPU-step is {worst.loss.step_ns / 1e6:,.2f} ms over ideal: "
+        + ", ".join(f"{k} {v / 1e6:+,.2f} ms" for k, v in parts.items()),
+    ]
+    priced = [p for p in points if p.usd_per_unit is not None]
+    if priced:
+        evidence.append(
+            f"cost per 1M {units}: "
+            + ", ".join(f"{p.gpus} GPUs ${(p.usd_per_unit or 0) * 1e6:,.2f}" for p in priced)
+        )
+    return [
+        RunFinding(
+            pattern="latency_mirage",
+            cause="scaling_efficiency",
+            title=f"more GPUs buy less: {largest} grows with the GPU count",
+            evidence=evidence,
+            fix=_GROWTH_FIX[largest],
+        )
+    ]
+
+
+# --- sweep --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    batch_sizes: tuple[int, ...] | None = None  # one per run, in the order given
+    max_latency_ms: float | None = None
+    tolerance_pct: float = 5.0
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    source: str
+    batch: int
+    gpus: int
+    steps: int
+    step_ns: float
+    throughput_per_s: float  # samples per second, whole job
+    relative_pct: float  # of the best throughput
+    busy_pct: float
+    memory_bound_pct: float | None  # of busy time, at this batch
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    batch_source: str
+    max_latency_ms: float | None
+    knee_batch: int
+    knee_rule: str
+    best_batch: int
+    points: list[SweepPoint]  # by batch
+    memory_source: str
+    memory_freed_bytes: int | None
+    memory_compared_batch: int | None
+    findings: list[RunFinding]
+    warnings: list[str]
+
+
+def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
+    options = options or SweepOptions()
+    batches, batch_source = _batches(jobs, options.batch_sizes)
+    memory_source = _memory_source(jobs)
+    rows = []
+    for job, batch in zip(jobs, batches, strict=True):
+        run = run_figures(job)
+        throughput = batch * run.gpus / (run.split.step_ns / 1e9)
+        rows.append((batch, job, run, throughput))
+    rows.sort(key=lambda r: r[0])
+    best = max(r[3] for r in rows)
+    points = [
+        SweepPoint(
+            source=run.source,
+            batch=batch,
+            gpus=run.gpus,
+            steps=run.steps,
+            step_ns=run.split.step_ns,
+            throughput_per_s=throughput,
+            relative_pct=100.0 * throughput / best,
+            busy_pct=100.0 * (1.0 - run.split.idle_ns / run.split.step_ns),
+            memory_bound_pct=_memory_bound_pct(job),
+            memory_bytes=_memory_bytes(job, memory_source),
+        )
+        for batch, job, run, throughput in rows
+    ]
+    knee, rule, warnings = _knee(points, options)
+    best_batch = max(points, key=lambda p: p.throughput_per_s).batch
+    largest = points[-1]
+    knee_point = next(p for p in points if p.batch == knee)
+    freed = None
+    if knee_point.memory_bytes is not None and largest.memory_bytes is not None:
+        freed = max(largest.memory_bytes - knee_point.memory_bytes, 0)
+    found = _sweep_findings(knee_point, largest, freed, memory_source)
+    return SweepReport(
+        batch_source=batch_source,
+        max_latency_ms=options.max_latency_ms,
+        knee_batch=knee,
+        knee_rule=rule,
+        best_batch=best_batch,
+        points=points,
+        memory_source=memory_source,
+        memory_freed_bytes=freed,
+        memory_compared_batch=largest.batch if freed is not None else None,
+        findings=found,
+        warnings=warnings,
+    )
+
+
+def _knee(points: list[SweepPoint], options: SweepOptions) -> tuple[int, str, list[str]]:
+    tolerance = options.tolerance_pct
+    if options.max_latency_ms is not None:
+        limit_ns = options.max_latency_ms * 1e6
+        fitting = [p for p in points if p.step_ns <= limit_ns]
+        if fitting:
+            top = max(fitting, key=lambda p: (p.throughput_per_s, -p.batch))
+            rule = f"the best throughput with a step under {options.max_latency_ms:g} ms"
+            return top.batch, rule, []
+        warning = f"no batch size keeps a step under {options.max_latency_ms:g} ms"
+        return points[0].batch, "the smallest batch (none fits the latency limit)", [warning]
+    knee = next(p for p in points if p.relative_pct >= 100.0 - tolerance)
+    return knee.batch, f"the smallest batch within {tolerance:g}% of the best throughput", []
+
+
+def _sweep_findings(
+    knee: SweepPoint, largest: SweepPoint, freed: int | None, memory_source: str
+) -> list[RunFinding]:
+    if knee.memory_bound_pct is None or knee.memory_bound_pct < MEMORY_BOUND_PCT:
+        return []
+    evidence = [
+        f"at batch {knee.batch} the busy time is {knee.memory_bound_pct:.0f}% memory-bound:"
+        " DRAM bandwidth, not compute, bounds a step",
+        f"batch {largest.batch} gives {largest.relative_pct - knee.relative_pct:+.1f} points of"
+        f" throughput for {(largest.step_ns - knee.step_ns) / 1e6:+,.2f} ms per step"
+        f" ({knee.step_ns / 1e6:,.2f} -> {largest.step_ns / 1e6:,.2f} ms)",
+    ]
+    if freed is not None:
+        evidence.append(
+            f"batch {knee.batch} instead of {largest.batch} frees about {freed / 2**30:,.2f} GiB"
+            f" ({memory_source})"
+        )
+    return [
+        RunFinding(
+            pattern="bloated_context",
+            cause="batch_knee",
+            title=f"past batch {knee.batch} a larger batch buys latency, not throughput",
+            evidence=evidence,
+            fix=(
+                f"Serve or train at batch {knee.batch}: larger batches only queue more bytes behind"
+                " the same memory bandwidth. Use the freed memory for more replicas or a longer"
+                " context, and cut the bytes per step (quantised weights / KV cache, fused"
+                " kernels) to move the knee."
+            ),
+        )
+    ]
+
+
+def _batches(jobs: list[Job], given: tuple[int, ...] | None) -> tuple[list[int], str]:
+    if given is not None:
+        if len(given) != len(jobs):
+            raise InputError(
+                jobs[0].source, f"{len(given)} batch sizes for {len(jobs)} runs: give one per run"
+            )
+        return list(given), "--batch-sizes"
+    from_shapes = [_batch_shape(j.traces) for j in jobs]
+    if all(s is not None for s in from_shapes):
+        batches = [s[0] for s in from_shapes if s is not None]
+        if len(set(batches)) == len(batches):
+            return batches, "recorded input shapes"
+    from_names = [batch_from_name(j.source) for j in jobs]
+    if all(b is not None for b in from_names):
+        return [b for b in from_names if b is not None], "file names"
+    unknown = next(j.source for j, b in zip(jobs, from_names, strict=True) if b is None)
+    raise InputError(
+        unknown,
+        "cannot tell its batch size (no input shapes, no 'bs32' in the name): pass --batch-sizes",
+    )
+
+
+def batch_from_name(path: str) -> int | None:
+    """``bs32``, ``batch_32``, ``batch-size=32`` in a file or folder name."""
+    name = Path(path).name
+    for stem in (name, Path(path).parent.name):
+        match = _BATCH_IN_NAME.search(stem)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _batch_shape(traces: list[Trace]) -> tuple[int, int] | None:
+    """(batch, sequence) from the leading dimensions most operators' inputs share: the first
+    input of operators taking a tensor of three or more dimensions ([B, S, H], [B, heads, S, D])."""
+    leading: Counter[tuple[int, int]] = Counter()
+    for trace in traces:
+        ev = trace.events
+        for row, args in ev.extra.items():
+            dims = args.get("input_dims")
+            if ev.kind[row] != Kind.CPU_OP or not isinstance(dims, list) or not dims:
+                continue
+            first = dims[0]
+            if (
+                isinstance(first, list)
+                and len(first) >= 3
+                and all(isinstance(d, int) for d in first)
+            ):
+                seq = first[1] if len(first) == 3 else first[2]
+                leading[(first[0], seq)] += 1
+    if not leading:
+        return None
+    return leading.most_common(1)[0][0]
+
+
+def _memory_source(jobs: list[Job]) -> str:
+    if all(any(g.memory_used_bytes is not None for s in j.samples for g in s.gpus) for j in jobs):
+        return "sampled device memory (peak used)"
+    return "estimated from recorded input shapes: activations of one step"
+
+
+def _memory_bytes(job: Job, source: str) -> int | None:
+    if source.startswith("sampled"):
+        peaks = [
+            float(np.nanmax(g.memory_used_bytes))
+            for s in job.samples
+            for g in s.gpus
+            if g.memory_used_bytes is not None and g.memory_used_bytes.size
+        ]
+        return round(max(peaks)) if peaks else None
+    estimates = [_activation_bytes(t) for t in job.traces]
+    known = [e for e in estimates if e is not None]
+    return max(known) if known else None
+
+
+def _activation_bytes(trace: Trace) -> int | None:
+    """Bytes of the first operand of every kernel-launching operator inside the first step."""
+    ev = trace.events
+    launched = set(ev.external_id[ev.of_kind(Kind.KERNEL)].tolist())
+    lo, hi = (trace.steps[0].start_ns, trace.steps[0].end_ns) if trace.steps else (None, None)
+    total = 0
+    seen = False
+    for row, args in ev.extra.items():
+        if ev.kind[row] != Kind.CPU_OP or int(ev.external_id[row]) not in launched:
+            continue
+        if lo is not None and not lo <= int(ev.start_ns[row]) < (hi or 0):
+            continue
+        dims, types = args.get("input_dims"), args.get("input_types") or []
+        if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+            continue
+        first = dims[0]
+        if not first or not all(isinstance(d, int) for d in first):
+            continue
+        kind = str(types[0]).lower() if types else ""
+        total += int(np.prod(first)) * _ELEMENT_BYTES.get(kind, 4)
+        seen = True
+    return total if seen else None
+
+
+def _memory_bound_pct(job: Job) -> float | None:
+    """Memory-bound share of busy time, over the run's devices."""
+    memory, busy = 0, 0
+    for trace in job.traces:
+        for device in trace.device_ids:
+            work = device_work(trace, device)
+            info = trace.devices.get(device)
+            facts = match_device(info.name, num_sms=info.num_sms) if info else None
+            bounds = kernel_bounds(work, facts)
+            memory += bounds.time_ns_by_bound[Bound.MEMORY]
+            busy += work.busy.total_ns
+    return 100.0 * memory / busy if busy else None

@@ -1,0 +1,73 @@
+"""``gpuscope annotate``: the trace itself, plus tracks of idle time by cause and the findings."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+from gpuscope.commands.report import write
+from gpuscope.errors import InputError, UnknownFormatError
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The annotated trace (gzip when it ends in .gz); a folder when PATH is a folder.",
+)
+@click.option(
+    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+)
+@input_errors_exit
+def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
+    """Write TRACE with gpuscope's tracks added, for Perfetto UI or chrome://tracing.
+
+    For a folder of per-rank traces, OUTPUT is a folder that gets one annotated file per trace.
+    """
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
+    from gpuscope.readers._io import read_bytes
+    from gpuscope.render.annotate import annotate as annotated
+
+    job = load(path)
+    _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])
+    result = diagnose(job, Options(gpu_hour_usd=gpu_hour_usd))
+    for source, target in _targets(path, output, [t.source for t in job.traces]).items():
+        data = annotated(read_bytes(Path(source)).data, result, source, Path(source))
+        if target.name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=6, mtime=0)
+        write(target, data)
+        click.echo(f"wrote {target}", err=True)
+
+
+def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
+    """The annotated copy is Chrome-trace JSON: only Kineto traces can get one."""
+    if not traces:
+        raise UnknownFormatError(path, "holds no timeline to annotate")
+    for source, format_name in traces:
+        if format_name != "kineto":
+            raise UnknownFormatError(
+                source, f"a {format_name} timeline: only Kineto (Chrome-trace JSON) is annotated"
+            )
+
+
+def _targets(path: Path, output: Path, sources: list[str]) -> dict[str, Path]:
+    """Where each trace's annotated copy goes; never over an input."""
+    if path.is_dir():
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise InputError(output, f"cannot be made a folder ({error.strerror})") from None
+        targets = {s: output / Path(s).name for s in sources}
+    else:
+        targets = {sources[0]: output}
+    for source, target in targets.items():
+        if target.exists() and target.resolve() == Path(source).resolve():
+            raise click.UsageError(f"{target} is the input trace: write the copy elsewhere")
+    return targets

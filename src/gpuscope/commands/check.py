@@ -1,0 +1,66 @@
+"""``gpuscope check TARGET``: a CI gate. Exit 0 when every bound holds, 1 with a one-line reason
+when one is broken, 2 for bad input (including a bound that cannot be checked, such as a cost
+bound on an unknown device without ``--gpu-hour-usd``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+
+from gpuscope.commands._common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, input_errors_exit
+
+
+@click.command()
+@click.argument("target")
+@click.option("--max-idle-pct", type=float, help="Fail when the GPU is idle more than this.")
+@click.option(
+    "--max-cost-usd-per-gpu-hour", type=float, help="Fail when the waste costs more than this."
+)
+@click.option("--baseline", help="Trace, folder or saved run id to compare step time with.")
+@click.option(
+    "--max-regression-pct",
+    type=float,
+    help="With --baseline: fail when step time grows more than this (and beyond noise).",
+)
+@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@input_errors_exit
+def check(
+    target: str,
+    max_idle_pct: float | None,
+    max_cost_usd_per_gpu_hour: float | None,
+    baseline: str | None,
+    max_regression_pct: float | None,
+    gpu_hour_usd: float | None,
+) -> None:
+    """Exit 1 with a one-line reason when the run breaks a bound (CI gate)."""
+    from gpuscope.analyses.diff import Bounds
+    from gpuscope.analyses.diff import check as check_run
+    from gpuscope.analyses.diff import diff as diff_runs
+    from gpuscope.commands.diff import summary_of
+
+    if (baseline is None) != (max_regression_pct is None):
+        _bad_input("--baseline and --max-regression-pct go together")
+    if max_idle_pct is None and max_cost_usd_per_gpu_hour is None and baseline is None:
+        _bad_input(
+            "nothing to check: give --max-idle-pct, --max-cost-usd-per-gpu-hour"
+            " or --baseline with --max-regression-pct"
+        )
+    summary, name = summary_of(target, gpu_hour_usd)
+    compared = None
+    if baseline is not None:
+        compared = diff_runs(summary_of(baseline, gpu_hour_usd)[0], summary)
+    bounds = Bounds(max_idle_pct, max_cost_usd_per_gpu_hour, max_regression_pct)
+    outcome = check_run(summary, bounds, compared)
+    if outcome.unavailable:
+        _bad_input(f"{name}: {outcome.unavailable[0]}")
+    if outcome.reasons:
+        click.echo(f"gpuscope: check failed: {name}: {'; '.join(outcome.reasons)}", err=True)
+        sys.exit(EXIT_CHECK_FAILED)
+    click.echo(f"gpuscope: check passed: {name}: {'; '.join(outcome.passed)}")
+
+
+def _bad_input(message: str) -> NoReturn:
+    click.echo(f"gpuscope: error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)

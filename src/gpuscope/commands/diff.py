@@ -1,0 +1,72 @@
+"""``gpuscope diff BEFORE AFTER``: what changed between two runs, step for step.
+
+BEFORE and AFTER are each a trace file, a folder of traces, or the id of a saved run
+(``gpuscope history``); a path that exists wins over an id.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+
+if TYPE_CHECKING:
+    from gpuscope.analyses.diff import RunSummary
+
+
+@click.command()
+@click.argument("before")
+@click.argument("after")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    help="Write the diff as JSON ('-': stdout).",
+)
+@click.option("--top", default=10, show_default=True, help="Kernel changes to list.")
+@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour (for traces).")
+@input_errors_exit
+def diff(
+    before: str, after: str, json_out: Path | None, top: int, gpu_hour_usd: float | None
+) -> None:
+    """Compare two runs: step time, GPU busy, lost time per cause, cost, kernels, findings."""
+    from gpuscope.analyses.diff import diff as diff_runs
+    from gpuscope.render import diff as render
+
+    old, old_name = summary_of(before, gpu_hour_usd)
+    new, new_name = summary_of(after, gpu_hour_usd)
+    result = diff_runs(old, new, top_kernels=top)
+    if json_out is not None:
+        data = render.dumps(result, old_name, new_name) + b"\n"
+        if str(json_out) == "-":
+            sys.stdout.buffer.write(data)
+            return
+        json_out.write_bytes(data)
+    from rich.console import Console
+
+    render.render(result, Console(), old_name, new_name)
+
+
+def summary_of(ref: str, gpu_hour_usd: float | None = None) -> tuple[RunSummary, str]:
+    """The summary of a trace file or folder, or of a saved run given by its id; and a name."""
+    from gpuscope.analyses.diff import summarize
+    from gpuscope.errors import InputError
+
+    path = Path(ref)
+    if not path.exists() and ref.lstrip("#").isdigit():
+        from gpuscope.history import History
+
+        with History() as history:
+            run = history.get(int(ref.lstrip("#")))
+        name = f"run {run.id}" + (f" ({run.label})" if run.label else "")
+        return run.summary, name
+    if not path.exists():
+        raise InputError(path, "no such file, folder or saved run id")
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
+
+    return summarize(diagnose(load(path), Options(gpu_hour_usd=gpu_hour_usd))), str(path)

@@ -1,0 +1,68 @@
+"""``gpuscope history``: saved runs, newest first, and the trend of one metric.
+
+Runs are saved by ``gpuscope diagnose --save`` and ``gpuscope profile --save``; the database is
+``$GPUSCOPE_HISTORY`` or ``history.sqlite`` in the user data directory (``gpuscope.history``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+
+if TYPE_CHECKING:
+    from gpuscope.analyses.diff import RunSummary
+
+
+@click.command()
+@click.option("--label", help="Only runs saved with this label.")
+@click.option("--limit", default=20, show_default=True, help="Newest runs to show.")
+@click.option(
+    "--metric",
+    help="Show this metric's trend: step_time_ns, gpu_busy_pct, idle_pct,"
+    " cost_usd_per_gpu_hour, lost_ns_per_step.CAUSE.",
+)
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Write the runs as JSON ('-')."
+)
+@input_errors_exit
+def history(label: str | None, limit: int, metric: str | None, json_out: Path | None) -> None:
+    """List saved runs (filter by label) and the trend of a metric."""
+    import msgspec
+
+    from gpuscope.analyses.diff import metric_names
+    from gpuscope.errors import InputError
+    from gpuscope.history import History
+    from gpuscope.render import diff as render
+
+    with History() as store:
+        runs = store.runs(label=label, limit=limit)
+        path = store.path
+    if metric and runs and all(metric not in metric_names(r.summary) for r in runs):
+        known = ", ".join(metric_names(runs[0].summary))
+        raise InputError(path, f"no run has the metric {metric!r}; known: {known}")
+    if json_out is not None:
+        data = msgspec.json.format(
+            msgspec.json.encode(render.history_document(runs, metric)), indent=1
+        )
+        if str(json_out) == "-":
+            sys.stdout.buffer.write(data + b"\n")
+            return
+        json_out.write_bytes(data + b"\n")
+    from rich.console import Console
+
+    render.render_history(runs, Console(), metric)
+
+
+def save_run(summary: RunSummary, source: Path, label: str | None) -> int:
+    """Store a run's summary with its git commit and source hash; returns the run id."""
+    from gpuscope.history import History, git_commit, source_sha256
+
+    with History() as store:
+        return store.save(
+            summary, label=label, git_commit=git_commit(), source_sha256=source_sha256(source)
+        )

@@ -1,0 +1,125 @@
+"""``gpuscope profile -- python train.py ARGS``: record a profile of a script, then diagnose it.
+
+The script runs unchanged in this process under the PyTorch profiler (``gpuscope.capture``):
+warm-up steps are skipped, a few steps are recorded, the trace (and NVML samples, when NVML is
+there) is written to ``--out``, and the diagnosis is printed.
+
+Exit codes: 0 the capture was diagnosed; 2 no diagnosis: PyTorch is missing, nothing was recorded
+(the script ended during warm-up), the trace holds no GPU activity (no CUDA device: the CPU
+trace is still written, and what was and was not recorded is listed), or the script itself
+failed (its traceback is printed; what it ran before is still diagnosed).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+
+if TYPE_CHECKING:
+    from gpuscope.capture import CaptureResult
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--steps", default=5, show_default=True, help="Steps to record.")
+@click.option("--warmup", default=3, show_default=True, help="Steps to skip first.")
+@click.option("--seconds", type=float, help="Record steps for this long instead of --steps.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Folder for the trace [default: gpuscope-traces/TIME].",
+)
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Also write the JSON.")
+@click.option("--save", is_flag=True, help="Save the run's summary to the history.")
+@click.option("--label", help="Label the saved run (implies --save).")
+@click.option("--no-nvml", is_flag=True, help="Do not sample GPUs through NVML.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@input_errors_exit
+def profile(
+    steps: int,
+    warmup: int,
+    seconds: float | None,
+    out_dir: Path | None,
+    json_out: Path | None,
+    save: bool,
+    label: str | None,
+    no_nvml: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Profile a training or inference script, unchanged, and diagnose it.
+
+    \b
+    gpuscope profile -- python train.py --lr 3e-4
+    gpuscope profile --steps 10 --warmup 5 --out traces/ -- python -m my.trainer
+    """
+    from gpuscope import capture
+
+    try:
+        facts = capture.environment()
+    except capture.TorchMissingError:
+        missing_extra("gpuscope profile", "PyTorch", "torch")
+        return
+    out = out_dir or Path("gpuscope-traces") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        options = capture.CaptureOptions(steps, warmup, seconds, nvml=not no_nvml)
+        capture.script_and_args(command)
+    except ValueError as error:
+        _fail(str(error))
+    devices = ", ".join(facts.devices) if facts.cuda else "no CUDA device: CPU only"
+    what = f"{seconds:g} s of steps" if seconds else f"{steps} steps"
+    click.echo(
+        f"gpuscope: profiling {' '.join(command)}: skip {warmup} steps, record {what}"
+        f" (torch {facts.torch_version}; {devices}) -> {out}",
+        err=True,
+    )
+    result = capture.run_script(command, out, options)
+    _report(result)
+    problem: str | None = "nothing was recorded; no trace written"
+    if result.traces:
+        problem = _diagnose(result, json_out, save or label is not None, label)
+    if result.script_error or result.exit_code:
+        if problem:
+            click.echo(f"gpuscope: {problem}", err=True)
+        _fail(f"the script failed (exit status {result.exit_code}); see its output above")
+    if problem:
+        _fail(problem)
+
+
+def _report(result: CaptureResult) -> None:
+    if result.script_error:
+        click.echo(result.script_error, err=True, nl=False)
+    click.echo(f"gpuscope: {result.steps_seen} steps seen in the script", err=True)
+    if result.recorded:
+        click.echo(f"gpuscope: recorded: {', '.join(result.recorded)}", err=True)
+    for missing in result.not_recorded:
+        click.echo(f"gpuscope: not recorded: {missing}", err=True)
+    for path in result.traces:
+        click.echo(f"gpuscope: trace written: {path}", err=True)
+
+
+def _diagnose(
+    result: CaptureResult, json_out: Path | None, save: bool, label: str | None
+) -> str | None:
+    """Diagnose the capture folder; the reason when it cannot be diagnosed."""
+    from gpuscope.commands.diagnose import run_diagnose
+    from gpuscope.errors import EmptyTraceError
+
+    try:
+        run_diagnose(result.out_dir, json_out, save=save, label=label)
+    except EmptyTraceError as error:
+        return (
+            f"no diagnosis: GPU activity was not recorded, so there is no GPU timeline"
+            f" ({error.reason}); the CPU trace is in {result.out_dir}"
+        )
+    return None
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"gpuscope: error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)

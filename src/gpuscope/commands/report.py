@@ -1,0 +1,59 @@
+"""``gpuscope report``: the HTML report of one trace, or of two side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+from gpuscope.errors import InputError
+
+
+@click.command()
+@click.argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    metavar="TRACE | BEFORE AFTER",
+    type=click.Path(path_type=Path),
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option(
+    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+)
+@input_errors_exit
+def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) -> None:
+    """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
+
+    Given two, BEFORE and AFTER, the report compares them side by side.
+    """
+    if len(paths) > 2:
+        raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
+    from gpuscope.render import html
+
+    options = Options(gpu_hour_usd=gpu_hour_usd)
+    diagnoses = [diagnose(load(path), options) for path in paths]
+    if len(diagnoses) == 1:
+        page = html.render(diagnoses[0])
+    else:
+        page = html.render_diff(diagnoses[0], diagnoses[1])
+    write(output, page.encode())
+    click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)
+
+
+def write(path: Path, data: bytes) -> None:
+    """Write an output file; a path that cannot be written is bad input (exit 2), not a crash."""
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise InputError(path, f"cannot be written ({error.strerror})") from None

@@ -1,0 +1,65 @@
+"""``gpuscope scale RUN_A RUN_B ...``: the same job at different GPU counts, side by side."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gpuscope.commands._common import input_errors_exit
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--units-per-step",
+    type=float,
+    help="Work one GPU does per step (e.g. its batch size); default: one GPU-step.",
+)
+@click.option(
+    "--throughput-units",
+    "units",
+    help="What a unit is (samples, tokens, images); samples/tokens without --units-per-step"
+    " are read from the recorded input shapes.",
+)
+@click.option(
+    "--threshold",
+    default=80.0,
+    show_default=True,
+    help="Scaling efficiency (%) below which gpuscope reports a finding.",
+)
+@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON ('-')."
+)
+@input_errors_exit
+def scale(
+    runs: tuple[Path, ...],
+    units_per_step: float | None,
+    units: str | None,
+    threshold: float,
+    gpu_hour_usd: float | None,
+    json_out: Path | None,
+) -> None:
+    """Compare runs of one job at different GPU counts (each a trace or a folder of ranks):
+    speed-up, efficiency per GPU, and where the loss goes (compute, communication, idle)."""
+    if len(runs) < 2:
+        raise click.UsageError("give at least two runs (a trace or a folder of ranks each)")
+    from gpuscope.analyses.scaling import ScalingOptions, scaling
+    from gpuscope.readers import load
+    from gpuscope.render import ranks as render
+
+    options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd)
+    report = scaling([load(run) for run in runs], options)
+    if json_out is not None:
+        import msgspec
+
+        data = msgspec.json.format(msgspec.json.encode(render.scaling_document(report)), indent=1)
+        if str(json_out) == "-":
+            sys.stdout.buffer.write(data + b"\n")
+            return
+        json_out.write_bytes(data + b"\n")
+    from rich.console import Console
+
+    render.render_scaling(report, Console())

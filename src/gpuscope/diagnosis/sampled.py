@@ -1,0 +1,418 @@
+"""Findings and verdicts from measurements that are not a timeline: sampled utilisation
+(nvidia-smi, NVML, DCGM) and Nsight Compute kernel counters.
+
+Contract: every function is pure. :func:`sampled_findings` applies the rules below per GPU and
+sums them per cause over the job's GPUs; :func:`counter_findings` does the same per kernel over
+the profiled kernels; :func:`sampled_verdict` and :func:`counter_verdict` build the verdict of a
+job that has no timeline. Findings are :class:`SampledFinding`: a
+:class:`~gpuscope.diagnosis.findings.Finding` that says what it was measured from.
+
+Rules on samples, per GPU (mean utilisation ``u``, memory peak ``m`` as % of the GPU's memory):
+
+* Gao et al., "An Empirical Study on Low GPU Utilization of Deep Learning Jobs", ICSE 2024:
+  ``u <= 50%`` and ``m <= 50%`` -> the batch is too small (``small_batch``); ``u <= 50%`` and
+  ``m > 80%`` -> memory stops a larger batch (``insufficient_memory``); ``u <= 50%`` otherwise (or
+  memory not recorded) -> ``low_utilization``. Each costs the idle share ``1 - u``.
+* DCGM guidance (NVIDIA DCGM user guide, profiling metrics): SM active below 0.5 likely means the
+  GPU is used ineffectively, and NVML "GPU util" only says some kernel ran. ``u > 50%`` with mean SM
+  active ``s < 50%`` -> the coarse util is misleading (``misleading_gpu_util``); it costs
+  ``u - s``, the share reported busy while the SMs were idle.
+
+The two costs are disjoint (``1 - u`` and ``u - s``), so a GPU's findings never exceed its covered
+time. Shares are of the sampled GPU time (covered time, gaps excluded, summed over GPUs).
+
+On counters, per kernel: the largest "global" estimated speedup among Nsight Compute's own rules
+(the share of the kernel's duration its fix could save) is the time lost, filed under the
+kernel's measured limiter (``latency_bound``, ``memory_bound``, ``compute_bound``); shares are of
+the profiled kernel time. Cost: share x price per GPU-hour, x 24 x GPUs per day, as for timeline
+findings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuscope.analyses.attribution import LocationStat
+from gpuscope.analyses.counters import CounterSummary, KernelLimit, Limiter
+from gpuscope.analyses.samples import GpuUtilisation
+from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
+from gpuscope.diagnosis.fixes import advice
+from gpuscope.facts import match_device
+
+#: ICSE 2024 thresholds (Gao et al.) and DCGM's SM-active guidance, all in percent.
+LOW_UTILIZATION_PCT = 50.0
+SMALL_BATCH_MEMORY_PCT = 50.0
+INSUFFICIENT_MEMORY_PCT = 80.0
+SM_ACTIVE_LOW_PCT = 50.0
+
+_TITLES = {
+    "small_batch": "the GPU idles half the time with memory to spare: the batch is too small",
+    "insufficient_memory": "the GPU idles half the time and memory is nearly full",
+    "low_utilization": "the GPU idles more than half of the sampled time",
+    "misleading_gpu_util": "'GPU util' looks high but most SMs are idle",
+    "latency_bound": "kernels reach neither compute nor memory peak: latency-bound",
+    "memory_bound": "memory-bound kernels",
+    "compute_bound": "compute-bound kernels",
+}
+_FIXES = {
+    "small_batch": (
+        "Raise the batch size until memory is ~80% full (scale the learning rate, or keep the "
+        "global batch with fewer GPUs); if the batch cannot grow, feed the GPU faster "
+        "(`DataLoader(num_workers=N, pin_memory=True)`) and check for host syncs with "
+        "`gpuscope diagnose` on a torch.profiler trace."
+    ),
+    "insufficient_memory": (
+        "Free memory so the batch can grow: activation checkpointing "
+        "(`torch.utils.checkpoint`), bf16 autocast, sharded optimizer state (FSDP / ZeRO), "
+        "8-bit optimizers, and `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against "
+        "fragmentation; then raise the batch size."
+    ),
+    "low_utilization": (
+        "The GPU waits most of the time: profile a few steps with torch.profiler and run "
+        "`gpuscope diagnose` on the trace to see whether data loading, host syncs or peers keep "
+        "it waiting; record memory.used too, so the batch-size rule can apply."
+    ),
+    "misleading_gpu_util": (
+        "'GPU util' only says some kernel was running; DCGM SM activity says most SMs sat idle: "
+        "the kernels are too small for this GPU. Raise the batch size, fuse small kernels "
+        "(`torch.compile`), capture CUDA graphs, or share the GPU (MIG / MPS)."
+    ),
+    "latency_bound": (
+        "Give the GPU more parallel work per kernel: larger batches or tiles, grids of several "
+        "waves per SM, higher occupancy (fewer registers or less shared memory per block); "
+        "Nsight Compute's rules in the evidence say which limit applies."
+    ),
+    "memory_bound": advice("memory_bound"),
+    "compute_bound": (
+        "The kernels saturate compute: use tensor cores at lower precision (bf16, fp8), remove "
+        "redundant work, or pick a faster algorithm; check the pipe utilisation in Nsight "
+        "Compute's Compute Workload Analysis."
+    ),
+}
+_LIMITER_CAUSE = {
+    Limiter.LATENCY: "latency_bound",
+    Limiter.MEMORY: "memory_bound",
+    Limiter.COMPUTE: "compute_bound",
+    Limiter.BALANCED: "compute_bound",
+}
+
+
+@dataclass(frozen=True)
+class SampledFinding(Finding):
+    """A finding from samples or counters, and what it was measured from."""
+
+    measured_from: str = "timeline"
+
+
+@dataclass(frozen=True)
+class Price:
+    gpu_hour_usd: float | None
+    source: str
+
+
+def price_of(names: list[str | None], override: float | None) -> Price:
+    """``--gpu-hour-usd``, else the facts table's price of the first known device name."""
+    if override is not None:
+        return Price(override, "--gpu-hour-usd")
+    for name in names:
+        facts = match_device(name)
+        if facts is not None and facts.usd_per_gpu_hour:
+            return Price(facts.usd_per_gpu_hour, f"typical on-demand price of {facts.display_name}")
+    return Price(None, "unknown device: pass --gpu-hour-usd to price the waste")
+
+
+# --- samples ------------------------------------------------------------------------------------
+
+
+def sample_cause(g: GpuUtilisation) -> str | None:
+    """The ICSE 2024 rule that applies to one GPU, or None when its utilisation is not low."""
+    u = g.activity
+    if u is None or u.mean > LOW_UTILIZATION_PCT:
+        return None
+    m = g.memory_peak_pct
+    if m is not None and m <= SMALL_BATCH_MEMORY_PCT:
+        return "small_batch"
+    if m is not None and m > INSUFFICIENT_MEMORY_PCT:
+        return "insufficient_memory"
+    return "low_utilization"
+
+
+def misleading_util(g: GpuUtilisation) -> bool:
+    """DCGM: coarse util high (> 50%) while SMs are active under half the time."""
+    u, s = g.utilization, g.sm_active
+    return (
+        u is not None
+        and s is not None
+        and u.mean > LOW_UTILIZATION_PCT
+        and s.mean < SM_ACTIVE_LOW_PCT
+    )
+
+
+def sampled_findings(gpus: list[GpuUtilisation], price: Price) -> list[Finding]:
+    total_ns = sum(g.covered_ns for g in gpus)
+    lost: dict[str, list[tuple[GpuUtilisation, float]]] = {}
+    for g in gpus:
+        cause = sample_cause(g)
+        activity = g.activity
+        if cause is not None and activity is not None:
+            share = 1.0 - activity.mean / 100.0
+            lost.setdefault(cause, []).append((g, share * g.covered_ns))
+        if misleading_util(g) and g.utilization is not None and g.sm_active is not None:
+            share = (g.utilization.mean - g.sm_active.mean) / 100.0
+            lost.setdefault("misleading_gpu_util", []).append((g, share * g.covered_ns))
+    found = [
+        _sample_finding(cause, members, total_ns, price, len(gpus))
+        for cause, members in lost.items()
+    ]
+    return _kept(found)
+
+
+def _sample_finding(
+    cause: str,
+    members: list[tuple[GpuUtilisation, float]],
+    total_ns: int,
+    price: Price,
+    gpus: int,
+) -> Finding:
+    lost_ns = int(sum(ns for _, ns in members))
+    ranked = sorted(members, key=lambda m: -m[1])
+    return _finding(
+        pattern="ghost_gpu",
+        cause=cause,
+        lost_ns=lost_ns,
+        total_ns=total_ns,
+        events=len(members),
+        locations=[],  # a GPU is not a place in the user's code
+        evidence=[_gpu_evidence(g) for g, _ in ranked[:4]]
+        + ([f"... and {len(members) - 4} more GPUs"] if len(members) > 4 else []),
+        price=price,
+        gpus=gpus,
+        measured_from=members[0][0].measured_from,
+    )
+
+
+def _gpu_evidence(g: GpuUtilisation) -> str:
+    parts = []
+    if g.utilization is not None:
+        u = g.utilization
+        parts.append(f"util mean {u.mean:.0f}% (p50 {u.p50:.0f}%, p90 {u.p90:.0f}%)")
+    if g.sm_active is not None:
+        parts.append(f"SM active mean {g.sm_active.mean:.0f}%")
+    if g.memory_peak_bytes is not None:
+        share = (
+            f" ({g.memory_peak_pct:.0f}% of {g.memory_total_bytes / 2**30:,.1f} GiB)"
+            if (g.memory_peak_pct is not None and g.memory_total_bytes)
+            else ""
+        )
+        parts.append(f"memory peak {g.memory_peak_bytes / 2**30:,.2f} GiB{share}")
+    else:
+        parts.append("memory not recorded")
+    if g.idle:
+        parts.append(f"{len(g.idle)} idle stretches, {g.idle_ns / 1e9:,.0f} s")
+    return f"GPU {g.gpu}: " + ", ".join(parts)
+
+
+def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Price) -> Verdict:
+    """The verdict of a job known only from samples: how much of the time the GPUs ran kernels."""
+    covered = sum(g.covered_ns for g in gpus) or 1
+    busy = _weighted(gpus, lambda g: g.activity.mean if g.activity else None)
+    sm = _weighted(gpus, lambda g: g.sm_active.mean if g.sm_active else None)
+    dram = _weighted(gpus, lambda g: g.dram_active.mean if g.dram_active else None)
+    idle = math.nan if busy is None else 100.0 - busy
+    busy_bound = "memory" if dram is not None and sm is not None and dram > sm else "compute"
+    shares = {"host": idle, "communication": math.nan, "memory": math.nan, "compute": math.nan}
+    shares[busy_bound] = math.nan if busy is None else busy
+    bound = "host" if busy is not None and idle >= busy else busy_bound
+    wasted = _wasted(found, price)
+    sampled_s = covered / 1e9
+    text = (
+        f"{bound}-bound, from sampled utilisation ({len(gpus)} GPUs, {sampled_s:,.0f} s sampled,"
+        f" no timeline): the GPUs ran kernels {_pct_text(busy)} of the time"
+    )
+    return Verdict(
+        bound=bound,
+        summary=_with_top(text, found, wasted, "of the sampled GPU time"),
+        shares_pct=shares,
+        idle_pct=idle,
+        wasted_usd_per_gpu_hour=wasted,
+        gpu_hour_usd=price.gpu_hour_usd,
+        price_source=price.source,
+        world_size=max(len(gpus), 1),
+        figures={
+            "utilization_mean_pct": busy,
+            "sm_active_mean_pct": sm,
+            "dram_active_mean_pct": dram,
+            "memory_peak_pct": max(
+                (g.memory_peak_pct for g in gpus if g.memory_peak_pct is not None), default=None
+            ),
+            "idle_stretches_pct": 100.0 * sum(g.idle_ns for g in gpus) / covered,
+            "sampling_gaps_pct": 100.0
+            * sum(g.gap_ns for g in gpus)
+            / (sum(g.span_ns for g in gpus) or 1),
+        },
+    )
+
+
+def _weighted(
+    gpus: list[GpuUtilisation], value: Callable[[GpuUtilisation], float | None]
+) -> float | None:
+    """The mean of a per-GPU figure, weighted by each GPU's covered time."""
+    pairs = [(value(g), g.covered_ns or 1) for g in gpus]
+    known = [(v, w) for v, w in pairs if v is not None]
+    total = sum(w for _, w in known)
+    return sum(v * w for v, w in known) / total if known and total else None
+
+
+# --- counters -----------------------------------------------------------------------------------
+
+
+def counter_findings(summaries: list[CounterSummary], price: Price) -> list[Finding]:
+    total_ns = sum(s.measured_ns for s in summaries)
+    lost: dict[str, list[tuple[KernelLimit, float]]] = {}
+    for summary in summaries:
+        for limit in summary.limits:
+            cause = _LIMITER_CAUSE.get(limit.limiter) if limit.limiter else None
+            dur = limit.kernel.duration_ns
+            if cause is None or dur is None or limit.speedup_pct is None:
+                continue
+            lost.setdefault(cause, []).append((limit, dur * limit.speedup_pct / 100.0))
+    gpus = max(len({d for s in summaries for d in s.devices}), 1)
+    found = [
+        _counter_finding(cause, members, total_ns, price, gpus) for cause, members in lost.items()
+    ]
+    return _kept(found)
+
+
+def _counter_finding(
+    cause: str,
+    members: list[tuple[KernelLimit, float]],
+    total_ns: int,
+    price: Price,
+    gpus: int,
+) -> Finding:
+    first = max(members, key=lambda m: m[1])[0]
+    # The rules that estimate the largest saving first: they name the fix worth most.
+    by_saving = sorted(
+        (r for r in first.kernel.rules if r.text),
+        key=lambda r: -(r.speedup_pct or 0.0) if r.speedup_type == "global" else 0.0,
+    )
+    evidence = [
+        f"{len(members)} profiled launch(es); {first.kernel.name[:80]}: {first.reason},"
+        f" ncu's rules estimate up to {first.speedup_pct:.0f}% shorter",
+        *(f"{r.name}: {r.text}" for r in by_saving[:2]),
+    ]
+    return _finding(
+        pattern="bloated_context" if cause == "memory_bound" else "ghost_gpu",
+        cause=cause,
+        lost_ns=int(sum(ns for _, ns in members)),
+        total_ns=total_ns,
+        events=len(members),
+        locations=[],
+        evidence=evidence,
+        price=price,
+        gpus=gpus,
+        measured_from="ncu",
+    )
+
+
+def counter_verdict(summaries: list[CounterSummary], found: list[Finding], price: Price) -> Verdict:
+    """The verdict of a job known only from Nsight Compute: the measured limiters' time shares."""
+    total = sum(s.measured_ns for s in summaries) or 1
+    time = dict.fromkeys(Limiter, 0)
+    for summary in summaries:
+        for limiter, ns in summary.time_ns_by_limiter.items():
+            time[limiter] += ns
+    balanced = 100.0 * time[Limiter.BALANCED] / total
+    shares = {
+        "host": 100.0 * time[Limiter.LATENCY] / total,
+        "communication": math.nan,
+        "memory": 100.0 * time[Limiter.MEMORY] / total,
+        "compute": 100.0 * time[Limiter.COMPUTE] / total + balanced,
+    }
+    bound = max(("host", "memory", "compute"), key=lambda k: shares[k])
+    kernels = sum(s.kernels for s in summaries)
+    text = (
+        f"from Nsight Compute counters ({kernels} kernel launch(es), no timeline): latency-bound"
+        f" kernels take {shares['host']:.0f}% of the profiled kernel time, memory-bound"
+        f" {shares['memory']:.0f}%, compute-bound {shares['compute'] - balanced:.0f}%"
+        f", balanced {balanced:.0f}%"
+    )
+    wasted = _wasted(found, price)
+    return Verdict(
+        bound=bound,
+        summary=_with_top(text, found, wasted, "of the profiled kernel time"),
+        shares_pct=shares,
+        idle_pct=math.nan,
+        wasted_usd_per_gpu_hour=wasted,
+        gpu_hour_usd=price.gpu_hour_usd,
+        price_source=price.source,
+        world_size=max(len({d for s in summaries for d in s.devices}), 1),
+        figures={
+            "latency_bound_kernels_pct": shares["host"],
+            "memory_bound_pct": shares["memory"],
+            "compute_bound_pct": 100.0 * time[Limiter.COMPUTE] / total,
+            "balanced_pct": balanced,
+            "profiled_kernel_ns": float(sum(s.measured_ns for s in summaries)),
+        },
+    )
+
+
+# --- shared -------------------------------------------------------------------------------------
+
+
+def _finding(
+    *,
+    pattern: str,
+    cause: str,
+    lost_ns: int,
+    total_ns: int,
+    events: int,
+    locations: list[LocationStat],
+    evidence: list[str],
+    price: Price,
+    gpus: int,
+    measured_from: str,
+) -> Finding:
+    share = 100.0 * lost_ns / total_ns if total_ns else 0.0
+    hour = share / 100.0 * price.gpu_hour_usd if price.gpu_hour_usd is not None else None
+    return SampledFinding(
+        pattern=pattern,
+        cause=cause,
+        title=_TITLES[cause],
+        lost_ns=lost_ns,
+        lost_ns_per_step=None,
+        share_pct=share,
+        events=events,
+        cost_usd_per_gpu_hour=hour,
+        cost_usd_per_day=hour * 24 * gpus if hour is not None else None,
+        locations=locations,
+        evidence=evidence,
+        fix=_FIXES[cause],
+        measured_from=measured_from,
+    )
+
+
+def _kept(found: list[Finding]) -> list[Finding]:
+    kept = [f for f in found if f.share_pct >= MIN_SHARE_PCT and f.lost_ns > 0]
+    return sorted(kept, key=lambda f: -f.lost_ns)
+
+
+def _wasted(found: list[Finding], price: Price) -> float | None:
+    if price.gpu_hour_usd is None:
+        return None
+    return sum(f.share_pct for f in found) / 100.0 * price.gpu_hour_usd
+
+
+def _pct_text(value: float | None) -> str:
+    return "an unknown share" if value is None else f"{value:.0f}%"
+
+
+def _with_top(text: str, found: list[Finding], wasted: float | None, of_what: str) -> str:
+    if found:
+        top = found[0]
+        text += f"; the top finding: {top.title} ({top.share_pct:.0f}% {of_what})"
+    if wasted is not None:
+        text += f"; about ${wasted:.2f} per GPU-hour wasted"
+    return text

@@ -1,0 +1,239 @@
+"""The run history: each saved run's summary in a local SQLite database.
+
+Contract:
+
+* Where: ``$GPUSCOPE_HISTORY`` if set, else ``history.sqlite`` in platformdirs' user data
+  directory for gpuscope (:func:`default_path`).
+* One row per run (:class:`StoredRun`): id, UTC time, label, git commit of the working directory
+  (``None`` outside a repository), SHA-256 of the source file(s), device, metrics (the whole
+  :class:`~gpuscope.analyses.diff.RunSummary` as JSON, per-step values included, so that a saved
+  run diffs like a file) and findings (JSON, also inside metrics; kept apart for queries).
+* The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists every step from
+  an empty file to the current version, each applied once, in order, in its own transaction. A
+  database from a newer gpuscope is refused (:class:`~gpuscope.errors.InputError`), never
+  rewritten.
+* Several processes may write at once: the database is in WAL mode, every connection waits up to
+  :data:`BUSY_TIMEOUT_MS` for a lock, and writes take the write lock up front
+  (``BEGIN IMMEDIATE``), so a writer never fails half-way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+
+from gpuscope.analyses.diff import RunSummary
+from gpuscope.errors import InputError
+
+ENV_VAR = "GPUSCOPE_HISTORY"
+BUSY_TIMEOUT_MS = 30_000
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+def default_path() -> Path:
+    """``$GPUSCOPE_HISTORY``, else ``<user data dir>/gpuscope/history.sqlite``."""
+    configured = os.environ.get(ENV_VAR)
+    if configured:
+        return Path(configured).expanduser()
+    from platformdirs import user_data_path  # noqa: PLC0415  (only when the history is used)
+
+    return user_data_path("gpuscope", appauthor=False) / "history.sqlite"
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    id: int
+    created_at: str  # ISO 8601, UTC
+    label: str | None
+    git_commit: str | None
+    source: str
+    source_sha256: str | None
+    device: str | None
+    summary: RunSummary
+
+
+def _create_runs(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            created_at TEXT NOT NULL,
+            label TEXT,
+            git_commit TEXT,
+            source TEXT NOT NULL,
+            source_sha256 TEXT,
+            device TEXT,
+            metrics TEXT NOT NULL,
+            findings TEXT NOT NULL
+        )"""
+    )
+
+
+def _index_labels(db: sqlite3.Connection) -> None:
+    db.execute("CREATE INDEX runs_by_label ON runs (label, id)")
+
+
+#: Migration ``i`` takes a database from version ``i`` to ``i + 1``.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_runs, _index_labels]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class History:
+    """A connection to one history database, migrated to :data:`SCHEMA_VERSION` on open."""
+
+    def __init__(self, path: Path | None = None, *, upto: int = SCHEMA_VERSION) -> None:
+        self.path = path or default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
+            self._db.isolation_level = None  # explicit transactions only
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._migrate(upto)
+        except sqlite3.DatabaseError as error:
+            raise InputError(self.path, f"not a gpuscope history database ({error})") from None
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _migrate(self, upto: int) -> None:
+        if self.version > SCHEMA_VERSION:
+            raise InputError(
+                self.path,
+                f"history schema version {self.version} is newer than this gpuscope's"
+                f" ({SCHEMA_VERSION}): upgrade gpuscope",
+            )
+        while self.version < upto:
+            with self._write() as db:
+                current = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if current >= upto:  # another process migrated meanwhile
+                    break
+                MIGRATIONS[current](db)
+                db.execute(f"PRAGMA user_version = {current + 1}")
+
+    def save(
+        self,
+        summary: RunSummary,
+        *,
+        label: str | None = None,
+        git_commit: str | None = None,
+        source_sha256: str | None = None,
+        created_at: datetime | None = None,
+    ) -> int:
+        """Store one run; returns its id."""
+        when = (created_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
+        metrics = msgspec.json.encode(summary).decode()
+        findings = msgspec.json.encode(summary.findings).decode()
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO runs (created_at, label, git_commit, source, source_sha256, device,"
+                " metrics, findings) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    when,
+                    label,
+                    git_commit,
+                    summary.source,
+                    source_sha256,
+                    summary.device,
+                    metrics,
+                    findings,
+                ),
+            )
+            run_id = cursor.lastrowid
+        if run_id is None:  # pragma: no cover - sqlite always sets it after an INSERT
+            raise RuntimeError("sqlite returned no row id")
+        return run_id
+
+    def get(self, run_id: int) -> StoredRun:
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise InputError(self.path, f"no saved run with id {run_id}")
+        return _stored(row)
+
+    def runs(self, *, label: str | None = None, limit: int | None = None) -> list[StoredRun]:
+        """Saved runs, newest first."""
+        sql = f"SELECT {_COLUMNS} FROM runs"
+        params: list[object] = []
+        if label is not None:
+            sql += " WHERE label = ?"
+            params.append(label)
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_stored(row) for row in self._db.execute(sql, params)]
+
+
+_COLUMNS = "id, created_at, label, git_commit, source, source_sha256, device, metrics, findings"
+
+
+def _stored(row: tuple[object, ...]) -> StoredRun:
+    run_id, created_at, label, commit, source, sha, device, metrics, _findings = row
+    return StoredRun(
+        id=int(str(run_id)),
+        created_at=str(created_at),
+        label=None if label is None else str(label),
+        git_commit=None if commit is None else str(commit),
+        source=str(source),
+        source_sha256=None if sha is None else str(sha),
+        device=None if device is None else str(device),
+        summary=msgspec.json.decode(str(metrics), type=RunSummary),
+    )
+
+
+def git_commit(directory: Path | None = None) -> str | None:
+    """HEAD of the git working directory containing ``directory`` (default: the current one)."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=directory or Path.cwd(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and commit else None
+
+
+def source_sha256(path: Path) -> str:
+    """SHA-256 of a file, or of a folder's files (names and contents, in name order)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK_BYTES):
+                digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,358 @@
+"""Diffs and the run history, for the terminal (rich) and as JSON.
+
+Contract: every function presents a :class:`~gpuscope.analyses.diff.RunDiff` or a list of
+:class:`~gpuscope.history.StoredRun` and computes nothing beyond formatting. The diff document
+(``"schema": "gpuscope/diff-1"``) has ``metrics: [{name, unit, better, before, after, change,
+change_pct, ci_low, ci_high, p_value, significant, outcome, note, before_per_step,
+after_per_step}]`` (before/after: means per step), ``kernels`` (per ``kernel_unit``) and
+``findings: {resolved, new, persisting}``. Times are ns, shares %, money USD; unknown is null.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpuscope import __version__
+from gpuscope.analyses.diff import (
+    COST,
+    GPU_BUSY,
+    LOST_PREFIX,
+    SIGNIFICANCE_LEVEL,
+    STEP_TIME,
+    FindingChange,
+    FindingSummary,
+    KernelChange,
+    MetricDiff,
+    RunDiff,
+    RunSummary,
+    headline,
+)
+from gpuscope.history import StoredRun
+
+SCHEMA = "gpuscope/diff-1"
+HISTORY_SCHEMA = "gpuscope/history-1"
+_OUTCOME_STYLE = {"better": "green", "worse": "red", "unchanged": "dim", "unclear": "yellow"}
+_SPARK = "▁▂▃▄▅▆▇█"
+_NAME_WIDTH = 70
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+
+def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "gpuscope_version": __version__,
+        "confidence_level": 1.0 - SIGNIFICANCE_LEVEL,
+        "before": _side(d.before, before_name),
+        "after": _side(d.after, after_name),
+        "metrics": [_metric(m) for m in d.metrics],
+        "kernel_unit": d.kernel_unit,
+        "kernels": [_kernel(k) for k in d.kernels],
+        "findings": {
+            "resolved": [_finding_change(f) for f in d.resolved],
+            "new": [_finding_change(f) for f in d.new],
+            "persisting": [_finding_change(f) for f in d.persisting],
+        },
+        "notes": list(d.notes),
+    }
+
+
+def dumps(d: RunDiff, before_name: str, after_name: str) -> bytes:
+    return msgspec.json.format(
+        msgspec.json.encode(to_document(d, before_name, after_name)), indent=1
+    )
+
+
+def _side(s: RunSummary, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": s.source,
+        "device": s.device,
+        "devices": s.devices,
+        "steps": s.steps,
+        "gpu_hour_usd": s.gpu_hour_usd,
+        "idle_pct": _round(s.idle_pct),
+        "no_steps_reason": s.no_steps_reason,
+    }
+
+
+def _metric(m: MetricDiff) -> dict[str, Any]:
+    c = m.comparison
+    return {
+        "name": m.name,
+        "unit": m.unit,
+        "better": m.better,
+        "before": _round(c.before_mean),
+        "after": _round(c.after_mean),
+        "change": _round(c.change),
+        "change_pct": _round(c.change_pct),
+        "ci_low": _round(c.ci_low),
+        "ci_high": _round(c.ci_high),
+        "p_value": None if c.p_value is None else float(f"{c.p_value:.4g}"),
+        "significant": c.significant,
+        "outcome": m.outcome,
+        "note": c.note,
+        "before_steps": len(m.before),
+        "after_steps": len(m.after),
+        "before_per_step": [_round(v) for v in m.before],
+        "after_per_step": [_round(v) for v in m.after],
+    }
+
+
+def _kernel(k: KernelChange) -> dict[str, Any]:
+    return {
+        "name": k.name,
+        "status": k.status,
+        "before_ns": _round(k.before_ns),
+        "after_ns": _round(k.after_ns),
+        "change_ns": _round(k.change_ns),
+        "change_pct": _round(k.change_pct),
+    }
+
+
+def _finding_change(f: FindingChange) -> dict[str, Any]:
+    return {
+        "cause": f.cause,
+        "title": f.title,
+        "before": _finding(f.before),
+        "after": _finding(f.after),
+    }
+
+
+def _finding(f: FindingSummary | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {
+        "pattern": f.pattern,
+        "lost_ns_per_step": _round(f.lost_ns_per_step),
+        "share_pct": _round(f.share_pct),
+        "cost_usd_per_gpu_hour": _round(f.cost_usd_per_gpu_hour),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return round(value, 4)
+
+
+# --- terminal -----------------------------------------------------------------------------------
+
+
+def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> None:
+    console.print(
+        Text(f"{before_name} → {after_name}", style="bold")
+        + Text(
+            f"  ({_steps(d.before)} before, {_steps(d.after)} after; per-step means,"
+            f" {100 * (1 - SIGNIFICANCE_LEVEL):.0f}% confidence)",
+            style="dim",
+        )
+    )
+    for note in d.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    console.print(_metrics_table(d))
+    console.print(_findings(d))
+    if d.kernels:
+        console.print(_kernels_table(d))
+
+
+def _steps(s: RunSummary) -> str:
+    return f"{s.steps} steps" if s.steps else "no steps"
+
+
+def _label(name: str) -> str:
+    labels = {STEP_TIME: "step time", GPU_BUSY: "GPU busy", COST: "waste $/GPU-h"}
+    if name in labels:
+        return labels[name]
+    return name.removeprefix(LOST_PREFIX) + " lost/step" if name.startswith(LOST_PREFIX) else name
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ns":
+        return f"{value / 1e6:,.2f} ms"
+    if unit == "pct":
+        return f"{value:.1f}%"
+    return f"${value:,.2f}"
+
+
+def _cell(mean: float | None, values: list[float], unit: str) -> Text:
+    text = Text(_value(mean, unit))
+    if len(values) >= 2:
+        low, high = _value(min(values), unit), _value(max(values), unit)
+        text.append(f"\n{low.removesuffix(' ms')}–{high}", style="dim")
+    return text
+
+
+def _metrics_table(d: RunDiff) -> Table:
+    table = Table(title="Per step: mean, and min–max over steps", title_justify="left")
+    table.add_column("metric", no_wrap=True)
+    for column in ("before", "after", "change", "vs noise"):
+        table.add_column(column, justify="right")
+    for m in d.metrics:
+        c = m.comparison
+        change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f}%"
+        if c.change_pct is None and c.change is not None:
+            change = f"{'+' if c.change >= 0 else ''}{_value(c.change, m.unit)}"
+        verdict = Text(m.outcome, style=_OUTCOME_STYLE[m.outcome])
+        if c.p_value is not None:
+            verdict.append(f"\np={c.p_value:.2g}", style="dim")
+        elif c.note:
+            verdict.append(f"\n{c.note.split(':')[0]}", style="dim")
+        table.add_row(
+            _label(m.name),
+            _cell(c.before_mean, m.before, m.unit),
+            _cell(c.after_mean, m.after, m.unit),
+            change,
+            verdict,
+        )
+    return table
+
+
+def _findings(d: RunDiff) -> Text:
+    text = Text("\nFindings\n", style="bold")
+    if not (d.resolved or d.new or d.persisting):
+        text.append("  none before or after\n", style="dim")
+    for heading, items, style in (
+        ("resolved", d.resolved, "green"),
+        ("new", d.new, "red"),
+        ("persisting", d.persisting, "yellow"),
+    ):
+        for f in items:
+            text.append(f"  {heading:<10}", style=f"bold {style}")
+            text.append(f" {f.cause}: {f.title}")
+            text.append(f"  ({_per_step(f.before)} → {_per_step(f.after)} per step)\n", style="dim")
+    return text
+
+
+def _per_step(f: FindingSummary | None) -> str:
+    if f is None:
+        return "none"
+    if f.lost_ns_per_step is None:
+        return f"{f.share_pct:.1f}%"
+    return _value(f.lost_ns_per_step, "ns")
+
+
+def _kernels_table(d: RunDiff) -> Table:
+    unit = "step" if d.kernel_unit == "step" else "second"
+    table = Table(title=f"Kernel changes, device time per {unit}", title_justify="left")
+    table.add_column("change")
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
+    for column in ("before", "after", "Δ"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for k in d.kernels:
+        name = k.name.removeprefix("void ")
+        style = "red" if k.status in ("added", "slower") else "green"
+        table.add_row(
+            Text(k.status, style=style),
+            name,
+            _value(k.before_ns, "ns"),
+            _value(k.after_ns, "ns"),
+            f"{'+' if k.change_ns >= 0 else ''}{_value(k.change_ns, 'ns')}",
+        )
+    return table
+
+
+# --- history ------------------------------------------------------------------------------------
+
+
+def history_document(runs: list[StoredRun], metric: str | None) -> dict[str, Any]:
+    return {
+        "schema": HISTORY_SCHEMA,
+        "metric": metric,
+        "runs": [
+            {
+                "id": r.id,
+                "created_at": r.created_at,
+                "label": r.label,
+                "git_commit": r.git_commit,
+                "source": r.source,
+                "source_sha256": r.source_sha256,
+                "device": r.device,
+                "steps": r.summary.steps,
+                "step_time_ns": _round(headline(r.summary, STEP_TIME)),
+                "gpu_busy_pct": _round(headline(r.summary, GPU_BUSY)),
+                "idle_pct": _round(r.summary.idle_pct),
+                "cost_usd_per_gpu_hour": _round(headline(r.summary, COST)),
+                "findings": [f.cause for f in r.summary.findings],
+                **({"value": _round(headline(r.summary, metric))} if metric else {}),
+            }
+            for r in runs
+        ],
+    }
+
+
+def render_history(runs: list[StoredRun], console: Console, metric: str | None) -> None:
+    if not runs:
+        console.print(Text("No saved runs (gpuscope diagnose TRACE --save).", style="dim"))
+        return
+    table = Table(title="Saved runs, newest first", title_justify="left")
+    table.add_column("id", justify="right", min_width=2)
+    table.add_column("time (UTC)", min_width=11)
+    table.add_column("label", min_width=5)
+    table.add_column("commit", min_width=7)
+    if metric:
+        table.add_column(_label(metric), justify="right", min_width=9)
+        table.add_column("vs prev.", justify="right", min_width=7)
+    else:
+        for column in ("step time", "busy", "waste $/GPU-h"):
+            table.add_column(column, justify="right", min_width=len(column))
+    table.add_column("top finding", overflow="ellipsis", no_wrap=True, min_width=11)
+    for i, r in enumerate(runs):
+        s = r.summary
+        row = [
+            str(r.id),
+            r.created_at.replace("T", " ")[5:16],
+            r.label or "",
+            (r.git_commit or "")[:7],
+        ]
+        if metric:
+            previous = runs[i + 1].summary if i + 1 < len(runs) else None
+            row += _trend_cells(s, previous, metric)
+        else:
+            row += [
+                _value(headline(s, STEP_TIME), "ns"),
+                _value(headline(s, GPU_BUSY), "pct"),
+                _value(headline(s, COST), "usd"),
+            ]
+        row.append(s.findings[0].cause if s.findings else "")
+        table.add_row(*row)
+    console.print(table)
+    if metric:
+        console.print(_sparkline(runs, metric))
+
+
+def _unit_of(metric: str) -> str:
+    if metric.endswith("_pct"):
+        return "pct"
+    return "usd" if metric == COST else "ns"
+
+
+def _trend_cells(s: RunSummary, previous: RunSummary | None, metric: str) -> list[str]:
+    value = headline(s, metric)
+    before = headline(previous, metric) if previous else None
+    change = ""
+    if value is not None and before:
+        change = f"{100 * (value - before) / before:+.1f}%"
+    return [_value(value, _unit_of(metric)), change]
+
+
+def _sparkline(runs: list[StoredRun], metric: str) -> Text:
+    values = [headline(r.summary, metric) for r in reversed(runs)]
+    known = [v for v in values if v is not None]
+    if len(known) < 2:
+        return Text("")
+    low, high = min(known), max(known)
+    span = (high - low) or 1.0
+    marks = "".join(
+        " " if v is None else _SPARK[int((v - low) / span * (len(_SPARK) - 1))] for v in values
+    )
+    return Text(f"{_label(metric)}, oldest → newest: {marks}", style="cyan")

@@ -1,0 +1,99 @@
+"""The CI gate: exit 0 when every bound holds, 1 with one line when one breaks, 2 for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuscope import generator as g
+
+SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("check")
+    configs = {
+        "slow": g.GeneratorConfig(seed=1, steps=6, inject=(g.SlowDataLoader(ms=40),), **SMALL),
+        "fast": g.GeneratorConfig(seed=2, steps=6, **SMALL),
+        "fast_again": g.GeneratorConfig(seed=3, steps=8, **SMALL),
+    }
+    return {name: g.generate(c).write(folder / f"{name}.json.gz") for name, c in configs.items()}
+
+
+def check(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", "check", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+
+
+def test_idle_bound(traces: dict[str, Path]) -> None:
+    broken = check(traces["slow"], "--max-idle-pct", "20")
+    assert broken.returncode == 1
+    assert broken.stdout == ""
+    assert len(broken.stderr.strip().splitlines()) == 1
+    assert "check failed" in broken.stderr and "GPU idle" in broken.stderr
+    kept = check(traces["fast"], "--max-idle-pct", "20")
+    assert kept.returncode == 0, kept.stderr
+    assert "check passed" in kept.stdout
+
+
+def test_cost_bound(traces: dict[str, Path]) -> None:
+    broken = check(traces["slow"], "--max-cost-usd-per-gpu-hour", "0.5")
+    assert broken.returncode == 1
+    assert "waste $" in broken.stderr
+    assert check(traces["fast"], "--max-cost-usd-per-gpu-hour", "0.5").returncode == 0
+
+
+def test_step_time_regression_against_a_baseline(traces: dict[str, Path]) -> None:
+    regressed = check(traces["slow"], "--baseline", traces["fast"], "--max-regression-pct", "5")
+    assert regressed.returncode == 1
+    line = regressed.stderr.strip()
+    assert "\n" not in line and "step time" in line and "max +5%" in line
+    improved = check(traces["fast"], "--baseline", traces["slow"], "--max-regression-pct", "5")
+    assert improved.returncode == 0, improved.stderr
+    # Same code, other seed and step count: within noise, so the gate holds.
+    noise = check(traces["fast_again"], "--baseline", traces["fast"], "--max-regression-pct", "0")
+    assert noise.returncode == 0, noise.stderr
+
+
+def test_baseline_by_saved_run_id(traces: dict[str, Path], tmp_path: Path) -> None:
+    env = {**os.environ, "GPUSCOPE_HISTORY": str(tmp_path / "history.sqlite")}
+    saved = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "diagnose", str(traces["fast"]), "--save"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert saved.returncode == 0, saved.stderr
+    assert "saved as run 1" in saved.stderr
+    result = check(traces["slow"], "--baseline", "1", "--max-regression-pct", "10", env=env)
+    assert result.returncode == 1
+    assert "vs baseline" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "nothing to check"),
+        (("--baseline", "x.json"), "go together"),
+        (("--max-idle-pct", "5", "--gpu-hour-usd", "2"), None),
+    ],
+)
+def test_bad_input_exits_2(
+    traces: dict[str, Path], tmp_path: Path, args: tuple[str, ...], message: str | None
+) -> None:
+    target = traces["fast"] if message else tmp_path / "missing.json"
+    result = check(target, *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert (message or "no such file") in result.stderr

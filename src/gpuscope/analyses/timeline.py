@@ -269,7 +269,9 @@ def step_breakdown(work: DeviceWork) -> list[StepStat]:
     """Per profiler step: its duration and how busy the device was inside it.
 
     A step's window on the device is its GPU-side annotation when the trace has one (kernels of a
-    step run after the host has moved on), else the host-side step range.
+    step run after the host has moved on), else the host-side step range; each window then starts
+    where the previous one ended, so that idle time between steps is counted in the step that
+    waited.
     """
     trace = work.trace
     if not trace.steps:
@@ -284,6 +286,9 @@ def step_breakdown(work: DeviceWork) -> list[StepStat]:
     windows = [gpu_windows.get(s.name, (s.start_ns, s.end_ns)) for s in trace.steps]
     lo = np.array([w[0] for w in windows], dtype=np.int64)
     hi = np.array([w[1] for w in windows], dtype=np.int64)
+    # Steps tile the device's time: what idles between two steps' work (the next batch loading)
+    # belongs to the step that waited for it.
+    lo[1:] = np.minimum(lo[1:], hi[:-1])
     busy = covered_ns(work.busy, lo, hi)
     return [
         StepStat(s.name, s.number, int(lo[i]), int(hi[i]), int(busy[i]))

@@ -214,3 +214,27 @@ def test_folder_without_traces(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(UnknownFormatError, match="no readable trace"):
         load(tmp_path)
+
+
+@pytest.mark.parametrize("events_first", [True, False])
+def test_piecewise_reading_equals_whole_document_reading(
+    tmp_path: Path, events_first: bool
+) -> None:
+    """Whatever the key order (events before a deviceProperties list of objects, or after), the
+    piecewise reader gives the same trace as decoding the whole document."""
+    from gpuscope import generator
+    from gpuscope.readers import kineto
+
+    doc = generator.generate(generator.GeneratorConfig(seed=3, steps=3)).document
+    events = doc.pop("traceEvents")
+    doc["deviceProperties"] = [dict(doc["deviceProperties"][0], id=i) for i in range(2)]
+    ordered = {"traceEvents": events, **doc} if events_first else {**doc, "traceEvents": events}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(ordered, separators=(",", ":")))
+    streamed = kineto._read_streamed(path)
+    whole = kineto.read(path, path.read_bytes())
+    assert len(streamed.events) == len(whole.events) > 0
+    assert np.array_equal(streamed.events.start_ns, whole.events.start_ns)
+    assert np.array_equal(streamed.events.link, whole.events.link)
+    assert streamed.names == whole.names
+    assert streamed.devices == whole.devices and streamed.rank == whole.rank

@@ -274,6 +274,10 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 _PIECE_BYTES = 4 << 20
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+#: The end of the events array: its last event's brace, then another key of the document, or
+#: (once the whole file has been read) the document's end.
+_ARRAY_END = re.compile(rb"\}\s*\]\s*,\s*\"")
+_ARRAY_END_LAST = re.compile(rb"\}\s*\]\s*\}\s*$")
 
 
 class _NotStreamableError(Exception):
@@ -330,6 +334,16 @@ class _EventText:
                 more = next(pieces, None)
                 exhausted = more is None
                 buffer += more or b""
+            end = _ARRAY_END.search(buffer)
+            if end is None and exhausted:
+                end = _ARRAY_END_LAST.search(buffer)
+            if end is not None:
+                # The events end here; what follows (other keys, which may hold lists of
+                # objects such as deviceProperties) is the document's tail.
+                self.tail = buffer[end.start() + 1 :].lstrip()[1:] + b"".join(pieces)
+                self.finished = True
+                yield buffer[: end.start() + 1]
+                return
             cut = _last_boundary(buffer)
             if cut is not None:
                 yield buffer[: cut[0]]
@@ -452,7 +466,7 @@ def _decode_any(data: bytes) -> Any:
         return _LENIENT_DECODER.decode(data)
 
 
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_EVENT_BOUNDARY = _BOUNDARY
 
 
 def _repair_truncated(data: bytes) -> Any | None:

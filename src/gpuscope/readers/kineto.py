@@ -31,6 +31,7 @@ from zlib_ng import zlib_ng
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
 from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, read_bytes
+from gpuscope.readers._links import join_launches, link_launches
 
 # --- the decoded shape -----------------------------------------------------------------------
 
@@ -613,7 +614,7 @@ class _Columns:
         table = Events.from_columns(self.rows, columns, self.extra)
         order = np.argsort(table.start_ns, kind="stable")
         table = table.take(order)
-        _link_launches(table)
+        link_launches(table)
         if self.flows:
             _link_by_flows(table, self.flows)
         dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
@@ -631,6 +632,11 @@ class _Columns:
             steps=_steps(table, names),
             metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
         )
+        if "cuda_profiler_range" in self.kind_of:
+            trace.warnings.append(
+                f"{path}: kernels were recorded by CUPTI range profiling (replayed for counters):"
+                " their durations are not real-time, so busy and idle figures are not either"
+            )
         if lost_tail:
             trace.warnings.append(
                 f"{path}: the file ends mid-write (the profiler did not finish it); read "
@@ -796,43 +802,6 @@ def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     return extra
 
 
-def _link_launches(table: Events) -> None:
-    """Join runtime calls and device work that share a correlation id (first match wins)."""
-    device_rows = np.flatnonzero(table.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC))
-    runtime_rows = np.flatnonzero(table.of_kind(Kind.RUNTIME))
-    device_rows = device_rows[table.correlation[device_rows] >= 0]
-    runtime_rows = runtime_rows[table.correlation[runtime_rows] >= 0]
-    if device_rows.size == 0 or runtime_rows.size == 0:
-        return
-    _join(
-        table,
-        runtime_rows,
-        table.correlation[runtime_rows],
-        device_rows,
-        table.correlation[device_rows],
-    )
-
-
-def _join(
-    table: Events,
-    host_rows: np.ndarray,
-    host_keys: np.ndarray,
-    dev_rows: np.ndarray,
-    dev_keys: np.ndarray,
-) -> None:
-    order = np.argsort(host_keys, kind="stable")
-    sorted_keys = host_keys[order]
-    pos = np.searchsorted(sorted_keys, dev_keys)
-    pos_ok = np.minimum(pos, sorted_keys.size - 1)
-    found = (pos < sorted_keys.size) & (sorted_keys[pos_ok] == dev_keys)
-    launcher = host_rows[order[pos_ok[found]]]
-    linked_dev = dev_rows[found]
-    table.link[linked_dev] = launcher
-    # Reverse link: the earliest device event of each launch (rows are in start order).
-    first = np.unique(launcher, return_index=True)[1]
-    table.link[launcher[first]] = linked_dev[first]
-
-
 def _link_by_flows(table: Events, flows: list[Any]) -> None:
     """Link device work without correlation ids through flow start/finish pairs (MTIA, old ROCm).
 
@@ -878,7 +847,7 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
             dev_rows.append(d)
     if host_rows:
         h_arr = np.array(host_rows, dtype=np.int64)
-        _join(table, h_arr, h_arr, np.array(dev_rows, dtype=np.int64), h_arr)
+        join_launches(table, h_arr, h_arr, np.array(dev_rows, dtype=np.int64), h_arr)
 
 
 def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:

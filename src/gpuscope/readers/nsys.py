@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, CopyDirection, DeviceInfo, Events, Job, Kind, Step, Trace
-from gpuscope.readers.kineto import _link_launches  # shared correlation join
+from gpuscope.readers._links import link_launches
 
 I64 = NDArray[np.int64]
 
@@ -734,7 +734,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     for pid in np.unique(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
         table = events.take(rows)
-        _link_launches(table)
+        link_launches(table)
         trace = _trace(export, table, pid, nvtx.ranks.get(pid), infos)
         _attach_metrics(trace, metrics)
         if pid in os_runtime:

@@ -6,6 +6,8 @@ of its events (the input is not changed); ``steps`` keep only the steps inside t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from gpuscope.model import Kind, Trace
@@ -33,14 +35,8 @@ def drop_last_step(trace: Trace) -> Trace:
     rows = np.flatnonzero(host_kept | device_kept)
     events = ev.take(rows)
     steps = [s for s in trace.steps if s.start_ns < cut_ns]
-    return Trace(
-        source=trace.source,
-        format=trace.format,
-        schema=trace.schema,
-        rank=trace.rank,
-        world_size=trace.world_size,
-        devices=trace.devices,
-        names=trace.names,
+    return replace(
+        trace,
         events=events,
         steps=steps,
         warnings=list(trace.warnings),

@@ -29,8 +29,17 @@ class Content:
 
 def read_bytes(path: Path) -> Content:
     """Read ``path`` whole, decompressing gzip whatever the file is called."""
+    raw = _read_raw(path, None)
+    if not raw.startswith(GZIP_MAGIC):
+        return Content(raw, truncated=False, compressed=False)
+    return _gunzip(path, raw)
+
+
+def _read_raw(path: Path, size: int | None) -> bytes:
+    """The file's bytes (its first ``size`` bytes), or one line saying why they cannot be had."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read() if size is None else file.read(size)
     except FileNotFoundError:
         raise InputError(path, "no such file or directory") from None
     except IsADirectoryError:
@@ -39,9 +48,7 @@ def read_bytes(path: Path) -> Content:
         raise InputError(path, f"cannot be read ({error.strerror})") from None
     if not raw:
         raise EmptyTraceError(path, "the file is empty")
-    if not raw.startswith(GZIP_MAGIC):
-        return Content(raw, truncated=False, compressed=False)
-    return _gunzip(path, raw)
+    return raw
 
 
 def _gunzip(path: Path, raw: bytes) -> Content:
@@ -68,17 +75,7 @@ def _gunzip(path: Path, raw: bytes) -> Content:
 
 def head_bytes(path: Path, size: int = 65536) -> bytes:
     """The first bytes of a file, decompressed when it is gzip, for sniffing its format."""
-    try:
-        with path.open("rb") as file:
-            raw = file.read(size)
-    except FileNotFoundError:
-        raise InputError(path, "no such file or directory") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory") from None
-    except OSError as error:
-        raise InputError(path, f"cannot be read ({error.strerror})") from None
-    if not raw:
-        raise EmptyTraceError(path, "the file is empty")
+    raw = _read_raw(path, size)
     if not raw.startswith(GZIP_MAGIC):
         return raw
     try:

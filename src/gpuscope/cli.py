@@ -13,11 +13,13 @@ from gpuscope.commands import (
     check,
     diagnose,
     diff,
+    fleet,
     history,
     profile,
     report,
     scale,
     sweep,
+    watch,
 )
 
 
@@ -37,3 +39,6 @@ main.add_command(history.history)
 main.add_command(check.check)
 main.add_command(scale.scale)
 main.add_command(sweep.sweep)
+main.add_command(fleet.fleet)
+main.add_command(fleet.fleet_report)
+main.add_command(watch.watch)

@@ -1,0 +1,107 @@
+"""``gpuscope fleet`` and ``gpuscope fleet-report``: diagnose many jobs into one table, then
+report on it. The work lives in :mod:`gpuscope.fleet`; these commands parse, call and render."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+
+if TYPE_CHECKING:
+    from gpuscope.fleet import Engine, FleetTable
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="PATHS_OR_GLOBS...")
+@click.option("--out", "out", required=True, help="fleet.parquet, or a .json file (no pyarrow).")
+@click.option("--json", "as_json", is_flag=True, help="Also print the new job rows as JSON.")
+@click.option("--workers", type=click.IntRange(min=1), help="Local processes (default: cores).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", help="An existing Ray cluster (default: start a local one).")
+@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@input_errors_exit
+def fleet(
+    inputs: tuple[str, ...],
+    out: str,
+    as_json: bool,
+    workers: int | None,
+    engine: str,
+    ray_address: str | None,
+    gpu_hour_usd: float | None,
+) -> None:
+    """Diagnose many jobs (traces, folders of ranks, nsys exports, metrics logs) into one table.
+
+    Inputs already in OUT with the same size and mtime are skipped; a bad input is an error row.
+    With --engine ray the workers read the paths themselves: on a remote cluster give paths all
+    nodes see, or URLs (s3://..., with fsspec installed).
+    """
+    if ray_address and engine != "ray":
+        raise click.UsageError("--ray-address needs --engine ray")
+    _require_extras(out, engine)
+    import json
+    from dataclasses import asdict
+
+    from gpuscope import fleet as lib
+
+    stored = lib.read(out)
+    wanted = lib.expand(inputs)
+    todo = lib.pending(wanted, stored)
+    fresh = _run(todo, lib.Engine(engine, workers, ray_address), gpu_hour_usd)
+    lib.write(lib.merge(stored, fresh), out)
+    failed = sum(j.status != "ok" for j in fresh.jobs)
+    skipped = len(wanted) - len(todo)
+    click.echo(
+        f"wrote {out}: {len(fresh.jobs)} jobs diagnosed ({failed} failed), {skipped} already there",
+        err=True,
+    )
+    if as_json:
+        click.echo(json.dumps([asdict(j) for j in fresh.jobs], indent=1))
+
+
+def _require_extras(out: str, engine: str) -> None:
+    if not out.endswith(".json") and importlib.util.find_spec("pyarrow") is None:
+        missing_extra("writing Parquet (or give --out NAME.json)", "pyarrow", "fleet")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        missing_extra("--engine ray", "ray", "ray")
+
+
+def _run(todo: list[str], engine: Engine, usd: float | None) -> FleetTable:
+    """The fleet run, with a progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from gpuscope.fleet import run
+
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task("diagnosing", total=len(todo))
+        return run(todo, engine, usd, on_done=lambda _p: bar.advance(task))
+
+
+@click.command("fleet-report")
+@click.argument("table", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML file.")
+@click.option("--worst", type=click.IntRange(min=1), default=10, show_default=True)
+@input_errors_exit
+def fleet_report(table: Path, output: Path | None, worst: int) -> None:
+    """Report on a fleet table: waste by cause and ICSE category, worst jobs, utilisation, trend."""
+    _require_extras(str(table), "local")
+    from rich.console import Console
+
+    from gpuscope import fleet as lib
+    from gpuscope.commands.report import write
+    from gpuscope.render import fleet as render
+
+    if not table.exists():
+        click.echo(f"gpuscope: error: {table}: no such file", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    summary = lib.summarize(lib.read(table), worst=worst)
+    render.render_terminal(summary, Console())
+    if output is not None:
+        page = render.render_html(summary)
+        write(output, page.encode())
+        click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)

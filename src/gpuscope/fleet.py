@@ -1,0 +1,537 @@
+"""Fleet: diagnose many jobs and keep one row per job and one row per finding.
+
+Contract:
+
+* :func:`expand` turns paths, globs and URLs into inputs (a file, a folder of ranks, a URL);
+  :func:`diagnose_input` diagnoses one input and never raises for a bad input: the error becomes
+  the job row (``status="error"``, ``error`` says why). It is a plain top-level function of
+  picklable arguments, so that every engine (a local process pool, Ray tasks) runs the same code
+  and produces identical rows.
+* :func:`run` maps :func:`diagnose_input` over inputs with an :class:`Engine` and reports each
+  finished input to a callback (the CLI's progress bar); rows come back in input order.
+* :func:`write` / :func:`read` store a :class:`FleetTable`: Parquet (``pyarrow``, the ``fleet``
+  extra) as ``NAME.parquet`` (jobs) plus ``NAME.findings.parquet`` (findings), or one JSON
+  document (``gpuscope/fleet-1``) when the name ends in ``.json``. :func:`pending` drops the inputs
+  a previous run already stored with the same path, size and mtime (resuming).
+* Causes map to the categories of Gao et al., "An Empirical Study on Low GPU Utilization of Deep
+  Learning Jobs" (ICSE 2024): data / model / job / library, with the study's subcategory names
+  (:data:`ICSE_CATEGORIES`).
+
+Money and time: ``wasted_gpu_hours`` is the findings' lost device time (summed over GPUs) in
+hours, ``wasted_usd`` that times the job's price per GPU-hour (None when the price is unknown).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuscope.diagnosis import Diagnosis
+
+SCHEMA = "gpuscope/fleet-1"
+NS_PER_HOUR = 3_600 * 10**9
+#: Epoch times before 2001 are trace-relative clocks, not dates.
+_MIN_EPOCH_NS = 10**18
+
+#: cause -> (ICSE 2024 category, the study's subcategory). Idle waiting on input data and host to
+#: device copies are the study's "data" issues; collectives are its "data exchange"; batch size,
+#: checkpointing and memory are "model" issues; what the trace cannot explain is left to "job".
+ICSE_CATEGORIES: dict[str, tuple[str, str]] = {
+    "data_loader": ("data", "data preprocessing"),
+    "h2d_copy": ("data", "host-GPU data transfer"),
+    "d2h_copy": ("data", "host-GPU data transfer"),
+    "communication_wait": ("data", "data exchange"),
+    "exposed_communication": ("data", "data exchange"),
+    "straggler": ("data", "data exchange"),
+    "collective_wait": ("data", "data exchange"),
+    "host_sync": ("model", "model code (host synchronisation)"),
+    "launch_overhead": ("model", "batch size"),
+    "small_batch": ("model", "batch size"),
+    "low_utilization": ("model", "batch size"),
+    "memory_bound": ("model", "model code (unfused kernels)"),
+    "fp32_gemm": ("model", "model code (no tensor cores)"),
+    "misleading_gpu_util": ("model", "batch size"),
+    "latency_bound": ("model", "model code (latency-bound kernels)"),
+    "compute_bound": ("model", "model code (compute-bound kernels)"),
+    "checkpoint": ("model", "checkpointing"),
+    "allocator": ("model", "insufficient memory"),
+    "insufficient_memory": ("model", "insufficient memory"),
+    "cpu_other": ("job", "job logic (host work)"),
+    "unknown": ("job", "unexplained"),
+}
+
+
+def category(cause: str) -> tuple[str, str]:
+    """The ICSE 2024 category and subcategory of a cause; unmapped causes are ``job``."""
+    return ICSE_CATEGORIES.get(cause, ("job", "other"))
+
+
+@dataclass(frozen=True)
+class JobRow:
+    path: str
+    size_bytes: int | None  # None for a URL or a vanished path
+    mtime_ns: int | None
+    status: str  # "ok" | "error"
+    error: str | None = None
+    devices: str | None = None  # distinct device names, comma-separated
+    gpus: int | None = None
+    span_ns: int | None = None  # first to last device activity (or sample) over the job
+    idle_pct: float | None = None
+    bound: str | None = None
+    gpu_hour_usd: float | None = None
+    wasted_usd_per_gpu_hour: float | None = None
+    wasted_gpu_hours: float | None = None
+    wasted_usd: float | None = None
+    date: str | None = None  # ISO 8601 UTC
+    date_source: str | None = None  # "trace" | "samples" | "mtime"
+    top_cause: str | None = None
+    top_category: str | None = None
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    path: str
+    pattern: str
+    cause: str
+    category: str
+    subcategory: str
+    lost_ns: int
+    share_pct: float
+    cost_usd_per_gpu_hour: float | None
+
+
+@dataclass
+class FleetTable:
+    jobs: list[JobRow] = field(default_factory=list)
+    findings: list[FindingRow] = field(default_factory=list)
+
+    def extend(self, other: FleetTable) -> None:
+        self.jobs.extend(other.jobs)
+        self.findings.extend(other.findings)
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+
+def is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def expand(patterns: Iterable[str]) -> list[str]:
+    """Paths and glob matches in the order given, each once; URLs pass through. A pattern that
+    matches nothing stays, so that it becomes an error row rather than vanishing."""
+    seen: dict[str, None] = {}
+    for pattern in patterns:
+        matches = [] if is_url(pattern) else sorted(glob.glob(pattern, recursive=True))
+        for path in matches or [pattern]:
+            seen.setdefault(path, None)
+    return list(seen)
+
+
+def fingerprint(path: str) -> tuple[int | None, int | None]:
+    """(size in bytes, mtime in ns) of a local path; a folder's size sums its files."""
+    if is_url(path):
+        return None, None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None, None
+    if not os.path.isdir(path):
+        return stat.st_size, stat.st_mtime_ns
+    files = [p for p in Path(path).rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    mtime = max([p.stat().st_mtime_ns for p in files], default=stat.st_mtime_ns)
+    return size, mtime
+
+
+# --- one input ----------------------------------------------------------------------------------
+
+
+def diagnose_input(path: str, gpu_hour_usd: float | None = None) -> FleetTable:
+    """Diagnose one input; a bad input is an error row, never an exception."""
+    import gpuscope  # noqa: PLC0415 - keeps worker start-up light until work arrives
+
+    size, mtime = fingerprint(path)
+    try:
+        with _local_copy(path) as local:
+            job = gpuscope.load(local)
+            diagnosis = gpuscope.diagnose(job, gpuscope.Options(gpu_hour_usd=gpu_hour_usd))
+    except Exception as error:  # one bad job never stops a fleet run
+        message = str(error) if isinstance(error, gpuscope.InputError) else repr(error)
+        return FleetTable([_error_row(path, size, mtime, message)], [])
+    bases = [t.metadata.get("base_time_ns") for t in job.traces]
+    return _rows(path, size, mtime, diagnosis, [int(b) for b in bases if b])
+
+
+@contextmanager
+def _local_copy(path: str) -> Iterator[str]:
+    """A local path for ``path``: itself, or a temporary download of an fsspec URL."""
+    if not is_url(path):
+        yield path
+        return
+    try:
+        fsspec = importlib.import_module("fsspec")
+    except ImportError:
+        raise InputError(path, "reading URLs needs fsspec: pip install fsspec") from None
+    with tempfile.TemporaryDirectory(prefix="gpuscope-fleet-") as tmp:
+        target = os.path.join(tmp, path.rstrip("/").rsplit("/", 1)[-1])
+        fsspec.filesystem(path.split("://", 1)[0]).get(path, target, recursive=True)
+        yield target
+
+
+def _error_row(path: str, size: int | None, mtime: int | None, message: str) -> JobRow:
+    date, source = _date(None, mtime)
+    return JobRow(path, size, mtime, "error", message, date=date, date_source=source)
+
+
+def _rows(
+    path: str, size: int | None, mtime: int | None, d: Diagnosis, bases: list[int]
+) -> FleetTable:
+    v = d.verdict
+    found = [
+        FindingRow(
+            path,
+            f.pattern,
+            f.cause,
+            *category(f.cause),
+            int(f.lost_ns),
+            float(f.share_pct),
+            f.cost_usd_per_gpu_hour,
+        )
+        for f in d.findings
+    ]
+    lost_hours = sum(f.lost_ns for f in found) / NS_PER_HOUR
+    usd = lost_hours * v.gpu_hour_usd if v.gpu_hour_usd is not None else None
+    date, date_source = _date(_epoch_of(d, bases), mtime)
+    top = max(found, key=lambda f: f.lost_ns, default=None)
+    names = [x.info.name for x in d.devices] + [g.name for g in d.sampled]
+    job = JobRow(
+        path=path,
+        size_bytes=size,
+        mtime_ns=mtime,
+        status="ok",
+        error=None,
+        devices=", ".join(sorted({n for n in names if n})) or None,
+        gpus=int(v.world_size),
+        span_ns=_span_ns(d),
+        idle_pct=float(v.idle_pct),
+        bound=v.bound,
+        gpu_hour_usd=v.gpu_hour_usd,
+        wasted_usd_per_gpu_hour=v.wasted_usd_per_gpu_hour,
+        wasted_gpu_hours=lost_hours,
+        wasted_usd=usd,
+        date=date,
+        date_source=date_source,
+        top_cause=top.cause if top else None,
+        top_category=top.category if top else None,
+    )
+    return FleetTable([job], found)
+
+
+def _span_ns(d: Diagnosis) -> int | None:
+    spans = [(x.span_start_ns, x.span_end_ns) for x in d.devices] or [
+        (g.start_ns, g.end_ns) for g in d.sampled
+    ]
+    if not spans:
+        return None
+    return int(max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def _epoch_of(d: Diagnosis, bases: list[int]) -> tuple[int, str] | None:
+    """When the job ran, from the input itself: Kineto's base time or sample timestamps."""
+    traced = [b for b in bases if b >= _MIN_EPOCH_NS]
+    if traced:
+        return min(traced), "trace"
+    starts = [g.start_ns for g in d.sampled if g.start_ns >= _MIN_EPOCH_NS]
+    return (min(starts), "samples") if starts else None
+
+
+def _date(epoch: tuple[int, str] | None, mtime: int | None) -> tuple[str | None, str | None]:
+    if epoch is None:
+        if mtime is None:
+            return None, None
+        epoch = (mtime, "mtime")
+    stamp = datetime.fromtimestamp(epoch[0] / 1e9, tz=timezone.utc)
+    return stamp.isoformat(timespec="seconds"), epoch[1]
+
+
+# --- engines ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Engine:
+    kind: str = "local"  # "local" | "ray"
+    workers: int | None = None  # processes (1: in this process) or a local Ray's CPUs; None: all
+    ray_address: str | None = None  # ray: an existing cluster; None starts a local one
+
+
+Progress = Callable[[str], None]
+
+
+def run(
+    inputs: Sequence[str],
+    engine: Engine | None = None,
+    gpu_hour_usd: float | None = None,
+    on_done: Progress | None = None,
+) -> FleetTable:
+    """Diagnose every input with ``engine``; rows come back in input order."""
+    engine = engine or Engine()
+    done = on_done or (lambda _path: None)
+    if engine.kind == "ray":
+        parts = _run_ray(inputs, engine, gpu_hour_usd, done)
+    elif engine.kind == "local":
+        parts = _run_local(inputs, engine.workers, gpu_hour_usd, done)
+    else:
+        raise ValueError(f"unknown engine {engine.kind!r}: local or ray")
+    table = FleetTable()
+    for part in parts:
+        table.extend(part)
+    return table
+
+
+def _run_local(
+    inputs: Sequence[str], workers: int | None, usd: float | None, done: Progress
+) -> list[FleetTable]:
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(inputs) <= 1:
+        results = []
+        for path in inputs:
+            results.append(diagnose_input(path, usd))
+            done(path)
+        return results
+    out: dict[int, FleetTable] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(inputs))) as pool:
+        futures = {pool.submit(diagnose_input, p, usd): i for i, p in enumerate(inputs)}
+        for future in as_completed(futures):
+            out[futures[future]] = future.result()
+            done(inputs[futures[future]])
+    return [out[i] for i in range(len(inputs))]
+
+
+def _run_ray(
+    inputs: Sequence[str], engine: Engine, usd: float | None, done: Progress
+) -> list[FleetTable]:
+    """Ray tasks on ``engine.ray_address``, or on a local Ray of ``engine.workers`` CPUs."""
+    import ray  # noqa: PLC0415 - optional extra
+
+    started = not ray.is_initialized()
+    if started:
+        local = engine.ray_address is None
+        ray.init(
+            address=engine.ray_address,
+            num_cpus=engine.workers if local else None,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+    try:
+        task: Any = ray.remote(diagnose_input)
+        refs = [task.remote(p, usd) for p in inputs]
+        index = {ref: i for i, ref in enumerate(refs)}
+        out: dict[int, FleetTable] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            out[index[ready[0]]] = ray.get(ready[0])
+            done(inputs[index[ready[0]]])
+        return [out[i] for i in range(len(inputs))]
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# --- storage ------------------------------------------------------------------------------------
+
+
+def findings_path(path: str | Path) -> Path:
+    """Where the findings of a Parquet fleet table live: ``NAME.findings.parquet``."""
+    p = Path(path)
+    return p.with_name(p.name.removesuffix(".parquet") + ".findings.parquet")
+
+
+def is_json(path: str | Path) -> bool:
+    return str(path).endswith(".json")
+
+
+def write(table: FleetTable, path: str | Path) -> None:
+    """Store ``table`` at ``path`` (JSON when it ends in .json, else Parquet)."""
+    if is_json(path):
+        doc = {
+            "schema": SCHEMA,
+            "jobs": [asdict(j) for j in table.jobs],
+            "findings": [asdict(f) for f in table.findings],
+        }
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        return
+    import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    for rows, cls, target in (
+        (table.jobs, JobRow, Path(path)),
+        (table.findings, FindingRow, findings_path(path)),
+    ):
+        columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
+        pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), target)
+
+
+def _arrow_schema(cls: type) -> Any:
+    import pyarrow as pa  # noqa: PLC0415
+
+    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+    return pa.schema(
+        [(f.name, types[str(f.type).split(" ", 1)[0].split("|")[0].strip()]) for f in fields(cls)]
+    )
+
+
+def read(path: str | Path) -> FleetTable:
+    """The table stored at ``path``; an absent file is an empty table. A file that is not a fleet
+    table raises :class:`~gpuscope.errors.InputError`."""
+    if not Path(path).exists():
+        return FleetTable()
+    try:
+        return _read_json(Path(path)) if is_json(path) else _read_parquet(Path(path))
+    except (ValueError, TypeError, KeyError, OSError) as error:
+        raise InputError(path, f"not a gpuscope fleet table ({error})") from None
+
+
+def _read_json(path: Path) -> FleetTable:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"schema is not {SCHEMA}")
+    return FleetTable(
+        [JobRow(**j) for j in doc["jobs"]], [FindingRow(**f) for f in doc["findings"]]
+    )
+
+
+def _read_parquet(path: Path) -> FleetTable:
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    jobs = [JobRow(**r) for r in pq.read_table(path).to_pylist()]
+    side = findings_path(path)
+    found = [FindingRow(**r) for r in pq.read_table(side).to_pylist()] if side.exists() else []
+    return FleetTable(jobs, found)
+
+
+def pending(inputs: Sequence[str], stored: FleetTable) -> list[str]:
+    """The inputs not yet in ``stored`` with the same path, size and mtime."""
+    have = {(j.path, j.size_bytes, j.mtime_ns) for j in stored.jobs}
+    todo = []
+    for path in inputs:
+        size, mtime = fingerprint(path)
+        if mtime is None or (path, size, mtime) not in have:  # URLs are always read again
+            todo.append(path)
+    return todo
+
+
+def merge(stored: FleetTable, fresh: FleetTable) -> FleetTable:
+    """``stored`` with the jobs of ``fresh`` replacing rows of the same path."""
+    again = {j.path for j in fresh.jobs}
+    return FleetTable(
+        [j for j in stored.jobs if j.path not in again] + fresh.jobs,
+        [f for f in stored.findings if f.path not in again] + fresh.findings,
+    )
+
+
+# --- the fleet report's figures -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waste:
+    key: str  # a cause, an ICSE category or a date
+    gpu_hours: float
+    usd: float | None  # None when no job of this key had a price
+    jobs: int
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    jobs: int
+    failed: int
+    gpu_hours: float  # device time analysed (span x GPUs, summed over jobs)
+    wasted_gpu_hours: float
+    wasted_usd: float | None
+    by_cause: list[Waste]  # most GPU-hours first
+    by_category: list[Waste]
+    by_day: list[Waste]  # in date order; empty when no job carries a date
+    worst: list[JobRow]  # most dollars (then GPU-hours) wasted first
+    idle_pcts: list[float]  # one per analysed job: the utilisation histogram's data
+
+
+def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:
+    """The figures of the fleet report, from the stored rows alone."""
+    ok = [j for j in table.jobs if j.status == "ok"]
+    price = {j.path: j.gpu_hour_usd for j in ok}
+    findings = [f for f in table.findings if f.path in price]
+    by_cause = _group(findings, lambda f: f.cause, price)
+    by_category = _group(findings, lambda f: f.category, price)
+    dated = [(j.date[:10], j) for j in ok if j.date]
+    days: dict[str, list[JobRow]] = {}
+    for day, j in sorted(dated, key=lambda x: x[0]):
+        days.setdefault(day, []).append(j)
+    by_day = [
+        Waste(
+            day,
+            sum(j.wasted_gpu_hours or 0.0 for j in js),
+            _sum_or_none(j.wasted_usd for j in js),
+            len(js),
+        )
+        for day, js in days.items()
+    ]
+    ranked = sorted(
+        ok, key=lambda j: (j.wasted_usd or 0.0, j.wasted_gpu_hours or 0.0), reverse=True
+    )
+    return FleetSummary(
+        jobs=len(table.jobs),
+        failed=len(table.jobs) - len(ok),
+        gpu_hours=sum((j.span_ns or 0) * (j.gpus or 0) for j in ok) / NS_PER_HOUR,
+        wasted_gpu_hours=sum(j.wasted_gpu_hours or 0.0 for j in ok),
+        wasted_usd=_sum_or_none(j.wasted_usd for j in ok),
+        by_cause=by_cause,
+        by_category=by_category,
+        by_day=by_day,
+        worst=ranked[:worst],
+        idle_pcts=[j.idle_pct for j in ok if j.idle_pct is not None],
+    )
+
+
+def _group(
+    findings: list[FindingRow],
+    key: Callable[[FindingRow], str],
+    price: dict[str, float | None],
+) -> list[Waste]:
+    groups: dict[str, list[FindingRow]] = {}
+    for f in findings:
+        groups.setdefault(key(f), []).append(f)
+    out = [
+        Waste(
+            name,
+            sum(f.lost_ns for f in fs) / NS_PER_HOUR,
+            _sum_or_none(_usd(f, price[f.path]) for f in fs),
+            len({f.path for f in fs}),
+        )
+        for name, fs in groups.items()
+    ]
+    return sorted(out, key=lambda w: (-w.gpu_hours, w.key))
+
+
+def _usd(f: FindingRow, gpu_hour_usd: float | None) -> float | None:
+    return None if gpu_hour_usd is None else f.lost_ns / NS_PER_HOUR * gpu_hour_usd
+
+
+def _sum_or_none(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

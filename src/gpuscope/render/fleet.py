@@ -1,0 +1,148 @@
+"""The fleet report: a :class:`~gpuscope.fleet.FleetSummary` in the terminal and as HTML.
+
+Contract: :func:`render_terminal` writes to a rich ``Console``; :func:`render_html` returns the
+text of one self-contained HTML file (plotly.js inlined, user text escaped) built with the single
+job report's page, escaping and section helpers from :mod:`gpuscope.render.html`. Neither
+computes anything the summary does not hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+from rich.console import Console
+from rich.table import Table
+
+from gpuscope import __version__
+from gpuscope.fleet import FleetSummary, JobRow, Waste
+from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"${value:,.2f}" if value == 0 or abs(value) >= 0.01 else f"${value:.2g}"
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}" if value == 0 or abs(value) >= 0.01 else f"{value:.2g}"
+
+
+def _headline(s: FleetSummary) -> str:
+    return (
+        f"{s.jobs} jobs ({s.failed} failed): {_hours(s.gpu_hours)} GPU-hours analysed, "
+        f"{_hours(s.wasted_gpu_hours)} GPU-hours wasted ({_usd(s.wasted_usd)})"
+    )
+
+
+# --- terminal -----------------------------------------------------------------------------------
+
+
+def render_terminal(s: FleetSummary, console: Console) -> None:
+    console.print(_headline(s), highlight=False)
+    console.print(_waste_table("by ICSE 2024 category", s.by_category))
+    console.print(_waste_table("by cause", s.by_cause))
+    console.print(_worst_table(s.worst))
+    if s.by_day:
+        console.print(_waste_table("by day", s.by_day))
+
+
+def _waste_table(title: str, rows: Sequence[Waste]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in ("", "GPU-hours", "USD", "jobs"):
+        table.add_column(name, justify="left" if not name else "right")
+    for w in rows:
+        table.add_row(w.key, _hours(w.gpu_hours), _usd(w.usd), str(w.jobs))
+    return table
+
+
+def _worst_table(rows: Sequence[JobRow]) -> Table:
+    table = Table(title="worst jobs", title_justify="left")
+    for name in ("job", "idle %", "bound", "top cause", "GPU-hours", "USD"):
+        table.add_column(name, justify="left" if name in ("job", "bound", "top cause") else "right")
+    for j in rows:
+        table.add_row(
+            j.path,
+            f"{j.idle_pct:.1f}" if j.idle_pct is not None else "n/a",
+            j.bound or "",
+            j.top_cause or "",
+            _hours(j.wasted_gpu_hours or 0.0),
+            _usd(j.wasted_usd),
+        )
+    return table
+
+
+# --- HTML ---------------------------------------------------------------------------------------
+
+
+def render_html(s: FleetSummary) -> str:
+    sections = [
+        _bar_section("fleet-category", "Waste by ICSE 2024 category", s.by_category),
+        _bar_section("fleet-cause", "Waste by cause", s.by_cause),
+        _histogram_section(s.idle_pcts),
+        _trend_section(s.by_day),
+    ]
+    body = "\n".join(
+        [
+            f"<h1>gpuscope fleet report</h1><p class='dim'>gpuscope {_e(__version__)}</p>",
+            f"<p class='verdict'>{_e(_headline(s))}</p>",
+            *(_section_html(x) for x in sections),
+            _worst_html(s.worst),
+        ]
+    )
+    return _page("gpuscope: fleet report", body, sections)
+
+
+def _figure(data: list[go.BaseTraceType], x_title: str, y_title: str) -> go.Figure:
+    figure = go.Figure(data=data)
+    figure.update_layout(**_LAYOUT, height=300, xaxis_title=x_title, yaxis_title=y_title)
+    return figure
+
+
+def _bar_section(id_: str, title: str, rows: Sequence[Waste]) -> _Section:
+    if not rows:
+        return _Section(id_, title, "No finding in the fleet.", None)
+    bar = go.Bar(
+        x=[plot_text(w.key, 60) for w in rows],
+        y=[w.gpu_hours for w in rows],
+        customdata=[[_usd(w.usd), w.jobs] for w in rows],
+        hovertemplate="%{x}: %{y:.4f} GPU-hours, %{customdata[0]}, %{customdata[1]} jobs"
+        "<extra></extra>",
+    )
+    return _Section(id_, title, "GPU-hours lost; hover for dollars.", _figure([bar], "", "GPU-h"))
+
+
+def _histogram_section(idle_pcts: Sequence[float]) -> _Section:
+    id_, title = "fleet-utilisation", "Distribution of utilisation"
+    if not idle_pcts:
+        return _Section(id_, title, "No job was analysed.", None)
+    util = [100.0 - x for x in idle_pcts]
+    histogram = go.Histogram(x=util, xbins={"start": 0, "end": 100, "size": 5})
+    note = "Jobs by share of their window the GPUs were busy (100 - idle %)."
+    return _Section(id_, title, note, _figure([histogram], "busy %", "jobs"))
+
+
+def _trend_section(by_day: Sequence[Waste]) -> _Section:
+    id_, title = "fleet-trend", "Trend over time"
+    if not by_day:
+        return _Section(id_, title, "No job carries a date.", None)
+    line = go.Scatter(
+        x=[w.key for w in by_day], y=[w.gpu_hours for w in by_day], mode="lines+markers"
+    )
+    return _Section(id_, title, "GPU-hours wasted per day.", _figure([line], "day", "GPU-h"))
+
+
+def _worst_html(rows: Sequence[JobRow]) -> str:
+    body = "".join(
+        f"<tr><td class='mono'>{_e(j.path)}</td><td class='num'>"
+        f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td><td>{_e(j.bound or '')}</td>"
+        f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.wasted_gpu_hours or 0.0)}</td>"
+        f"<td class='num'>{_e(_usd(j.wasted_usd))}</td></tr>"
+        for j in rows
+    )
+    head = (
+        "<tr><th>job</th><th class='num'>idle %</th><th>bound</th><th>top cause</th>"
+        "<th class='num'>GPU-hours</th><th class='num'>USD</th></tr>"
+    )
+    return f"<section><h2>Worst jobs</h2><table>{head}{body}</table></section>"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
-from gpuscope.analyses.scaling import ScalingReport, StepSplit, SweepReport
+
+if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
+    from gpuscope.analyses.scaling import ScalingReport, StepSplit, SweepReport
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"

@@ -238,3 +238,39 @@ def test_piecewise_reading_equals_whole_document_reading(
     assert np.array_equal(streamed.events.link, whole.events.link)
     assert streamed.names == whole.names
     assert streamed.devices == whole.devices and streamed.rank == whole.rank
+
+
+def test_odd_argument_types_fall_back_to_the_lenient_decoder(tmp_path: Path) -> None:
+    """A writer that puts ids in strings still gets its launches linked and streams read."""
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10,
+                "dur": 5,
+                "args": {"correlation": "12", "External id": 3},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": 20,
+                "dur": 4,
+                "args": {"correlation": "12", "stream": "7", "device": 0, "grid": [2, 1, 1]},
+            },
+        ]
+    }
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    trace = load(path).traces[0]
+    ev = trace.events
+    kernel = int(np.flatnonzero(ev.kind == Kind.KERNEL)[0])
+    assert ev.stream[kernel] == 7 and ev.correlation[kernel] == 12
+    assert trace.name(int(ev.link[kernel])) == "cudaLaunchKernel"
+    assert ev.grid_blocks[kernel] == 2

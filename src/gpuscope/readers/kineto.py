@@ -61,31 +61,13 @@ class _Args(msgspec.Struct, gc=False):
     size: int | None = None  # MTIA DMA size in bytes
 
 
-class _LenientArgs(msgspec.Struct, gc=False):
-    """Same fields, any JSON type: the fallback when a writer put odd types in ``args``."""
-
-    correlation: Any = None
-    stream: Any = None
-    device: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    external_id_2021: Any = msgspec.field(default=None, name="external id")
-    bytes: Any = None
-    python_id: Any = msgspec.field(default=None, name="Python id")
-    python_parent_id: Any = msgspec.field(default=None, name="Python parent id")
-    grid: Any = None
-    block: Any = None
-    occupancy_pct: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
-    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
-    collective_name: Any = msgspec.field(default=None, name="Collective name")
-    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    dtype: Any = None
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    size: Any = None
+# The same fields as _Args, any JSON type: the fallback when a writer put odd types in ``args``.
+_LenientArgs = msgspec.defstruct(
+    "_LenientArgs",
+    [(f.name, Any, None) for f in msgspec.structs.fields(_Args)],
+    rename={f.name: f.encode_name for f in msgspec.structs.fields(_Args)},
+    gc=False,
+)
 
 
 class _Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
@@ -132,7 +114,7 @@ class _LenientEvent(msgspec.Struct, gc=False):
     dur: Any = 0.0
     id: Any = None
     bp: Any = ""
-    args: _LenientArgs | None = None
+    args: _LenientArgs | None = None  # type: ignore[valid-type]
 
 
 class _Document(msgspec.Struct):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -151,3 +152,16 @@ def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | 
                 return None
             return facts
     return None
+
+
+def gpu_hour_price(
+    devices: Iterable[GpuFacts | None], override: float | None, *, purpose: str = "price the waste"
+) -> tuple[float | None, str]:
+    """The price per GPU-hour to use and where it comes from: ``--gpu-hour-usd`` when given,
+    else the facts table's price of the first known device, else None and how to give one."""
+    if override is not None:
+        return override, "--gpu-hour-usd"
+    for facts in devices:
+        if facts is not None and facts.usd_per_gpu_hour:
+            return facts.usd_per_gpu_hour, f"typical on-demand price of {facts.display_name}"
+    return None, f"unknown device: pass --gpu-hour-usd to {purpose}"

@@ -45,7 +45,7 @@ import numpy as np
 from gpuscope.analyses.bounds import Bound, kernel_bounds
 from gpuscope.analyses.timeline import device_work, temporal_breakdown
 from gpuscope.errors import InputError
-from gpuscope.facts import GpuFacts, match_device
+from gpuscope.facts import GpuFacts, gpu_hour_price, match_device
 from gpuscope.model import Job, Kind, Trace
 
 #: Busy time this memory-bound (share of busy) makes the knee Bloated Context.
@@ -258,12 +258,7 @@ def _units(
 
 
 def _price(runs: list[RunFigures], override: float | None) -> tuple[float | None, str]:
-    if override is not None:
-        return override, "--gpu-hour-usd"
-    for r in runs:
-        if r.facts is not None and r.facts.usd_per_gpu_hour:
-            return r.facts.usd_per_gpu_hour, f"typical on-demand price of {r.facts.display_name}"
-    return None, "unknown device: pass --gpu-hour-usd to price a unit of work"
+    return gpu_hour_price((r.facts for r in runs), override, purpose="price a unit of work")
 
 
 _GROWTH_FIX = {

@@ -25,7 +25,7 @@ from gpuscope.analyses.intervals import difference, union
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
 from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
-from gpuscope.facts import GpuFacts
+from gpuscope.facts import GpuFacts, gpu_hour_price
 from gpuscope.model import CopyDirection, Kind
 
 #: A GPU that waits this share of the time (for the host or for peers) is bound by what it waits on.
@@ -114,12 +114,7 @@ class Verdict:
 
 
 def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float | None, str]:
-    if override is not None:
-        return override, "--gpu-hour-usd"
-    for e in evidence:
-        if e.facts is not None and e.facts.usd_per_gpu_hour:
-            return e.facts.usd_per_gpu_hour, f"typical on-demand price of {e.facts.display_name}"
-    return None, "unknown device: pass --gpu-hour-usd to price the waste"
+    return gpu_hour_price((e.facts for e in evidence), override)
 
 
 def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:

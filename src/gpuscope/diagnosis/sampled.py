@@ -39,7 +39,7 @@ from gpuscope.analyses.counters import CounterSummary, KernelLimit, Limiter
 from gpuscope.analyses.samples import GpuUtilisation
 from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
-from gpuscope.facts import match_device
+from gpuscope.facts import gpu_hour_price, match_device
 
 #: ICSE 2024 thresholds (Gao et al.) and DCGM's SM-active guidance, all in percent.
 LOW_UTILIZATION_PCT = 50.0
@@ -114,13 +114,7 @@ class Price:
 
 def price_of(names: list[str | None], override: float | None) -> Price:
     """``--gpu-hour-usd``, else the facts table's price of the first known device name."""
-    if override is not None:
-        return Price(override, "--gpu-hour-usd")
-    for name in names:
-        facts = match_device(name)
-        if facts is not None and facts.usd_per_gpu_hour:
-            return Price(facts.usd_per_gpu_hour, f"typical on-demand price of {facts.display_name}")
-    return Price(None, "unknown device: pass --gpu-hour-usd to price the waste")
+    return Price(*gpu_hour_price((match_device(name) for name in names), override))
 
 
 # --- samples ------------------------------------------------------------------------------------

@@ -10,10 +10,36 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from gpuscope.diagnosis import Diagnosis, Options, diagnose
-from gpuscope.errors import GpuscopeError, InputError
-from gpuscope.model import Job, Trace
-from gpuscope.readers import load
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuscope.diagnosis import Diagnosis, Options, diagnose
+    from gpuscope.errors import GpuscopeError, InputError
+    from gpuscope.model import Job, Trace
+    from gpuscope.readers import load
+
+# Imported on first use (PEP 562): the command line starts without loading every analysis.
+_HOME = {
+    "Diagnosis": "gpuscope.diagnosis",
+    "Options": "gpuscope.diagnosis",
+    "diagnose": "gpuscope.diagnosis",
+    "GpuscopeError": "gpuscope.errors",
+    "InputError": "gpuscope.errors",
+    "Job": "gpuscope.model",
+    "Trace": "gpuscope.model",
+    "load": "gpuscope.readers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gpuscope' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Diagnosis",

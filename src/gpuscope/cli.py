@@ -6,6 +6,8 @@ never a traceback). Each command lives in its own module under ``gpuscope.comman
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from gpuscope.commands import (
@@ -27,6 +29,17 @@ from gpuscope.commands import (
 @click.version_option(package_name="gpuscope")
 def main() -> None:
     """Why your GPUs are idle, what it costs, and what to change."""
+    _limit_malloc_arenas()
+
+
+def _limit_malloc_arenas() -> None:
+    # glibc gives every thread that allocates its own malloc arena, and each keeps the memory
+    # it freed: a trace read on three threads held ~25 MB more at its peak. The process is ours.
+    if os.name == "posix" and "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or ""):
+        import ctypes
+
+        m_arena_max = -8  # from glibc's malloc.h
+        ctypes.CDLL(None).mallopt(m_arena_max, 2)
 
 
 main.add_command(diagnose.diagnose)

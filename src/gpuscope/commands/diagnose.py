@@ -70,11 +70,16 @@ def run_diagnose(
     save: bool = False,
     label: str | None = None,
 ) -> None:
-    from gpuscope.diagnosis import Options, diagnose  # keeps --help instant
-    from gpuscope.readers import load
-    from gpuscope.render import json as json_renderer
+    from gpuscope.readers import load_in_background
 
-    result = diagnose(load(path), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    # The read runs mostly outside the GIL (decompression, the C scanner): the analyses and
+    # renderers import meanwhile.
+    job = load_in_background(path)
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.render import json as json_renderer
+    from gpuscope.render import terminal
+
+    result = diagnose(job.result(), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run
@@ -88,7 +93,5 @@ def run_diagnose(
             return
         json_out.write_bytes(data + b"\n")
     from rich.console import Console
-
-    from gpuscope.render import terminal
 
     terminal.render(result, Console(), all_devices=all_devices)

@@ -17,6 +17,7 @@ import os
 import pickle
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,18 @@ def load(path: str | Path) -> Job:
     if path.is_dir():
         return _load_folder(path)
     return load_file(path)
+
+
+def load_in_background(path: str | Path) -> Future[Job]:
+    """Start :func:`load` in a thread; ``result()`` gives the job or raises what load raised.
+
+    Reading spends most of its time outside the GIL (decompression and the C event scanner), so
+    the caller can do other work meanwhile, such as importing the analyses.
+    """
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gpuscope-load")
+    future = pool.submit(load, path)
+    pool.shutdown(wait=False)
+    return future
 
 
 def load_file(path: Path) -> Job:

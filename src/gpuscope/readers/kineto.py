@@ -30,8 +30,13 @@ from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, read_bytes
+from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, read_ahead, read_bytes
 from gpuscope.readers._links import join_launches, link_launches
+
+try:  # the C scanner (setup.py builds it where a compiler is found): same columns, ~3x faster
+    from gpuscope.readers import _kscan
+except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
+    _kscan = None  # type: ignore[assignment]
 
 # --- the decoded shape -----------------------------------------------------------------------
 
@@ -142,6 +147,8 @@ class _LenientDocument(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Document)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
+_ARGS_DECODER = msgspec.json.Decoder(_Args)
+_LENIENT_ARGS_DECODER = msgspec.json.Decoder(_LenientArgs)
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
@@ -214,7 +221,7 @@ def read_file(path: Path) -> Trace:
     document when its layout is unusual (odd types, or text the piecewise split cannot follow)."""
     with _gc_paused():
         try:
-            return _read_streamed(path)
+            return _read_scanned(path) if _kscan is not None else _read_streamed(path)
         except (_NotStreamableError, msgspec.DecodeError):
             pass
     content = read_bytes(path)
@@ -255,6 +262,8 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 # --- reading in pieces ---------------------------------------------------------------------------
 
 _PIECE_BYTES = 4 << 20
+_SCAN_PIECE_BYTES = 4 << 20
+_FEED_BYTES = 128 << 10  # compressed bytes per call to the inflater
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 #: The end of the events array: its last event's brace, then another key of the document, or
@@ -281,6 +290,75 @@ def _read_streamed(path: Path) -> Trace:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(stream.metadata_document())
     return columns.finish(path, meta, lost_tail=stream.truncated)
+
+
+def _read_scanned(path: Path) -> Trace:
+    """The piecewise read with the C scanner: whole events of each piece straight to columns.
+
+    Three stages overlap, each on its own thread: decompression and scanning run without the
+    GIL, turning the scanner's columns into the model's runs here. Anything the scanner does
+    not follow (invalid JSON, odd value types) sends the whole file to the msgspec reader,
+    which says what is wrong or reads it leniently.
+    """
+    state = _EventText(path)
+    columns = _Columns(lenient=False)
+    with (
+        read_ahead(_decompressed_pieces(path, state)) as pieces,
+        read_ahead(_scanned_pieces(pieces, state)) as scanned_pieces,
+    ):
+        for text, scanned in scanned_pieces:
+            try:
+                columns.add_scanned(scanned, text)
+            except UnicodeDecodeError:
+                raise _NotStreamableError from None
+    if state.truncated and columns.events == 0:
+        raise CorruptInputError(path, "the file ends mid-write before its first whole event")
+    meta = _META_DECODER.decode(state.metadata_document())
+    return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+_Scanned = tuple[int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes]
+
+
+def _scanned_pieces(pieces: Iterator[bytes], state: _EventText) -> Iterator[tuple[bytes, _Scanned]]:
+    """Each text piece with what the scanner read from it, up to the end of the events."""
+    buffer = _events_start(pieces, state)
+    first, exhausted, stalled = True, False, False
+    while True:
+        while (len(buffer) < _SCAN_PIECE_BYTES or stalled) and not exhausted:
+            more = next(pieces, None)
+            exhausted = more is None
+            buffer += more or b""
+            stalled = False
+        try:
+            scanned = _kscan.scan(buffer, first, 0, -1)
+        except ValueError:
+            raise _NotStreamableError from None
+        yield buffer, scanned
+        consumed, done = scanned[0], scanned[1]
+        first = first and scanned[2] == 0
+        if done:
+            state.tail = buffer[consumed:] + b"".join(pieces)
+            return
+        buffer = buffer[consumed:]
+        if exhausted:  # the events array never closes: the file ends mid-write
+            state.truncated = True
+            return
+        stalled = consumed == 0  # one event longer than the buffer: read on
+
+
+def _events_start(pieces: Iterator[bytes], state: _EventText) -> bytes:
+    """Read up to the events array's ``[``; keep what came before as the document's header."""
+    buffer = b""
+    for piece in pieces:
+        buffer += piece
+        found = _ARRAY_START.search(buffer)
+        if found:
+            state.header = buffer[: found.start()]
+            return buffer[found.end() :]
+        if len(buffer) > (64 << 20):
+            break
+    raise _NotStreamableError
 
 
 class _EventText:
@@ -395,24 +473,32 @@ def _decompressed_pieces(path: Path, state: _EventText) -> Iterator[bytes]:
         for start in range(0, len(raw), _PIECE_BYTES):
             yield raw[start : start + _PIECE_BYTES]
         return
-    data = raw
-    while data:
+    # Compressed input goes in small slices: zlib's own ``max_length`` would copy the whole rest
+    # of the file into ``unconsumed_tail`` at every piece.
+    view = memoryview(raw)
+    member = 0
+    while member < len(raw):
         inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
-        while True:
-            try:
-                piece = inflater.decompress(data, _PIECE_BYTES)
-            except ZLIB_ERROR as error:
-                raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
-            data = inflater.unconsumed_tail
-            if piece:
-                yield piece
-            if inflater.eof or not piece:
-                break
+        position = member
+        while position < len(raw) and not inflater.eof:
+            feed: bytes | memoryview = view[position : position + _FEED_BYTES]
+            position += len(feed)
+            while feed:
+                try:
+                    piece = inflater.decompress(feed, _PIECE_BYTES)
+                except ZLIB_ERROR as error:
+                    raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+                feed = inflater.unconsumed_tail
+                if piece:
+                    yield piece
+                if inflater.eof:
+                    break
         if not inflater.eof:
             state.truncated = True
             return
-        rest = inflater.unused_data
-        data = rest if rest.startswith(GZIP_MAGIC) else b""
+        member = position - len(inflater.unused_data)  # another gzip member may follow
+        if raw[member : member + 2] != GZIP_MAGIC:
+            return
 
 
 def _flows_in(body: bytes) -> list[Any]:
@@ -517,16 +603,108 @@ class _Columns:
             self.flows.extend(flows())
         self.rows += len(rows)
 
+    def add_scanned(self, scanned: Any, text: bytes) -> None:
+        """Add a piece of events that the C scanner read from ``text``: the same columns
+        :meth:`add` builds from decoded events."""
+        consumed, done, events, n, raw, raw_cats, raw_names, raw_extras = scanned
+        self.events += events
+        if n == 0:
+            return
+        cats = [_raw_string(c) for c in raw_cats]
+        codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
+        cat = np.frombuffer(raw["cat"], dtype=np.int32)
+        codes = codes_of_cat[cat]
+        keep = codes != _SKIP
+        if not keep.any():
+            return
+        kept = np.flatnonzero(keep)
+        kinds = codes[kept]
+        names = [_raw_string(name) for name in raw_names]
+        name_local = np.frombuffer(raw["name"], dtype=np.int32)[kept]
+        if "mtia_ccp_events" in cats:
+            dma = np.array([name.startswith("dma") for name in names], dtype=bool)
+            is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)
+            kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
+
+        def column(key: str) -> np.ndarray:
+            return np.frombuffer(raw[key], dtype=np.int64)[kept]
+
+        pid, tid = column("pid"), column("tid")
+        rows = len(kept)
+        on_device = np.isin(kinds, _DEVICE_CODES)
+        arg_device, arg_stream = column("device"), column("stream")
+        device = np.where(on_device, np.where(arg_device >= 0, arg_device, pid), -1)
+        stream = np.where(on_device, np.where(arg_stream >= 0, arg_stream, tid), -1)
+        external_id = column("external_id")
+        if self.old_schema:
+            external_id = np.where(external_id >= 0, external_id, column("external_id_2021"))
+        copies = (kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET)
+        kernels = kinds == Kind.KERNEL
+        python = kinds == Kind.PYTHON
+        self.float_ts |= bool(np.frombuffer(raw["float_time"], dtype=np.uint8)[kept].any())
+        if raw_extras:
+            triples = np.frombuffer(raw_extras, dtype=np.int64).reshape(-1, 3)
+            new_row = np.cumsum(keep) - 1
+            for row, args_start, args_end in triples.tolist():
+                if keep[row]:
+                    extra = _extras_of(_decode_args(text[args_start:args_end]))
+                    if extra:
+                        self.extra[self.rows + int(new_row[row])] = extra
+        piece = {
+            "kind": kinds,
+            "name_id": self._intern_used(names, name_local),
+            "start_ns": column("ts_ns"),
+            "dur_ns": np.maximum(column("dur_ns"), 0),
+            "pid": pid,
+            "tid": tid,
+            "device": device,
+            "stream": stream,
+            "correlation": np.where(np.isin(kinds, _LINKED_CODES), column("correlation"), -1),
+            "external_id": external_id,
+            "bytes": np.where(copies, np.maximum(column("bytes"), column("size")), -1),
+            "python_id": np.where(python, column("python_id"), -1),
+            "python_parent_id": np.where(python, column("python_parent_id"), -1),
+            "grid_blocks": np.where(kernels, column("grid"), -1),
+            "block_threads": np.where(kernels, column("block"), -1),
+            "occupancy_pct": np.frombuffer(raw["occupancy"], dtype=np.float64)[kept].astype(
+                np.float32
+            ),
+        }
+        for name, values in piece.items():
+            self.parts.setdefault(name, []).append(values)
+        if np.any(piece["correlation"][(device >= 0) & (kinds != Kind.GPU_ANNOTATION)] < 0):
+            events_text = text[: consumed - 1 if done else consumed]  # without the "]"
+            self.flows.extend(_flows_in(b"[" + events_text.lstrip(b", \t\r\n") + b"]"))
+        self.rows += rows
+
+    def _intern_used(self, names: list[str], local: np.ndarray) -> np.ndarray:
+        """Global ids for local name ids, interning only the names used, in order of use."""
+        used, first = np.unique(local, return_index=True)
+        used = used[np.argsort(first, kind="stable")]
+        global_ids = np.zeros(len(names), dtype=np.int32)
+        global_ids[used] = self._intern([names[i] for i in used.tolist()])
+        mapped: np.ndarray = global_ids[local]
+        return mapped
+
+    def _kind_code(self, cat: str) -> int:
+        if cat not in self.kind_of:
+            kind = _KIND_OF_CATEGORY.get(cat.lower())
+            self.kind_of[cat] = _SKIP if kind is None else int(kind)
+            self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
+        return self.kind_of[cat]
+
     def _columns(self, rows: list[Any], kinds: np.ndarray) -> dict[str, np.ndarray]:
         args = [e.args or _EMPTY_ARGS for e in rows]
         if self.lenient:
             args = [_coerce_args(a) for a in args]
             ts = [_num(e.ts) for e in rows]
             dur = [_num(e.dur) for e in rows]
+            self.float_ts |= any(isinstance(e.ts, float) for e in rows)
         else:
             ts = list(map(_TS, rows))
             dur = list(map(_DUR, rows))
-        self.float_ts |= any(isinstance(t, float) for t in ts[:2000])
+        ts_us = np.array(ts)
+        self.float_ts |= not self.lenient and ts_us.dtype.kind == "f"
         n = len(rows)
         pid = _ids(list(map(_PID, rows)))
         tid = _ids(list(map(_TID, rows)))
@@ -553,7 +731,7 @@ class _Columns:
         return {
             "kind": kinds,
             "name_id": self._intern(list(map(_NAME, rows))),
-            "start_ns": _to_ns(ts),
+            "start_ns": _to_ns(ts_us),
             "dur_ns": np.maximum(_to_ns(dur), 0),
             "pid": pid,
             "tid": tid,
@@ -589,13 +767,19 @@ class _Columns:
         if self.rows == 0:
             raise EmptyTraceError(path, "no profiler events (no CPU ops, kernels or runtime calls)")
         names = list(self.names)
-        columns = {name: np.concatenate(parts) for name, parts in self.parts.items()}
+        # Sorted by start one column at a time, each piece freed as soon as it is copied: the
+        # peak stays near one copy of the table rather than three.
+        order = np.argsort(np.concatenate(self.parts["start_ns"]), kind="stable")
+        columns: dict[str, np.ndarray] = {}
+        for name in list(self.parts):
+            columns[name] = np.concatenate(self.parts.pop(name))[order]
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable
-        table = Events.from_columns(self.rows, columns, self.extra)
-        order = np.argsort(table.start_ns, kind="stable")
-        table = table.take(order)
+        new_row = np.empty_like(order)
+        new_row[order] = np.arange(len(order))
+        extra = dict(zip(new_row[list(self.extra)].tolist(), self.extra.values(), strict=True))
+        table = Events.from_columns(self.rows, columns, extra)
         link_launches(table)
         if self.flows:
             _link_by_flows(table, self.flows)
@@ -657,13 +841,13 @@ def _ids(values: list[Any]) -> np.ndarray:
         return np.array([_int_id(v) for v in values], dtype=np.int64)
 
 
-def _to_ns(values_us: list[Any]) -> np.ndarray:
+def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
     """Microseconds as written (ints, or floats with a fraction) to exact integer nanoseconds.
 
     Integers are scaled exactly; floats are split into whole and fractional microseconds first,
     so that the scaling does not lose the nanoseconds a float of ~1e15 cannot hold after ``* 1000``.
     """
-    us = np.array(values_us)
+    us = np.asarray(values_us)
     if us.dtype.kind in "iu":
         exact: np.ndarray = us.astype(np.int64) * 1000
         return exact
@@ -733,9 +917,9 @@ def _coerce_args(a: Any) -> Any:
             value = value if isinstance(value, str) else None
         elif field_name == "occupancy_pct":
             value = float(value) if isinstance(value, (int, float)) else float("nan")
-        else:
+        else:  # ints: what int() makes of the value, else the field's own default
             number = _opt_int(value)
-            value = -1 if number is None else number
+            value = getattr(_EMPTY_ARGS, field_name) if number is None else number
         setattr(typed, field_name, value)
     return typed
 
@@ -777,11 +961,30 @@ def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
     has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
     rows = np.flatnonzero(np.array(has_shapes, dtype=bool) | np.array(has_comms, dtype=bool))
-    extra: dict[int, dict[str, Any]] = {}
-    for row in rows.tolist():
-        a = args[row]
-        extra[row] = {key: getattr(a, f) for f, key in _EXTRA_FIELDS if getattr(a, f) is not None}
-    return extra
+    return {row: _extras_of(args[row]) for row in rows.tolist()}
+
+
+def _extras_of(a: Any) -> dict[str, Any]:
+    """The arguments kept per event (shapes, collective sizes), by their model names."""
+    if a.input_dims is None and a.collective_name is None:
+        return {}
+    return {key: getattr(a, f) for f, key in _EXTRA_FIELDS if getattr(a, f) is not None}
+
+
+def _decode_args(text: bytes) -> Any:
+    """One event's args, typed; odd value types coerced as the lenient reader does."""
+    try:
+        return _ARGS_DECODER.decode(text)
+    except msgspec.ValidationError:
+        return _coerce_args(_LENIENT_ARGS_DECODER.decode(text))
+
+
+def _raw_string(raw: bytes) -> str:
+    """A JSON string's content as the scanner found it: escapes are rare, decode them if any."""
+    if b"\\" not in raw:
+        return raw.decode()
+    decoded: str = msgspec.json.decode(b'"' + raw + b'"')
+    return decoded
 
 
 def _link_by_flows(table: Events, flows: list[Any]) -> None:

@@ -1,0 +1,244 @@
+"""The C event scanner gives exactly the trace the msgspec reader gives, or hands over to it.
+
+Every Kineto file of the corpus is read both ways and compared column by column; generated
+documents with odd value types, escapes, pieces cut mid-event and broken endings probe the edges.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corpus import corpus, corpus_root
+from gpuscope.model import _COLUMNS, Trace
+from gpuscope.readers import kineto
+from gpuscope.readers._io import read_bytes
+
+pytestmark = pytest.mark.skipif(
+    kineto._kscan is None and os.environ.get("CI", "").lower() != "true",
+    reason="the C scanner is not built here",
+)
+
+
+def test_the_scanner_is_built_in_ci() -> None:
+    # CI installs with a compiler: a silent fall back to the slow reader would go unnoticed.
+    assert kineto._kscan is not None
+
+
+def read_both(path: Path) -> tuple[Trace, Trace]:
+    """(C scanner, msgspec reader) on one file; the latter piecewise or, where it must, whole."""
+    scanned = kineto._read_scanned(path)
+    try:
+        reference = kineto._read_streamed(path)
+    except (kineto._NotStreamableError, kineto.msgspec.DecodeError):
+        content = read_bytes(path)
+        reference = kineto.read(path, content.data, truncated_stream=content.truncated)
+    return scanned, reference
+
+
+def assert_same_trace(a: Trace, b: Trace) -> None:
+    for name in _COLUMNS:
+        x, y = getattr(a.events, name), getattr(b.events, name)
+        assert x.dtype == y.dtype, name
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
+    assert a.names == b.names
+    assert a.events.extra == b.events.extra
+    assert (a.steps, a.devices, a.rank, a.world_size) == (b.steps, b.devices, b.rank, b.world_size)
+    assert (a.schema, a.metadata, a.warnings) == (b.schema, b.metadata, b.warnings)
+
+
+def kineto_corpus_files() -> list[str]:
+    root = corpus_root() / "kineto"
+    names = sorted(
+        str(p.relative_to(corpus_root()))
+        for p in root.rglob("*")
+        if p.name.endswith((".json", ".json.gz"))
+        and "execution_trace/benchmark_simple_add_et" not in str(p)
+    )
+    return names or ["kineto/hta/df_index_resolver/df_index_resolver.json.gz"]
+
+
+@pytest.mark.parametrize("relative", kineto_corpus_files())
+def test_corpus_traces_read_the_same_both_ways(relative: str) -> None:
+    scanned, reference = read_both(corpus(relative))
+    assert len(scanned.events) > 0
+    assert_same_trace(scanned, reference)
+
+
+def test_the_corpus_has_the_traces_this_module_relies_on() -> None:
+    # ROCm sizes written as strings, triton's "grid(100,)", MTIA flows, 2021 capitals.
+    names = kineto_corpus_files()
+    assert len(names) >= 45
+    for expected in ("amd_trace", "triton_example", "mtia_trace_single_rank", "kineto-2021"):
+        assert any(expected in n for n in names)
+
+
+# --- generated documents -------------------------------------------------------------------------
+
+
+def write(tmp_path: Path, events: list[Any], name: str = "t.json", **doc: Any) -> Path:
+    path = tmp_path / name
+    document = {
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+        **doc,
+        "traceEvents": events,
+    }
+    text = json.dumps(document)
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    return path
+
+
+def kernel(i: int, **args: Any) -> dict[str, Any]:
+    base = {"device": 0, "stream": 7, "correlation": i, "grid": [4, 2, 1], "block": [128, 1, 1]}
+    return {
+        "ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 0, "tid": 7,
+        "ts": 100 + 10 * i, "dur": 5, "args": {**base, **args},
+    }  # fmt: skip
+
+
+def launch(i: int) -> dict[str, Any]:
+    return {
+        "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+        "ts": 98 + 10 * i, "dur": 1, "args": {"correlation": i, "External id": i},
+    }  # fmt: skip
+
+
+def test_odd_but_valid_values_read_as_the_lenient_reader_reads_them(tmp_path: Path) -> None:
+    events: list[Any] = [launch(i) for i in range(6)]
+    events += [
+        kernel(0, stream="7", bytes="2560"),  # ROCm writes numbers as strings
+        kernel(1, stream="0x0", size=" 12 "),  # not decimal: -1; spaces: int() strips them
+        kernel(2, correlation=2.0, grid=[2, None, 1]),  # a float id; a null in the grid
+        kernel(3, grid="grid(100,)", block=None, device=None),
+        kernel(4, **{"est. achieved occupancy %": None, "External id": True}),
+        {**kernel(5), "pid": "stream 7", "tid": "12", "ts": None, "name": "say \"hi\"\\n é"},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
+         "pid": 0, "tid": 7, "ts": 5.25, "dur": 1.5,
+         "args": {"device": 0, "stream": 7, "correlation": 9, "bytes": 4096.0}},
+        {"ph": "i", "s": "t", "name": "marker", "ts": "not a number", "pid": [], "tid": {}},
+    ]  # fmt: skip
+    path = write(tmp_path, events)
+    scanned = kineto._read_scanned(path)
+    whole = kineto.read(path, path.read_bytes())
+    assert_same_trace(scanned, whole)
+    ev = scanned.events
+    kernels = ev.kind == kineto.Kind.KERNEL
+    assert sorted(ev.correlation[kernels].tolist()) == [0, 1, 2, 3, 4, 5]  # 2.0 read as 2
+    assert ev.bytes[ev.kind == kineto.Kind.MEMCPY].tolist() == [4096]
+    assert 'say "hi"\\n é' in scanned.names
+
+
+@pytest.mark.parametrize("piece_bytes", [64, 256, 4096])
+def test_pieces_cut_anywhere_give_the_same_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece_bytes: int
+) -> None:
+    """Pieces smaller than one event make the scanner stop mid-event and read on."""
+    events = [e for i in range(40) for e in (launch(i), kernel(i, **{"Input Dims": [[i, 2]]}))]
+    path = write(tmp_path, events, name="t.json.gz", distributedInfo={"rank": 3})
+    reference = kineto._read_scanned(path)
+    monkeypatch.setattr(kineto, "_PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(kineto, "_SCAN_PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(kineto, "_FEED_BYTES", 32)
+    assert_same_trace(kineto._read_scanned(path), reference)
+    assert reference.rank == 3 and len(reference.events.extra) == 40
+
+
+def test_a_file_cut_mid_event_keeps_the_whole_events(tmp_path: Path) -> None:
+    events = [e for i in range(30) for e in (launch(i), kernel(i))]
+    text = json.dumps({"traceEvents": events})
+    for cut in (len(text) // 2, len(text) - 3):
+        path = tmp_path / f"cut{cut}.json"
+        path.write_text(text[:cut])
+        scanned = kineto._read_scanned(path)
+        assert 0 < len(scanned.events) < 60
+        assert scanned.warnings and "ends mid-write" in scanned.warnings[-1]
+        whole = kineto.read(path, path.read_bytes())
+        assert np.array_equal(scanned.events.start_ns, whole.events.start_ns)
+    # Only the document's last brace lost: every event is whole, nothing to warn about.
+    path = tmp_path / "brace.json"
+    path.write_text(text[:-1])
+    assert len(kineto._read_scanned(path).events) == 60
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel"} {"ph": "X"}]}',  # no comma
+        b'{"traceEvents": [{"ph": "X", "name": "a\x01b"}]}',  # raw control character
+        b'{"traceEvents": [{"ph": "Q", "name": "x"}]}',  # unknown phase
+        b'{"traceEvents": [{"name": "x"}]}',  # no phase
+        b'{"traceEvents": [{"ph": "X", "cat": 3}]}',  # a category that is not a string
+        b'{"traceEvents": [{"ph": "X", "ts": "12"}]}',  # a time written as a string
+        b'{"traceEvents": [1, 2]}',  # events that are not objects
+    ],
+)
+def test_what_the_scanner_does_not_follow_goes_to_the_msgspec_reader(
+    tmp_path: Path, text: bytes
+) -> None:
+    path = tmp_path / "odd.json"
+    path.write_bytes(text)
+    with pytest.raises(kineto._NotStreamableError):
+        kineto._read_scanned(path)
+
+
+# --- property: any mix of value types reads the same both ways ------------------------------------
+
+_ints = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.none(),
+    st.booleans(),
+    st.floats(-1e6, 1e6, allow_nan=False),
+    st.sampled_from(["7", " 12 ", "0x0", "-3", "", "abc", "+4"]),
+)
+_dims = st.one_of(
+    st.none(), st.lists(st.integers(0, 64), max_size=3), st.just("grid(1,)"), st.just([1, 2.5])
+)
+_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "X", "X", "i", "s", "f", "M"]),
+        "cat": st.sampled_from(
+            ["kernel", "cuda_runtime", "cpu_op", "gpu_memcpy", "python_function", "Kernel", "x"]
+        ),
+        "name": st.text(max_size=12),
+        "pid": st.one_of(st.integers(0, 9), st.sampled_from(["3", "stream 7", "x"])),
+        "tid": st.integers(0, 9),
+        "ts": st.one_of(st.integers(0, 10**12), st.floats(0, 1e12, allow_nan=False)),
+        "dur": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False)),
+        "args": st.fixed_dictionaries(
+            {},
+            optional={
+                "correlation": _ints, "stream": _ints, "device": _ints, "External id": _ints,
+                "bytes": _ints, "Python id": _ints, "Python parent id": _ints, "size": _ints,
+                "grid": _dims, "block": _dims,
+                "est. achieved occupancy %": st.one_of(st.none(), st.floats(0, 100)),
+                "Input Dims": st.one_of(st.none(), st.lists(st.lists(st.integers(0, 9)))),
+                "Collective name": st.one_of(st.none(), st.sampled_from(["allreduce"]), st.just(5)),
+            },
+        ),
+    }
+)  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(events=st.lists(_event, min_size=1, max_size=12))
+def test_any_value_types_read_the_same_as_the_msgspec_reader(
+    tmp_path: Path, events: list[dict[str, Any]]
+) -> None:
+    events = [*events, kernel(0)]  # at least one device event
+    path = write(tmp_path, events)
+    try:
+        scanned = kineto._read_scanned(path)
+    except kineto._NotStreamableError:
+        return  # handed over: the msgspec reader is the one that runs
+    whole = kineto.read(path, path.read_bytes())
+    assert_same_trace(scanned, whole)

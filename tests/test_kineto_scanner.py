@@ -19,23 +19,28 @@ from hypothesis import strategies as st
 
 from corpus import corpus, corpus_root
 from gpuscope.model import _COLUMNS, Trace
-from gpuscope.readers import kineto
+from gpuscope.readers import _scan, kineto
 from gpuscope.readers._io import read_bytes
 
 pytestmark = pytest.mark.skipif(
-    kineto._kscan is None and os.environ.get("CI", "").lower() != "true",
+    not _scan.scanner_built() and os.environ.get("CI", "").lower() != "true",
     reason="the C scanner is not built here",
 )
 
 
 def test_the_scanner_is_built_in_ci() -> None:
     # CI installs with a compiler: a silent fall back to the slow reader would go unnoticed.
-    assert kineto._kscan is not None
+    assert _scan.scanner_built()
+
+
+def scan_read(path: Path) -> Trace:
+    with _scan.Scan(path) as scan:
+        return kineto._read_scanned(path, scan)
 
 
 def read_both(path: Path) -> tuple[Trace, Trace]:
     """(C scanner, msgspec reader) on one file; the latter piecewise or, where it must, whole."""
-    scanned = kineto._read_scanned(path)
+    scanned = scan_read(path)
     try:
         reference = kineto._read_streamed(path)
     except (kineto._NotStreamableError, kineto.msgspec.DecodeError):
@@ -126,7 +131,7 @@ def test_odd_but_valid_values_read_as_the_lenient_reader_reads_them(tmp_path: Pa
         {"ph": "i", "s": "t", "name": "marker", "ts": "not a number", "pid": [], "tid": {}},
     ]  # fmt: skip
     path = write(tmp_path, events)
-    scanned = kineto._read_scanned(path)
+    scanned = scan_read(path)
     whole = kineto.read(path, path.read_bytes())
     assert_same_trace(scanned, whole)
     ev = scanned.events
@@ -143,11 +148,10 @@ def test_pieces_cut_anywhere_give_the_same_trace(
     """Pieces smaller than one event make the scanner stop mid-event and read on."""
     events = [e for i in range(40) for e in (launch(i), kernel(i, **{"Input Dims": [[i, 2]]}))]
     path = write(tmp_path, events, name="t.json.gz", distributedInfo={"rank": 3})
-    reference = kineto._read_scanned(path)
-    monkeypatch.setattr(kineto, "_PIECE_BYTES", piece_bytes)
-    monkeypatch.setattr(kineto, "_SCAN_PIECE_BYTES", piece_bytes)
-    monkeypatch.setattr(kineto, "_FEED_BYTES", 32)
-    assert_same_trace(kineto._read_scanned(path), reference)
+    reference = scan_read(path)
+    monkeypatch.setattr(_scan, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(_scan, "FEED_BYTES", 32)
+    assert_same_trace(scan_read(path), reference)
     assert reference.rank == 3 and len(reference.events.extra) == 40
 
 
@@ -157,7 +161,7 @@ def test_a_file_cut_mid_event_keeps_the_whole_events(tmp_path: Path) -> None:
     for cut in (len(text) // 2, len(text) - 3):
         path = tmp_path / f"cut{cut}.json"
         path.write_text(text[:cut])
-        scanned = kineto._read_scanned(path)
+        scanned = scan_read(path)
         assert 0 < len(scanned.events) < 60
         assert scanned.warnings and "ends mid-write" in scanned.warnings[-1]
         whole = kineto.read(path, path.read_bytes())
@@ -165,7 +169,7 @@ def test_a_file_cut_mid_event_keeps_the_whole_events(tmp_path: Path) -> None:
     # Only the document's last brace lost: every event is whole, nothing to warn about.
     path = tmp_path / "brace.json"
     path.write_text(text[:-1])
-    assert len(kineto._read_scanned(path).events) == 60
+    assert len(scan_read(path).events) == 60
 
 
 @pytest.mark.parametrize(
@@ -185,8 +189,8 @@ def test_what_the_scanner_does_not_follow_goes_to_the_msgspec_reader(
 ) -> None:
     path = tmp_path / "odd.json"
     path.write_bytes(text)
-    with pytest.raises(kineto._NotStreamableError):
-        kineto._read_scanned(path)
+    with pytest.raises(_scan.NotScannableError):
+        scan_read(path)
 
 
 # --- property: any mix of value types reads the same both ways ------------------------------------
@@ -237,8 +241,25 @@ def test_any_value_types_read_the_same_as_the_msgspec_reader(
     events = [*events, kernel(0)]  # at least one device event
     path = write(tmp_path, events)
     try:
-        scanned = kineto._read_scanned(path)
-    except kineto._NotStreamableError:
+        scanned = scan_read(path)
+    except _scan.NotScannableError:
         return  # handed over: the msgspec reader is the one that runs
     whole = kineto.read(path, path.read_bytes())
     assert_same_trace(scanned, whole)
+
+
+def test_without_the_scanner_the_msgspec_reader_reads_the_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = corpus("kineto/param-dlrm-8rank/worker0_step_12.1694128201545.pt.trace.json.gz")
+    with_scanner = kineto.read_file(path)
+    monkeypatch.setattr(_scan, "_kscan", None)
+    assert _scan.start(path) is None
+    assert_same_trace(kineto.read_file(path), with_scanner)
+
+
+def test_an_early_scan_of_a_file_that_is_not_kineto_is_none(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("timestamp, utilization.gpu [%]\n")
+    assert _scan.start(tmp_path / "a.csv") is None
+    assert _scan.start(tmp_path / "missing.json") is None
+    assert _scan.start(tmp_path) is None

@@ -70,16 +70,17 @@ def run_diagnose(
     save: bool = False,
     label: str | None = None,
 ) -> None:
-    from gpuscope.readers import load_in_background
+    from gpuscope.readers import _scan
 
-    # The read runs mostly outside the GIL (decompression, the C scanner): the analyses and
-    # renderers import meanwhile.
-    job = load_in_background(path)
+    # A Kineto file starts decompressing and scanning on two threads (outside the GIL) before
+    # numpy, the analyses and the renderers import; the read then only assembles the columns.
+    scan = _scan.start(path)
     from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
     from gpuscope.render import json as json_renderer
     from gpuscope.render import terminal
 
-    result = diagnose(job.result(), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

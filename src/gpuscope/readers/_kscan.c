@@ -11,17 +11,20 @@
  * It stops at the array's closing bracket or at the first event the text does not finish, and
  * returns
  *
- *   (consumed, done, events, rows, columns, cats, names, extras)
+ *   (consumed, done, events, rows, columns, cats, names, extra_rows, extras, flows)
  *
- * consumed  offset just past the last whole event (or past ``]`` when done)
- * done      whether the array's ``]`` was reached
- * events    how many events of any phase were read
- * rows      how many complete ("X") events, one row each in the columns
- * columns   dict of column name -> bytes (native int32 / int64 / float64 / uint8 values)
- * cats      list of the raw (still JSON-escaped) category strings; column "cat" indexes it
- * names     the same for event names; column "name" indexes it
- * extras    bytes of int64 triples (row, args start, args end) for rows whose args hold
- *           "Input Dims" or "Collective name" (decoded in Python from that span)
+ * consumed    offset just past the last whole event (or past ``]`` when done)
+ * done        whether the array's ``]`` was reached
+ * events      how many events of any phase were read
+ * rows        how many complete ("X") events, one row each in the columns
+ * columns     dict of column name -> bytes (native int32 / int64 / float64 / uint8 values)
+ * cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
+ * names       the same for event names; column "name" indexes it
+ * extra_rows  bytes of int64 rows whose args hold "Input Dims" or "Collective name"
+ * extras      those rows' args objects, copied as one JSON array (decoded in Python)
+ * flows       the flow events (phases s, f, t), copied as one JSON array
+ *
+ * Nothing returned points into ``text``: the caller can drop it at once.
  *
  * Integer arguments absent or null read -1, occupancy absent reads NaN, times are integer
  * nanoseconds computed exactly as the Python reader computes them. Anything the typed Python
@@ -55,14 +58,45 @@ static const char *INT64_NAMES[N_INT64] = {
 /* Integer arguments, in column order from C_CORRELATION (their keys: ARG_KEYS). */
 enum { N_INT_ARGS = 9 };
 
+/* A growable JSON array of copied spans: "[" span "," span ... (closed on output). */
+typedef struct {
+    char *data;
+    Py_ssize_t length, capacity;
+} Text;
+
+static int text_append(Text *t, const char *span, Py_ssize_t length) {
+    Py_ssize_t need = t->length + length + 2;
+    if (need > t->capacity) {
+        Py_ssize_t capacity = t->capacity ? t->capacity : 4096;
+        while (capacity < need) capacity *= 2;
+        char *p = realloc(t->data, (size_t)capacity);
+        if (p == NULL) return -1;
+        t->data = p;
+        t->capacity = capacity;
+    }
+    t->data[t->length] = t->length == 0 ? '[' : ',';
+    t->length++;
+    memcpy(t->data + t->length, span, (size_t)length);
+    t->length += length;
+    return 0;
+}
+
+static PyObject *text_close(Text *t) {
+    if (t->length == 0) return PyBytes_FromString("[]");
+    t->data[t->length] = ']'; /* text_append keeps room for it */
+    return PyBytes_FromStringAndSize(t->data, t->length + 1);
+}
+
 typedef struct {
     Py_ssize_t rows, capacity;
     int32_t *cat, *name;
     int64_t *ints[N_INT64];
     double *occupancy;
     uint8_t *flags; /* 1 where ts was written as a float */
-    int64_t *extras;
+    int64_t *extra_rows;
     Py_ssize_t n_extras, extras_capacity;
+    Text extras; /* the args objects of extra_rows, as one JSON array */
+    Text flows;  /* the flow events (phases s, f, t), as one JSON array */
 } Columns;
 
 static int columns_grow(Columns *c) {
@@ -84,18 +118,16 @@ static int columns_grow(Columns *c) {
     return 0;
 }
 
-static int extras_push(Columns *c, int64_t row, int64_t start, int64_t end) {
-    if (c->n_extras + 3 > c->extras_capacity) {
-        Py_ssize_t capacity = c->extras_capacity ? c->extras_capacity * 2 : 3 * 256;
-        void *p = realloc(c->extras, (size_t)capacity * sizeof(int64_t));
+static int extras_push(Columns *c, int64_t row, const char *start, const char *end) {
+    if (c->n_extras == c->extras_capacity) {
+        Py_ssize_t capacity = c->extras_capacity ? c->extras_capacity * 2 : 256;
+        void *p = realloc(c->extra_rows, (size_t)capacity * sizeof(int64_t));
         if (p == NULL) return -1;
-        c->extras = p;
+        c->extra_rows = p;
         c->extras_capacity = capacity;
     }
-    c->extras[c->n_extras++] = row;
-    c->extras[c->n_extras++] = start;
-    c->extras[c->n_extras++] = end;
-    return 0;
+    c->extra_rows[c->n_extras++] = row;
+    return text_append(&c->extras, start, end - start);
 }
 
 static void columns_free(Columns *c) {
@@ -104,7 +136,9 @@ static void columns_free(Columns *c) {
     free(c->occupancy);
     free(c->flags);
     for (int i = 0; i < N_INT64; i++) free(c->ints[i]);
-    free(c->extras);
+    free(c->extra_rows);
+    free(c->extras.data);
+    free(c->flows.data);
 }
 
 /* ---- interning raw strings -------------------------------------------------------------- */
@@ -678,7 +712,7 @@ static int read_event(Cursor *c, Scan *s) {
         s->error = "an event that is not a JSON object";
         return UNSUPPORTED;
     }
-    c->p++;
+    const char *event_start = c->p++;
     char phase = 0;
     int unsupported = 0, is_float = 0, float_ts = 0, has_args = 0;
     const char *cat = "", *name = "";
@@ -759,6 +793,8 @@ static int read_event(Cursor *c, Scan *s) {
         if (phase == 0) s->error = "an event without a phase (\"ph\")";
         return UNSUPPORTED;
     }
+    if (phase == 's' || phase == 'f' || phase == 't')
+        return text_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
     if (phase != 'X') return OK;
     if (unsupported) {
         s->error = "a complete event with a value of an unexpected type";
@@ -787,9 +823,7 @@ static int read_event(Cursor *c, Scan *s) {
     col->ints[C_GRID][row] = args.grid;
     col->ints[C_BLOCK][row] = args.block;
     col->occupancy[row] = args.occupancy;
-    if (args.extra &&
-        extras_push(col, row, args.start - c->base, args.end - c->base) < 0)
-        return BAD;
+    if (args.extra && extras_push(col, row, args.start, args.end) < 0) return BAD;
     col->rows++;
     return OK;
 }
@@ -872,7 +906,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     r = scan_events(&c, &s, first, &consumed, &done);
     Py_END_ALLOW_THREADS
-    PyObject *result = NULL, *columns = NULL, *cats = NULL, *names = NULL, *extras = NULL;
+    PyObject *result = NULL, *columns = NULL, *cats = NULL, *names = NULL, *extra_rows = NULL;
+    PyObject *extras = NULL, *flows = NULL;
     if (r != OK) {
         PyErr_Format(PyExc_ValueError, "%s (event at byte %zd)", s.error ? s.error : "invalid",
                      s.error_at);
@@ -891,16 +926,21 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (put_column(columns, INT64_NAMES[i], col->ints[i], n * 8) < 0) goto finally;
     if ((cats = strings_list(&s.cats)) == NULL || (names = strings_list(&s.names)) == NULL)
         goto finally;
-    extras = PyBytes_FromStringAndSize(col->extras ? (const char *)col->extras : "",
-                                       col->n_extras * 8);
-    if (extras == NULL) goto finally;
-    result = Py_BuildValue("(nOnnOOOO)", (Py_ssize_t)(consumed - (const char *)view.buf),
-                           done ? Py_True : Py_False, s.events, n, columns, cats, names, extras);
+    extra_rows = PyBytes_FromStringAndSize(
+        col->extra_rows ? (const char *)col->extra_rows : "", col->n_extras * 8);
+    if (extra_rows == NULL || (extras = text_close(&col->extras)) == NULL ||
+        (flows = text_close(&col->flows)) == NULL)
+        goto finally;
+    result = Py_BuildValue("(nOnnOOOOOO)", (Py_ssize_t)(consumed - (const char *)view.buf),
+                           done ? Py_True : Py_False, s.events, n, columns, cats, names,
+                           extra_rows, extras, flows);
 finally:
     Py_XDECREF(columns);
     Py_XDECREF(cats);
     Py_XDECREF(names);
+    Py_XDECREF(extra_rows);
     Py_XDECREF(extras);
+    Py_XDECREF(flows);
     columns_free(&s.columns);
     interner_free(&s.cats);
     interner_free(&s.names);

@@ -2,4 +2,6 @@
 
 def scan(
     text: bytes, first: bool, start: int, stop: int, /
-) -> tuple[int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes]: ...
+) -> tuple[
+    int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes
+]: ...

@@ -26,17 +26,15 @@ from typing import Any, Union
 
 import msgspec
 import numpy as np
-from zlib_ng import zlib_ng
 
-from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
+from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, read_ahead, read_bytes
+from gpuscope.readers import _scan
+from gpuscope.readers._io import read_bytes
 from gpuscope.readers._links import join_launches, link_launches
+from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
 
-try:  # the C scanner (setup.py builds it where a compiler is found): same columns, ~3x faster
-    from gpuscope.readers import _kscan
-except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
-    _kscan = None  # type: ignore[assignment]
+__all__ = ["looks_like_kineto", "read", "read_file"]
 
 # --- the decoded shape -----------------------------------------------------------------------
 
@@ -147,8 +145,8 @@ class _LenientDocument(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Document)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
-_ARGS_DECODER = msgspec.json.Decoder(_Args)
-_LENIENT_ARGS_DECODER = msgspec.json.Decoder(_LenientArgs)
+_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args])
+_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs])  # type: ignore[valid-type]
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
@@ -188,13 +186,6 @@ _LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kin
 _DEVICE_CODES = np.array(sorted(int(k) for k in _DEVICE_KINDS), dtype=np.uint8)
 _LINKED_CODES = np.array(sorted(int(k) for k in _LINKED_KINDS), dtype=np.uint8)
 _FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
-_KINETO_KEYS = (
-    b'"traceEvents"',
-    b'"schemaVersion"',
-    b'"deviceProperties"',
-    b'"distributedInfo"',
-    b'"computeProperties"',
-)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _MEMCPY_DIRECTION = {
     "htod": CopyDirection.H2D,
@@ -204,25 +195,23 @@ _MEMCPY_DIRECTION = {
 }
 
 
-def looks_like_kineto(head: bytes) -> bool:
-    """Whether the first bytes of a document are a Chrome-trace JSON object with events.
-
-    Kineto writes ``traceEvents`` after the device properties, which can take many kilobytes:
-    a JSON object whose head names any Kineto top-level key counts too.
-    """
-    if head.lstrip()[:1] != b"{":
-        return False
-    return any(key in head for key in _KINETO_KEYS)
-
-
-def read_file(path: Path) -> Trace:
+def read_file(path: Path, scan: Scan | None = None) -> Trace:
     """Read a Kineto file in pieces: at most a few megabytes of text and of decoded events are
-    held at once, so memory stays near the size of the columns. Falls back to reading the whole
-    document when its layout is unusual (odd types, or text the piecewise split cannot follow)."""
+    held at once, so memory stays near the size of the columns.
+
+    The C scanner reads the pieces where it is built (``scan``, when given, is the file's scan
+    already started); otherwise, or when the document's layout or values are unusual, msgspec
+    decodes them, piecewise or, failing that, the whole document at once.
+    """
     with _gc_paused():
         try:
-            return _read_scanned(path) if _kscan is not None else _read_streamed(path)
-        except (_NotStreamableError, msgspec.DecodeError):
+            if scan is None and _scan.scanner_built():
+                scan = Scan(path)
+            if scan is not None:
+                with scan:
+                    return _read_scanned(path, scan)
+            return _read_streamed(path)
+        except (NotScannableError, _NotStreamableError, msgspec.DecodeError):
             pass
     content = read_bytes(path)
     return read(path, content.data, truncated_stream=content.truncated)
@@ -261,10 +250,6 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 
 # --- reading in pieces ---------------------------------------------------------------------------
 
-_PIECE_BYTES = 4 << 20
-_SCAN_PIECE_BYTES = 4 << 20
-_FEED_BYTES = 128 << 10  # compressed bytes per call to the inflater
-_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 #: The end of the events array: its last event's brace, then another key of the document, or
 #: (once the whole file has been read) the document's end.
@@ -292,77 +277,23 @@ def _read_streamed(path: Path) -> Trace:
     return columns.finish(path, meta, lost_tail=stream.truncated)
 
 
-def _read_scanned(path: Path) -> Trace:
-    """The piecewise read with the C scanner: whole events of each piece straight to columns.
-
-    Three stages overlap, each on its own thread: decompression and scanning run without the
-    GIL, turning the scanner's columns into the model's runs here. Anything the scanner does
-    not follow (invalid JSON, odd value types) sends the whole file to the msgspec reader,
-    which says what is wrong or reads it leniently.
-    """
-    state = _EventText(path)
+def _read_scanned(path: Path, scan: Scan) -> Trace:
+    """The columns the C scanner read, piece by piece, into the model (see ``_scan``)."""
     columns = _Columns(lenient=False)
-    with (
-        read_ahead(_decompressed_pieces(path, state)) as pieces,
-        read_ahead(_scanned_pieces(pieces, state)) as scanned_pieces,
-    ):
-        for text, scanned in scanned_pieces:
-            try:
-                columns.add_scanned(scanned, text)
-            except UnicodeDecodeError:
-                raise _NotStreamableError from None
+    for scanned in scan.results():
+        try:
+            columns.add_scanned(scanned)
+        except UnicodeDecodeError:
+            raise NotScannableError from None
+    state = scan.state
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(state.metadata_document())
     return columns.finish(path, meta, lost_tail=state.truncated)
 
 
-_Scanned = tuple[int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes]
-
-
-def _scanned_pieces(pieces: Iterator[bytes], state: _EventText) -> Iterator[tuple[bytes, _Scanned]]:
-    """Each text piece with what the scanner read from it, up to the end of the events."""
-    buffer = _events_start(pieces, state)
-    first, exhausted, stalled = True, False, False
-    while True:
-        while (len(buffer) < _SCAN_PIECE_BYTES or stalled) and not exhausted:
-            more = next(pieces, None)
-            exhausted = more is None
-            buffer += more or b""
-            stalled = False
-        try:
-            scanned = _kscan.scan(buffer, first, 0, -1)
-        except ValueError:
-            raise _NotStreamableError from None
-        yield buffer, scanned
-        consumed, done = scanned[0], scanned[1]
-        first = first and scanned[2] == 0
-        if done:
-            state.tail = buffer[consumed:] + b"".join(pieces)
-            return
-        buffer = buffer[consumed:]
-        if exhausted:  # the events array never closes: the file ends mid-write
-            state.truncated = True
-            return
-        stalled = consumed == 0  # one event longer than the buffer: read on
-
-
-def _events_start(pieces: Iterator[bytes], state: _EventText) -> bytes:
-    """Read up to the events array's ``[``; keep what came before as the document's header."""
-    buffer = b""
-    for piece in pieces:
-        buffer += piece
-        found = _ARRAY_START.search(buffer)
-        if found:
-            state.header = buffer[: found.start()]
-            return buffer[found.end() :]
-        if len(buffer) > (64 << 20):
-            break
-    raise _NotStreamableError
-
-
-class _EventText:
-    """The text of a Chrome trace cut into pieces of whole events.
+class _EventText(TextState):
+    """The text of a Chrome trace cut into pieces of whole events, for the msgspec reader.
 
     ``chunks()`` yields comma-separated whole events (no brackets); afterwards
     ``metadata_document()`` is the document without its events, and ``truncated`` says whether
@@ -370,18 +301,15 @@ class _EventText:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.header = b""
-        self.tail = b""
-        self.truncated = False
+        super().__init__(path)
         self.finished = False
 
     def chunks(self) -> Iterator[bytes]:
-        pieces = _decompressed_pieces(self.path, self)
+        pieces = _scan.decompressed_pieces(self.path, self)
         buffer = b""
         for piece in pieces:
             buffer += piece
-            found = _ARRAY_START.search(buffer)
+            found = _scan.ARRAY_START.search(buffer)
             if found:
                 self.header, buffer = buffer[: found.start()], buffer[found.end() :]
                 break
@@ -391,7 +319,7 @@ class _EventText:
             raise _NotStreamableError
         exhausted = False
         while True:
-            while len(buffer) < _PIECE_BYTES and not exhausted:
+            while len(buffer) < _scan.PIECE_BYTES and not exhausted:
                 more = next(pieces, None)
                 exhausted = more is None
                 buffer += more or b""
@@ -409,7 +337,7 @@ class _EventText:
             if cut is not None:
                 yield buffer[: cut[0]]
                 buffer = buffer[cut[1] :]
-                if len(buffer) < _PIECE_BYTES and not exhausted:
+                if len(buffer) < _scan.PIECE_BYTES and not exhausted:
                     continue
             if exhausted:
                 break
@@ -441,16 +369,6 @@ class _EventText:
         self.truncated = True  # the last event was cut off mid-write
         return b""
 
-    def metadata_document(self) -> bytes:
-        """The document's other keys: the text around the events, closed as a JSON object."""
-        head = self.header.rstrip()
-        head = head[:-1] if head.endswith(b",") else head
-        tail = self.tail.strip()
-        tail = tail[1:] if tail.startswith(b",") else tail
-        tail = tail[:-1] if tail.endswith(b"}") else tail
-        joiner = b"," if tail.strip() and not head.endswith(b"{") else b""
-        return head + joiner + tail + b"}"
-
 
 def _last_boundary(buffer: bytes) -> tuple[int, int] | None:
     """Where the last whole event before another ends: (just past its ``}``, at the next ``{``)."""
@@ -461,44 +379,6 @@ def _last_boundary(buffer: bytes) -> tuple[int, int] | None:
         if found is not None:
             return found.start() + 1, found.end() - 1
     return None
-
-
-def _decompressed_pieces(path: Path, state: _EventText) -> Iterator[bytes]:
-    """The file's bytes, gunzipped when gzip, in pieces of about ``_PIECE_BYTES``."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise InputError(path, f"cannot be read ({error.strerror})") from None
-    if not raw.startswith(GZIP_MAGIC):
-        for start in range(0, len(raw), _PIECE_BYTES):
-            yield raw[start : start + _PIECE_BYTES]
-        return
-    # Compressed input goes in small slices: zlib's own ``max_length`` would copy the whole rest
-    # of the file into ``unconsumed_tail`` at every piece.
-    view = memoryview(raw)
-    member = 0
-    while member < len(raw):
-        inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
-        position = member
-        while position < len(raw) and not inflater.eof:
-            feed: bytes | memoryview = view[position : position + _FEED_BYTES]
-            position += len(feed)
-            while feed:
-                try:
-                    piece = inflater.decompress(feed, _PIECE_BYTES)
-                except ZLIB_ERROR as error:
-                    raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
-                feed = inflater.unconsumed_tail
-                if piece:
-                    yield piece
-                if inflater.eof:
-                    break
-        if not inflater.eof:
-            state.truncated = True
-            return
-        member = position - len(inflater.unused_data)  # another gzip member may follow
-        if raw[member : member + 2] != GZIP_MAGIC:
-            return
 
 
 def _flows_in(body: bytes) -> list[Any]:
@@ -603,10 +483,10 @@ class _Columns:
             self.flows.extend(flows())
         self.rows += len(rows)
 
-    def add_scanned(self, scanned: Any, text: bytes) -> None:
-        """Add a piece of events that the C scanner read from ``text``: the same columns
-        :meth:`add` builds from decoded events."""
-        consumed, done, events, n, raw, raw_cats, raw_names, raw_extras = scanned
+    def add_scanned(self, scanned: _scan.Scanned) -> None:
+        """Add a piece of events read by the C scanner: the same columns :meth:`add` builds
+        from decoded events."""
+        _, _, events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
         self.events += events
         if n == 0:
             return
@@ -642,14 +522,13 @@ class _Columns:
         kernels = kinds == Kind.KERNEL
         python = kinds == Kind.PYTHON
         self.float_ts |= bool(np.frombuffer(raw["float_time"], dtype=np.uint8)[kept].any())
-        if raw_extras:
-            triples = np.frombuffer(raw_extras, dtype=np.int64).reshape(-1, 3)
+        if extra_rows:
             new_row = np.cumsum(keep) - 1
-            for row, args_start, args_end in triples.tolist():
-                if keep[row]:
-                    extra = _extras_of(_decode_args(text[args_start:args_end]))
-                    if extra:
-                        self.extra[self.rows + int(new_row[row])] = extra
+            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
+            for row, args in zip(rows_with_args, _decode_args_list(extras), strict=True):
+                extra = _extras_of(args) if keep[row] else None
+                if extra:
+                    self.extra[self.rows + int(new_row[row])] = extra
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(names, name_local),
@@ -673,8 +552,7 @@ class _Columns:
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
         if np.any(piece["correlation"][(device >= 0) & (kinds != Kind.GPU_ANNOTATION)] < 0):
-            events_text = text[: consumed - 1 if done else consumed]  # without the "]"
-            self.flows.extend(_flows_in(b"[" + events_text.lstrip(b", \t\r\n") + b"]"))
+            self.flows.extend(_FLOWS_DECODER.decode(flows))
         self.rows += rows
 
     def _intern_used(self, names: list[str], local: np.ndarray) -> np.ndarray:
@@ -971,12 +849,12 @@ def _extras_of(a: Any) -> dict[str, Any]:
     return {key: getattr(a, f) for f, key in _EXTRA_FIELDS if getattr(a, f) is not None}
 
 
-def _decode_args(text: bytes) -> Any:
-    """One event's args, typed; odd value types coerced as the lenient reader does."""
+def _decode_args_list(text: bytes) -> list[Any]:
+    """A JSON array of args objects, typed; odd value types coerced as the lenient reader does."""
     try:
-        return _ARGS_DECODER.decode(text)
+        return _ARGS_LIST_DECODER.decode(text)
     except msgspec.ValidationError:
-        return _coerce_args(_LENIENT_ARGS_DECODER.decode(text))
+        return [_coerce_args(a) for a in _LENIENT_ARGS_LIST_DECODER.decode(text)]
 
 
 def _raw_string(raw: bytes) -> str:

@@ -1,0 +1,250 @@
+"""Reading files and folders into a Job: the format registry and the folder reader (see the
+package docstring)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
+from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
+from gpuscope.readers import kineto, ncu, nsys, samples
+from gpuscope.readers._io import head_bytes
+from gpuscope.readers._scan import Scan
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    sniff: Callable[[bytes], bool]
+    read: Callable[[Path], Job]
+
+
+def _read_kineto(path: Path, scan: Scan | None = None) -> Job:
+    trace = kineto.read_file(path, scan)
+    require_device_activity(path, trace)
+    return Job(source=str(path), traces=[trace])
+
+
+def _read_ncu(path: Path) -> Job:
+    return Job(source=str(path), traces=[], counters=[ncu.read(path)])
+
+
+def _sampled(read: Callable[[Path], SampleSet]) -> Callable[[Path], Job]:
+    def read_job(path: Path) -> Job:
+        return Job(source=str(path), traces=[], samples=[read(path)])
+
+    return read_job
+
+
+READERS: list[Reader] = [
+    Reader("kineto", kineto.looks_like_kineto, _read_kineto),
+    Reader("nsys", nsys.looks_like_nsys, nsys.read),
+    Reader("ncu-csv", ncu.looks_like_ncu, _read_ncu),
+    Reader("nvml-jsonl", samples.looks_like_nvml_jsonl, _sampled(samples.read_nvml_jsonl)),
+    Reader("nvidia-smi-csv", samples.looks_like_nvidia_smi, _sampled(samples.read_nvidia_smi)),
+    Reader("dcgmi-dmon", samples.looks_like_dcgmi_dmon, _sampled(samples.read_dcgmi_dmon)),
+    Reader("dcgm-counter-list", samples.looks_like_counter_list, samples.reject_counter_list),
+    Reader("prometheus", samples.looks_like_prometheus, _sampled(samples.read_prometheus)),
+]
+
+
+def load(path: str | Path, *, scan: Scan | None = None) -> Job:
+    """Read one file, or every readable file in a folder (one per rank, or mixed formats).
+
+    ``scan`` is the file's Kineto scan already started by :func:`gpuscope.readers._scan.start`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _load_folder(path)
+    return load_file(path, scan=scan)
+
+
+def load_file(path: Path, *, scan: Scan | None = None) -> Job:
+    """Read one file, whatever its format."""
+    if path.suffix == ".nsys-rep":
+        raise UnknownFormatError(
+            path,
+            "an Nsight Systems report; export it first: nsys export --type sqlite "
+            f"--output {path.with_suffix('.sqlite').name} {path.name}",
+        )
+    head = head_bytes(path)
+    for reader in READERS:
+        if reader.sniff(head):
+            return _read_kineto(path, scan) if reader.name == "kineto" else reader.read(path)
+    if head.lstrip()[:1] in (b"{", b"["):
+        raise UnknownFormatError(path, "JSON, but not a profiler trace (no 'traceEvents')")
+    known = ", ".join(r.name for r in READERS)
+    raise UnknownFormatError(path, f"not a profiler trace gpuscope can read ({known})")
+
+
+def require_device_activity(path: Path, trace: Trace) -> None:
+    """A timeline without device work cannot be diagnosed: say which of two reasons it is."""
+    ev = trace.events
+    if ev.of_kind(*BUSY_KINDS).any():
+        return
+    if ev.of_kind(Kind.RUNTIME).any():
+        raise EmptyTraceError(
+            path,
+            "GPU activity was not recorded: the trace has CPU launches but no kernels"
+            " (profile with ProfilerActivity.CUDA)",
+        )
+    raise EmptyTraceError(path, "no GPU activity: the trace holds CPU events only")
+
+
+def _load_folder(folder: Path) -> Job:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    parts: list[Job] = []
+    skipped: list[str] = []
+    for file, outcome in zip(files, _read_all(files), strict=True):
+        if isinstance(outcome, Job):
+            parts.append(outcome)
+        elif outcome.error is None:
+            skipped.append(f"{file.name} ({outcome.reason})")
+        else:
+            raise _ERRORS.get(outcome.error, InputError)(outcome.path, outcome.reason)
+    if not parts:
+        if skipped:
+            raise UnknownFormatError(
+                folder, "no readable trace in the folder: " + "; ".join(skipped)
+            )
+        raise InputError(folder, "the folder is empty")
+    job = Job.merge(str(folder), parts)
+    if skipped:
+        job.notes.append(f"{folder}: skipped files that are not traces: " + "; ".join(skipped))
+    return job
+
+
+# --- reading a folder's files on all cores ------------------------------------------------------
+#
+# Files are read by worker processes started with "spawn" (safe whatever threads the caller runs)
+# and by the calling process itself. They share one queue of files: workers take files from its
+# front, the caller from its back, through a counter in shared memory, so that nobody idles while
+# files are left (the caller starts at once; a worker first spends ~0.4 s importing). A worker
+# pickles each Job into a file of a private temporary folder: a 15 MB result sent through the
+# pool's pipe would stall the worker until the caller, busy decoding a file while holding the GIL,
+# read it. Pickling the numpy columns costs ~20 ms for a 120k-event trace, loading them back less.
+# A folder is read one file after another when it holds one file, when one core is available, or
+# when its files are too small to pay for starting a worker; ``GPUSCOPE_WORKERS=N`` sets the
+# number of readers, the calling process included (1: never in parallel).
+
+#: Below this many bytes on disk in all, starting worker interpreters costs more than it saves.
+PARALLEL_MIN_BYTES = 8 << 20
+_ERRORS: dict[str, type[InputError]] = {
+    cls.__name__: cls
+    for cls in (InputError, UnknownFormatError, CorruptInputError, EmptyTraceError)
+}
+#: In a worker process: the shared [front, back] indices of the files left to read.
+_queue: Any = None
+
+
+@dataclass(frozen=True)
+class _Unread:
+    """Why a file of a folder was not read: skipped (``error`` None) or an input error."""
+
+    path: str
+    reason: str
+    error: str | None
+
+
+def _read_one(path: Path) -> Job | _Unread:
+    """Read one file of a folder; errors come back as values (exceptions with a custom
+    ``__init__`` do not survive pickling between processes)."""
+    try:
+        return load_file(path)
+    except UnknownFormatError as error:
+        return _Unread(error.path, error.reason, None)
+    except InputError as error:
+        return _Unread(error.path, error.reason, type(error).__name__)
+
+
+def _take(queue: Any, *, front: bool) -> int | None:
+    """The index of the next file to read from the front or the back, or None when none is left."""
+    with queue.get_lock():
+        first, last = int(queue[0]), int(queue[1])
+        if first > last:
+            return None
+        if front:
+            queue[0] = first + 1
+            return first
+        queue[1] = last - 1
+        return last
+
+
+def _start_worker(queue: Any) -> None:
+    global _queue  # noqa: PLW0603 - shared memory reaches a spawned worker only this way
+    _queue = queue
+
+
+def _drain(files: list[Path], scratch: Path) -> list[tuple[int, Path | _Unread]]:
+    """In a worker: read files from the front of the queue, each Job pickled to a file."""
+    done: list[tuple[int, Path | _Unread]] = []
+    while (i := _take(_queue, front=True)) is not None:
+        outcome = _read_one(files[i])
+        if isinstance(outcome, Job):
+            out = scratch / f"{i}.pickle"
+            with out.open("wb") as stream:
+                pickle.dump(outcome, stream, protocol=pickle.HIGHEST_PROTOCOL)
+            done.append((i, out))
+        else:
+            done.append((i, outcome))
+    return done
+
+
+def _load_pickled(outcome: Path | _Unread) -> Job | _Unread:
+    if isinstance(outcome, _Unread):
+        return outcome
+    with outcome.open("rb") as stream:
+        job: Job = pickle.load(stream)
+    return job
+
+
+def folder_workers(files: list[Path]) -> int:
+    """How many processes read ``files`` (the caller included): ``GPUSCOPE_WORKERS``, else one per
+    core when the files are large enough to gain from it; never more than the files."""
+    setting = os.environ.get("GPUSCOPE_WORKERS", "").strip()
+    if setting.isdigit() and int(setting) > 0:
+        wanted = int(setting)
+    elif sum(_size(f) for f in files) < PARALLEL_MIN_BYTES:
+        wanted = 1
+    else:
+        affinity = getattr(os, "sched_getaffinity", None)
+        wanted = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, min(wanted, len(files)))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_all(files: list[Path]) -> list[Job | _Unread]:
+    workers = folder_workers(files)
+    if workers <= 1:
+        return [_read_one(f) for f in files]
+    import multiprocessing  # noqa: PLC0415 - only a folder read in parallel needs these
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Array("q", [0, len(files) - 1])
+    results: list[Job | _Unread | None] = [None] * len(files)
+    with (
+        tempfile.TemporaryDirectory(prefix="gpuscope-read-") as scratch,
+        ProcessPoolExecutor(
+            workers - 1, mp_context=context, initializer=_start_worker, initargs=(queue,)
+        ) as pool,
+    ):
+        drains = [pool.submit(_drain, files, Path(scratch)) for _ in range(workers - 1)]
+        while (i := _take(queue, front=False)) is not None:
+            results[i] = _read_one(files[i])
+        for drain in drains:
+            for i, outcome in drain.result():
+                results[i] = _load_pickled(outcome)
+    return [r for r in results if r is not None]

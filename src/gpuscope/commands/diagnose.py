@@ -77,7 +77,6 @@ def run_diagnose(
     scan = _scan.start(path)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
-    from gpuscope.render import json as json_renderer
     from gpuscope.render import terminal
 
     result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
@@ -88,6 +87,8 @@ def run_diagnose(
         run_id = save_run(summarize(result), path, label)
         click.echo(f"gpuscope: saved as run {run_id}", err=True)
     if json_out is not None:
+        from gpuscope.render import json as json_renderer
+
         data = json_renderer.dumps(result)
         if str(json_out) == "-":
             sys.stdout.buffer.write(data + b"\n")

@@ -8,14 +8,14 @@ import pickle
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
-from gpuscope.readers import kineto, ncu, nsys, samples
 from gpuscope.readers._io import head_bytes
-from gpuscope.readers._scan import Scan
+from gpuscope.readers._scan import Scan, looks_like_kineto
 
 
 @dataclass(frozen=True)
@@ -26,31 +26,49 @@ class Reader:
 
 
 def _read_kineto(path: Path, scan: Scan | None = None) -> Job:
-    trace = kineto.read_file(path, scan)
+    trace = _lazy("kineto", "read_file")(path, scan)
     require_device_activity(path, trace)
     return Job(source=str(path), traces=[trace])
 
 
 def _read_ncu(path: Path) -> Job:
-    return Job(source=str(path), traces=[], counters=[ncu.read(path)])
+    return Job(source=str(path), traces=[], counters=[_lazy("ncu", "read")(path)])
 
 
-def _sampled(read: Callable[[Path], SampleSet]) -> Callable[[Path], Job]:
+def _sampled(function: str) -> Callable[[Path], Job]:
+    read: Callable[[Path], SampleSet] = _lazy("samples", function)
+
     def read_job(path: Path) -> Job:
         return Job(source=str(path), traces=[], samples=[read(path)])
 
     return read_job
 
 
+def _lazy(module: str, function: str) -> Callable[..., Any]:
+    """``gpuscope.readers.<module>.<function>``, imported at its first call: a file is sniffed
+    format by format, and only the modules of the formats tried load."""
+
+    def call(*args: Any) -> Any:
+        return getattr(import_module(f"gpuscope.readers.{module}"), function)(*args)
+
+    return call
+
+
 READERS: list[Reader] = [
-    Reader("kineto", kineto.looks_like_kineto, _read_kineto),
-    Reader("nsys", nsys.looks_like_nsys, nsys.read),
-    Reader("ncu-csv", ncu.looks_like_ncu, _read_ncu),
-    Reader("nvml-jsonl", samples.looks_like_nvml_jsonl, _sampled(samples.read_nvml_jsonl)),
-    Reader("nvidia-smi-csv", samples.looks_like_nvidia_smi, _sampled(samples.read_nvidia_smi)),
-    Reader("dcgmi-dmon", samples.looks_like_dcgmi_dmon, _sampled(samples.read_dcgmi_dmon)),
-    Reader("dcgm-counter-list", samples.looks_like_counter_list, samples.reject_counter_list),
-    Reader("prometheus", samples.looks_like_prometheus, _sampled(samples.read_prometheus)),
+    Reader("kineto", looks_like_kineto, _read_kineto),
+    Reader("nsys", _lazy("nsys", "looks_like_nsys"), _lazy("nsys", "read")),
+    Reader("ncu-csv", _lazy("ncu", "looks_like_ncu"), _read_ncu),
+    Reader("nvml-jsonl", _lazy("samples", "looks_like_nvml_jsonl"), _sampled("read_nvml_jsonl")),
+    Reader(
+        "nvidia-smi-csv", _lazy("samples", "looks_like_nvidia_smi"), _sampled("read_nvidia_smi")
+    ),
+    Reader("dcgmi-dmon", _lazy("samples", "looks_like_dcgmi_dmon"), _sampled("read_dcgmi_dmon")),
+    Reader(
+        "dcgm-counter-list",
+        _lazy("samples", "looks_like_counter_list"),
+        _lazy("samples", "reject_counter_list"),
+    ),
+    Reader("prometheus", _lazy("samples", "looks_like_prometheus"), _sampled("read_prometheus")),
 ]
 
 

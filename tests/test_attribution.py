@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analyses.attribution import _innermost_at
+from gpuscope.analyses.host import HostIndex, _frame_location, _is_user_frame
+from gpuscope.model import Events, Kind, Trace
 
 
 @settings(max_examples=200, deadline=None)
@@ -26,3 +28,114 @@ def test_innermost_at_is_the_latest_started_row_still_running(
     for k, when in enumerate(times):
         running = [i for i in range(len(raw)) if starts[i] <= when <= ends[i]]
         assert got[k] == (max(running) if running else -1)
+
+
+NAMES = [
+    "aten::mm",
+    "cudaLaunchKernel",
+    "train.py(12): step",
+    "torch/nn/modules/module.py(3): _call_impl",
+    "my/model.py(7): forward",
+    "site-packages/lib.py(1): h",
+    "json/__init__.py(2): dumps",
+]
+
+
+def _reference_location(trace: Trace, row: int) -> str:
+    """HostIndex.location one row at a time, as first written: the user's frame running at the
+    row's start on its thread (walking out at most 256 frames), else the innermost of the 64
+    CPU ops that started last, else the row's own name."""
+    ev = trace.events
+    pid, tid, t = int(ev.pid[row]), int(ev.tid[row]), int(ev.start_ns[row])
+    python = ev.kind == Kind.PYTHON
+    frames = np.flatnonzero(python & (ev.pid == pid) & (ev.tid == tid))
+    if frames.size == 0:
+        frames = np.flatnonzero(python)
+    by_id = dict(zip(ev.python_id[python].tolist(), np.flatnonzero(python).tolist(), strict=True))
+    i = int(np.searchsorted(ev.start_ns[frames], t, side="right")) - 1
+    if frames.size and i >= 0:
+        frame: int | None = int(frames[i])
+        for _ in range(256):
+            assert frame is not None
+            name = trace.name(frame)
+            if int(ev.end_ns[frame]) >= t and _is_user_frame(name):
+                return _frame_location(name)
+            frame = by_id.get(int(ev.python_parent_id[frame]))
+            if frame is None:
+                break
+    ops = np.flatnonzero((ev.kind == Kind.CPU_OP) & (ev.pid == pid) & (ev.tid == tid))
+    i = int(np.searchsorted(ev.start_ns[ops], t, side="right")) - 1
+    for j in range(i, max(i - 64, -1), -1):
+        if ev.end_ns[ops[j]] >= t:
+            return trace.name(int(ops[j]))
+    return trace.name(row)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([Kind.CPU_OP, Kind.RUNTIME, Kind.PYTHON]),
+            st.integers(0, 300),  # start
+            st.integers(0, 120),  # duration
+            st.integers(1, 2),  # thread
+            st.integers(0, len(NAMES) - 1),
+            st.integers(-1, 8),  # Python id
+            st.integers(-1, 8),  # parent's Python id
+        ),
+        min_size=1,
+        max_size=120,
+    )
+)
+def test_locations_resolve_rows_as_one_at_a_time(
+    raw: list[tuple[Kind, int, int, int, int, int, int]],
+) -> None:
+    raw.sort(key=lambda r: r[1])
+    n = len(raw)
+
+    def column(i: int) -> np.ndarray:
+        return np.array([r[i] for r in raw], dtype=np.int64)
+
+    columns = {
+        "kind": np.array([int(r[0]) for r in raw], dtype=np.uint8),
+        "start_ns": column(1),
+        "dur_ns": column(2),
+        "pid": np.ones(n, dtype=np.int64),
+        "tid": column(3),
+        "name_id": column(4).astype(np.int32),
+        "python_id": column(5),
+        "python_parent_id": column(6),
+    }
+    events = Events.from_columns(n, columns, {})
+    trace = Trace("t", "kineto", "test", None, None, {}, NAMES, events, [])
+    host = HostIndex(trace, np.zeros(n, dtype=np.uint8), (1, 1))
+    rows = np.arange(n, dtype=np.int64)[::-1]
+    assert host.locations(rows) == [_reference_location(trace, int(r)) for r in rows]
+    assert host.location(0) == _reference_location(trace, 0)
+
+
+def test_op_names_look_back_at_most_64_ops() -> None:
+    # One long op, then 70 short ones, and two launches: one after 31 ops have started (the long
+    # op is among the last 64), one after all 71 (it is not: the launch keeps its own name).
+    starts = [0] + [10 * i for i in range(1, 71)] + [305, 2_000]
+    starts.sort()
+    kinds = [Kind.RUNTIME if s in (305, 2_000) else Kind.CPU_OP for s in starts]
+    names = ["outer", "inner", "launch"]
+    name_id = [
+        0 if s == 0 else 2 if k is Kind.RUNTIME else 1 for s, k in zip(starts, kinds, strict=True)
+    ]
+    n = len(starts)
+    columns = {
+        "kind": np.array([int(k) for k in kinds], dtype=np.uint8),
+        "start_ns": np.array(starts, dtype=np.int64),
+        "dur_ns": np.array([10_000 if s == 0 else 2 for s in starts], dtype=np.int64),
+        "pid": np.ones(n, dtype=np.int64),
+        "tid": np.ones(n, dtype=np.int64),
+        "name_id": np.array(name_id, dtype=np.int32),
+    }
+    events = Events.from_columns(n, columns, {})
+    trace = Trace("t", "kineto", "test", None, None, {}, names, events, [])
+    host = HostIndex(trace, np.zeros(n, dtype=np.uint8), (1, 1))
+    launches = np.flatnonzero(events.kind == Kind.RUNTIME).astype(np.int64)
+    assert host.locations(launches) == ["outer", "launch"]
+    assert [_reference_location(trace, int(r)) for r in launches] == ["outer", "launch"]

@@ -13,6 +13,7 @@ from gpuscope.analyses.intervals import (
     either,
     gaps,
     intersection,
+    last_containing,
     union,
 )
 
@@ -88,3 +89,47 @@ def test_set_operations_match_brute_force(
         starts, ends = result.start_ns, result.end_ns
         assert np.all(ends > starts)
         assert np.all(starts[1:] > ends[:-1])  # disjoint, not touching
+
+
+def from_mask(m: np.ndarray) -> list[tuple[int, int]]:
+    """The maximal runs of True in ``m``, as (start, end) pairs."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], m.astype(np.int8), [0]])))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals_strategy, intervals_strategy)
+def test_intersection_and_difference_are_the_brute_force_pieces(
+    a_raw: list[tuple[int, int]], b_raw: list[tuple[int, int]]
+) -> None:
+    a, b = to_iv(a_raw), to_iv(b_raw)
+    ma, mb = mask(a_raw), mask(b_raw)
+    assert pairs(intersection(a, b)) == from_mask(ma & mb)
+    assert pairs(difference(a, b)) == from_mask(ma & ~mb)
+    assert intersection(a, b).start_ns.dtype == np.int64
+    assert difference(a, b).end_ns.dtype == np.int64
+
+
+def test_difference_reaches_the_ends_of_the_int64_range() -> None:
+    big = np.iinfo(np.int64)
+    a = Intervals(np.array([big.min, 0], dtype=np.int64), np.array([-5, big.max], dtype=np.int64))
+    b = iv((big.min, -10), (3, 7))
+    assert pairs(difference(a, b)) == [(-10, -5), (0, 3), (7, big.max)]
+    assert pairs(intersection(a, b)) == [(big.min, -10), (3, 7)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 100), st.integers(-2, 60)), max_size=50),
+    st.lists(st.integers(-5, 170), max_size=25),
+)
+def test_last_containing_is_the_last_interval_started_and_still_running(
+    raw: list[tuple[int, int]], times: list[int]
+) -> None:
+    raw.sort(key=lambda r: r[0])
+    starts = np.array([s for s, _ in raw], dtype=np.int64)
+    ends = np.array([s + d for s, d in raw], dtype=np.int64)
+    got = last_containing(starts, ends, np.array(times, dtype=np.int64))
+    for k, when in enumerate(times):
+        running = [i for i in range(len(raw)) if starts[i] <= when <= ends[i]]
+        assert got[k] == (max(running) if running else -1)

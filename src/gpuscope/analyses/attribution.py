@@ -31,7 +31,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.host import HostActivity, HostIndex
-from gpuscope.analyses.intervals import Intervals, covered_ns, difference, gaps, intersection
+from gpuscope.analyses.intervals import (
+    Intervals,
+    covered_ns,
+    difference,
+    gaps,
+    intersection,
+    last_containing,
+)
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.model import Kind
 
@@ -118,33 +125,39 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
     if g0.size:
         # The device work that ends each gap, and the host thread that launched it.
         starts = ev.start_ns[work.rows]
-        after = work.rows[np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)]
-        launcher = ev.link[after]
+        next_work = np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)
+        launcher = ev.link[work.rows[next_work]]
+        after_class = work.work_class[next_work]
         main_pid, main_tid = host.main_thread
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
-        for p, t in sorted(set(zip(pid.tolist(), tid.tolist(), strict=True))):
-            which = np.flatnonzero((pid == p) & (tid == t))
-            gap = _Gaps(g0[which], g1[which], after[which], launcher[which])
-            parts.append(_explain(work, host, (p, t), gap))
+        for p in np.unique(pid).tolist():
+            of_pid = pid == p
+            for t in np.unique(tid[of_pid]).tolist():
+                which = np.flatnonzero(of_pid & (tid == t))
+                gap = _Gaps(g0[which], g1[which], after_class[which], launcher[which])
+                parts.append(_explain(work, host, (p, t), gap))
     segments = _Segments.concat(parts)
-    locations = _locations(host, segments.start, segments.end, segments.cause, segments.decider)
+    locations, resolved = _locations(
+        host, segments.start, segments.end, segments.cause, segments.decider
+    )
     gap_set = IdleGaps(segments.start, segments.end, segments.cause, segments.decider, locations)
     return IdleAttribution(
         span_ns=work.span_ns,
         idle_ns=idle.total_ns,
         gaps=gap_set,
-        causes=_cause_stats(gap_set, work.span_ns),
+        causes=_cause_stats(gap_set, work.span_ns, resolved),
     )
 
 
 @dataclass(frozen=True)
 class _Gaps:
-    """Idle gaps ended by work from one host thread: bounds, the work after, its launch."""
+    """Idle gaps ended by work from one host thread: bounds, the class of the work after, its
+    launch."""
 
     start: NDArray[np.int64]
     end: NDArray[np.int64]
-    after: NDArray[np.int64]
+    after_class: NDArray[np.uint8]  # WorkClass
     launcher: NDArray[np.int64]
 
 
@@ -175,16 +188,23 @@ class _Segments:
 def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _Gaps) -> _Segments:
     """Split the gaps ended by work from ``thread`` into pieces, each with one cause."""
     ev = work.trace.events
-    on_thread = (ev.device < 0) & (ev.pid == thread[0]) & (ev.tid == thread[1])
-    if not np.any(on_thread & (ev.kind == Kind.PYTHON)):
-        on_thread = on_thread | (ev.kind == Kind.PYTHON)  # frames on a pseudo-thread
+    # The thread's host rows (ascending), so that each selection below scans them, not the trace.
+    thread_rows = host.rows_of_thread(*thread)
+    thread_rows = thread_rows[ev.device[thread_rows] < 0]
+    if not np.any(ev.kind[thread_rows] == Kind.PYTHON):
+        python_rows = np.flatnonzero(ev.kind == Kind.PYTHON)
+        if python_rows.size:  # frames on a pseudo-thread: take them all
+            thread_rows = np.union1d(thread_rows, python_rows)
+    thread_activity = host.activity[thread_rows]
+    thread_kind = ev.kind[thread_rows]
     pieces: list[_Segments] = []
 
     # 1. Blocking host activities claim the idle time they overlap, in priority order.
     remaining = Intervals(gap.start, gap.end)
     rows_of: dict[HostActivity, NDArray[np.int64]] = {}
+    present = np.bincount(thread_activity, minlength=len(HostActivity))
     for activity, c in _BLOCKING:
-        rows = np.flatnonzero(on_thread & (host.activity == activity)).astype(np.int64)
+        rows = thread_rows[thread_activity == activity] if present[activity] else thread_rows[:0]
         rows_of[activity] = rows
         if rows.size == 0 or len(remaining) == 0:
             continue
@@ -230,10 +250,9 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
 
     # 3. Work launched well before its gap began: the device waited on a dependency.
     launcher = gap.launcher[index]
-    after = gap.after[index]
     launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], r1)
     queued = (launcher >= 0) & (launch_ns < gap.start[index] - QUEUED_NS)
-    comm_after = work.work_class[np.searchsorted(work.rows, after)] == WorkClass.COMMUNICATION
+    comm_after = gap.after_class[index] == WorkClass.COMMUNICATION
     decide(queued & comm_after, Cause.COMMUNICATION_WAIT, launcher)
     # A brief bubble between queued kernels is the device's own launch latency.
     decide(queued & (length <= SHORT_GAP_NS), Cause.LAUNCH_OVERHEAD, launcher)
@@ -244,23 +263,29 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
 
     # 5. A CPU op that launches no device work kept the host busy: cpu_other. Python and framework
     #    code on the way to the next launch is launch overhead unless it runs for very long.
-    if undecided.any():
-        ops = np.flatnonzero(on_thread & (ev.kind == Kind.CPU_OP)).astype(np.int64)
-        op_row = _innermost_at(ev.start_ns, ev.end_ns, ops, (r0 + r1) // 2)
-        safe = np.maximum(op_row, 0)
-        inside = np.minimum(ev.end_ns[safe], r1) - np.maximum(ev.start_ns[safe], r0)
-        launches = np.flatnonzero(on_thread & (host.activity == HostActivity.LAUNCH))
+    #    Only the pieces still undecided are looked at (most gaps are short, decided above).
+    todo = np.flatnonzero(undecided)
+    if todo.size:
+        t0, t1, t_length = r0[todo], r1[todo], length[todo]
+        ops = thread_rows[thread_kind == Kind.CPU_OP]
+        op_row = np.full(r0.size, -1, dtype=np.int64)
+        op_row[todo] = _innermost_at(ev.start_ns, ev.end_ns, ops, (t0 + t1) // 2)
+        safe = np.maximum(op_row[todo], 0)
+        inside = np.minimum(ev.end_ns[safe], t1) - np.maximum(ev.start_ns[safe], t0)
+        launches = thread_rows[thread_activity == HostActivity.LAUNCH]
         launch_starts = ev.start_ns[launches]
         launched = np.searchsorted(launch_starts, ev.end_ns[safe], side="right") - np.searchsorted(
             launch_starts, ev.start_ns[safe], side="left"
         )
-        pure_cpu = (op_row >= 0) & (2 * inside >= length) & (launched == 0)
+        pure_cpu = np.zeros(r0.size, dtype=np.bool_)
+        pure_cpu[todo] = (op_row[todo] >= 0) & (2 * inside >= t_length) & (launched == 0)
         decide(pure_cpu, Cause.CPU_OTHER, op_row)
         decide(length <= LONG_HOST_GAP_NS, Cause.LAUNCH_OVERHEAD, launcher)
         decide(op_row >= 0, Cause.CPU_OTHER, op_row)
-        python = np.flatnonzero(on_thread & (ev.kind == Kind.PYTHON)).astype(np.int64)
-        if python.size:
-            py_cover = covered_ns(host.intervals(python), r0, r1)
+        frames = thread_rows[thread_kind == Kind.PYTHON]
+        if frames.size:
+            py_cover = np.zeros(r0.size, dtype=np.int64)
+            py_cover[todo] = covered_ns(host.intervals(frames), t0, t1)
             decide(2 * py_cover >= length, Cause.CPU_OTHER, np.full(r0.size, -1, np.int64))
     pieces.append(_Segments(r0, r1, cause, decider))
     return _Segments.concat(pieces)
@@ -288,29 +313,10 @@ def _innermost_at(
     rows: NDArray[np.int64],
     t: NDArray[np.int64],
 ) -> NDArray[np.int64]:
-    """For each time, the latest-starting of ``rows`` that contains it (nested ops: innermost).
-
-    Among the rows that started by ``t``, the answer is the last one still running at ``t``: a
-    "previous element at least t" query, answered for all times at once by binary lifting over
-    a sparse table of running maxima of the end times.
-    """
-    if rows.size == 0:
-        return np.full(t.shape, -1, dtype=np.int64)
-    row_starts, row_ends = starts[rows], ends[rows]
-    # levels[j][i] = max(row_ends[i - 2**j + 1 .. i])
-    levels = [row_ends]
-    while (1 << len(levels)) <= row_ends.size:
-        prev, half = levels[-1], 1 << (len(levels) - 1)
-        level = prev.copy()
-        level[half:] = np.maximum(prev[half:], prev[:-half])
-        levels.append(level)
-    p = np.searchsorted(row_starts, t, side="right") - 1
-    for j in range(len(levels) - 1, -1, -1):
-        size = 1 << j
-        jump = (p - size + 1 >= 0) & (levels[j][np.maximum(p, 0)] < t)
-        p = np.where(jump, p - size, p)
-    found = (p >= 0) & (row_ends[np.maximum(p, 0)] >= t)
-    return np.where(found, rows[np.maximum(p, 0)], -1).astype(np.int64)
+    """For each time, the latest-starting of ``rows`` (sorted by start) that contains it (nested
+    ops: the innermost), or -1."""
+    at = last_containing(starts[rows], ends[rows], t)
+    return np.where(at >= 0, rows[np.maximum(at, 0)] if rows.size else -1, -1).astype(np.int64)
 
 
 def _locations(
@@ -319,41 +325,67 @@ def _locations(
     g1: NDArray[np.int64],
     cause: NDArray[np.uint8],
     decider: NDArray[np.int64],
-) -> list[str | None]:
-    """Resolve code locations for the deciders of the costliest gaps of each cause."""
+) -> tuple[list[str | None], NDArray[np.intp]]:
+    """Resolve code locations for the deciders of the costliest gaps of each cause; and which
+    gaps were looked up (ascending: the others have no location)."""
     locations: list[str | None] = [None] * g0.size
     length = g1 - g0
-    main_pid, main_tid = host.main_thread
-    for code in np.unique(cause):
-        if CAUSES[int(code)] is Cause.UNKNOWN:
+    chosen: list[NDArray[np.intp]] = []
+    for code in np.flatnonzero(np.bincount(cause, minlength=len(CAUSES))).tolist():
+        if CAUSES[code] is Cause.UNKNOWN:
             continue
         members = np.flatnonzero(cause == code)
-        members = members[np.argsort(-length[members], kind="stable")][: LOCATIONS_RESOLVED * 4]
-        for gap in members.tolist():
-            row = int(decider[gap])
-            if row >= 0:
-                locations[gap] = host.location(row)
-            else:
-                middle = int((g0[gap] + g1[gap]) // 2)
-                locations[gap] = host.user_frame(main_pid, main_tid, middle)
-    return locations
+        chosen.append(_costliest(members, length[members], LOCATIONS_RESOLVED * 4))
+    if not chosen:
+        return locations, np.zeros(0, dtype=np.intp)
+    # Resolved in two batches (a deciding event; else the main thread at the gap's middle), as
+    # each lookup is a vectorised search: one call per gap would dominate the analysis.
+    members = np.concatenate(chosen)
+    rows = decider[members]
+    decided = rows >= 0
+    for gap, where in zip(members[decided].tolist(), host.locations(rows[decided]), strict=True):
+        locations[gap] = where
+    main_pid, main_tid = host.main_thread
+    undecided = members[~decided]
+    middle = (g0[undecided] + g1[undecided]) // 2
+    for gap, frame in zip(
+        undecided.tolist(), host.user_frames(main_pid, main_tid, middle), strict=True
+    ):
+        locations[gap] = frame
+    return locations, np.sort(members)
 
 
-def _cause_stats(gap_set: IdleGaps, span_ns: int) -> list[CauseStat]:
+def _costliest(members: NDArray[np.intp], length: NDArray[np.int64], k: int) -> NDArray[np.intp]:
+    """The ``k`` longest of ``members`` (ties: the earliest), in no particular order: the first
+    ``k`` of a stable sort by decreasing length, found without sorting them all."""
+    if members.size <= k:
+        return members
+    threshold = np.partition(length, length.size - k)[length.size - k]
+    longer = members[length > threshold]
+    tied = members[length == threshold][: k - longer.size]
+    return np.concatenate([longer, tied])
+
+
+def _cause_stats(gap_set: IdleGaps, span_ns: int, resolved: NDArray[np.intp]) -> list[CauseStat]:
     length = gap_set.end_ns - gap_set.start_ns
     stats: list[CauseStat] = []
+    # Time and gaps per cause and location, in gap order, in one pass over the gaps whose
+    # location was looked up (``resolved``, ascending; a few thousand of maybe tens of thousands).
+    by_cause: dict[int, dict[str, list[int]]] = {}
+    columns = (resolved.tolist(), gap_set.cause[resolved].tolist(), length[resolved].tolist())
+    for gap, code, ns in zip(*columns, strict=True):
+        where = gap_set.location[gap]
+        if where is not None:
+            entry = by_cause.setdefault(code, {}).setdefault(where, [0, 0])
+            entry[0] += ns
+            entry[1] += 1
+    present = np.bincount(gap_set.cause, minlength=len(CAUSES))
     for code, c in enumerate(CAUSES):
-        members = np.flatnonzero(gap_set.cause == code)
-        if members.size == 0:
+        if not present[code]:
             continue
+        members = np.flatnonzero(gap_set.cause == code)
         lost = int(length[members].sum())
-        by_location: dict[str, list[int]] = {}
-        for gap in members.tolist():
-            where = gap_set.location[gap]
-            if where is not None:
-                entry = by_location.setdefault(where, [0, 0])
-                entry[0] += int(length[gap])
-                entry[1] += 1
+        by_location = by_cause.get(code, {})
         top = sorted(by_location.items(), key=lambda kv: -kv[1][0])[:5]
         stats.append(
             CauseStat(

@@ -17,12 +17,14 @@ import math
 import re
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
+from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
 from gpuscope.model import CopyDirection, Kind
 
@@ -52,40 +54,38 @@ class Bound(IntEnum):
     TRANSFER = 4  # host-device or peer copies: bounded by PCIe / NVLink, not DRAM
 
 
-_KIND_PATTERNS: tuple[tuple[KernelKind, re.Pattern[str]], ...] = (
-    (KernelKind.ELEMENTWISE, re.compile(r"epilogue|splitKreduce", re.I)),  # GEMM helpers
+_KIND_PATTERNS: tuple[tuple[KernelKind, NamePattern], ...] = (
+    (KernelKind.ELEMENTWISE, NamePattern(r"epilogue|splitKreduce")),  # GEMM helpers
     (
         KernelKind.ATTENTION,
-        re.compile(r"flash|fmha|attention|attn_fwd|attn_bwd|paged_attention", re.I),
+        NamePattern(r"flash|fmha|attention|attn_fwd|attn_bwd|paged_attention"),
     ),
     (
         KernelKind.GEMM_FP32,
-        re.compile(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel", re.I),
+        NamePattern(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel"),
     ),
     (
         KernelKind.GEMM,
-        re.compile(
+        NamePattern(
             r"gemm|xmma|cutlass|nvjet|matmul|s16816|h16816|884|1688|wgmma|cublasLt|Cijk_|_mm_|bmm",
-            re.I,
         ),
     ),
     (
         KernelKind.CONV,
-        re.compile(r"conv|implicit_gemm|winograd|cudnn|miopen|igemm|fprop|dgrad|wgrad", re.I),
+        NamePattern(r"conv|implicit_gemm|winograd|cudnn|miopen|igemm|fprop|dgrad|wgrad"),
     ),
     (
         KernelKind.REDUCTION,
-        re.compile(r"reduce|norm|softmax|sum_kernel|mean|argmax|topk|scan|cross_entropy", re.I),
+        NamePattern(r"reduce|norm|softmax|sum_kernel|mean|argmax|topk|scan|cross_entropy"),
     ),
     (
         KernelKind.COPY,
-        re.compile(r"copy|CatArray|gather|scatter|index|transpose|permute|cat_", re.I),
+        NamePattern(r"copy|CatArray|gather|scatter|index|transpose|permute|cat_"),
     ),
     (
         KernelKind.ELEMENTWISE,
-        re.compile(
+        NamePattern(
             r"elementwise|vectorized|unrolled|Functor|fill|triton_poi|activation|gelu|silu|relu",
-            re.I,
         ),
     ),
 )
@@ -142,16 +142,20 @@ class KernelBounds:
         return self.fp32_gemm_ns / self.gemm_ns if self.gemm_ns else None
 
 
+@lru_cache(maxsize=1 << 14)
+def kernel_kind_of_name(name: str) -> KernelKind:
+    """The kind of a (non-communication) kernel, from its name; OTHER when nothing matches.
+    Remembered per name: the devices and ranks of one job run the same kernels."""
+    for kind, pattern in _KIND_PATTERNS:
+        if pattern.search(name):
+            return kind
+    return KernelKind.OTHER
+
+
 def kernel_kind_of_names(names: list[str], comm: NDArray[np.bool_]) -> NDArray[np.uint8]:
     kinds = np.full(len(names), KernelKind.OTHER, dtype=np.uint8)
     for i, name in enumerate(names):
-        if comm[i]:
-            kinds[i] = KernelKind.COMMUNICATION
-            continue
-        for kind, pattern in _KIND_PATTERNS:
-            if pattern.search(name):
-                kinds[i] = kind
-                break
+        kinds[i] = KernelKind.COMMUNICATION if comm[i] else kernel_kind_of_name(name)
     return kinds
 
 
@@ -160,10 +164,19 @@ def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
     ev = trace.events
     rows = work.rows
     classes = work.work_class
-    from gpuscope.classify import communication_name_mask  # noqa: PLC0415 - cheap, avoids a cycle
-
-    name_kinds = kernel_kind_of_names(trace.names, communication_name_mask(trace.names))
-    kind = name_kinds[ev.name_id[rows]]
+    # Only compute work is kinded by name (communication and copies are set below), and each
+    # distinct name once: the patterns are costly and most of a trace's names are not kernels.
+    kind = np.full(rows.size, KernelKind.OTHER, dtype=np.uint8)
+    compute = np.flatnonzero(classes == WorkClass.COMPUTE)
+    name_ids = ev.name_id[rows[compute]]
+    name_kinds = np.zeros(len(trace.names), dtype=np.uint8)
+    used = np.flatnonzero(np.bincount(name_ids, minlength=len(trace.names)))
+    # Communication names are only compute work when a caller classed the work by other rules.
+    name_kinds[used] = [
+        KernelKind.COMMUNICATION if is_communication(n) else kernel_kind_of_name(n)
+        for n in (trace.names[i] for i in used.tolist())
+    ]
+    kind[compute] = name_kinds[name_ids]
     kind[classes == WorkClass.COMMUNICATION] = KernelKind.COMMUNICATION
     kind[(classes == WorkClass.MEMCPY) | (classes == WorkClass.MEMSET)] = KernelKind.COPY
 

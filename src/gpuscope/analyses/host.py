@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope.analyses.intervals import Intervals, union
+from gpuscope.analyses.intervals import Intervals, last_containing, union
 from gpuscope.model import CopyDirection, Kind, Trace
 
 
@@ -66,6 +68,11 @@ _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STDLIB = frozenset(sys.stdlib_module_names)
 
 
+#: Name classifications are remembered per name (bounded): the ranks of one job share them.
+_NAMES_REMEMBERED = 1 << 14
+
+
+@lru_cache(maxsize=_NAMES_REMEMBERED)
 def _is_user_frame(name: str) -> bool:
     """A frame of the user's code: not torch, not an installed package, not the standard library."""
     if _NOT_USER_CODE.search(name) or not _FRAME.match(name):
@@ -75,6 +82,7 @@ def _is_user_frame(name: str) -> bool:
     return top not in _STDLIB
 
 
+@lru_cache(maxsize=_NAMES_REMEMBERED)
 def _runtime_activity(name: str) -> HostActivity:
     bare = _VERSION_SUFFIX.sub("", name)
     if _SYNC_RUNTIME.search(bare):
@@ -88,6 +96,7 @@ def _runtime_activity(name: str) -> HostActivity:
     return HostActivity.NONE
 
 
+@lru_cache(maxsize=_NAMES_REMEMBERED)
 def _named_activity(name: str) -> HostActivity:
     """Activities recognised from CPU op, annotation and Python frame names."""
     if _DATA_LOADER.search(name):
@@ -111,15 +120,30 @@ class HostIndex:
     _frames: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict
     )
-    _by_id: dict[int, int] = field(default_factory=dict)
     _location_cache: dict[int, str] = field(default_factory=dict)
     _ops: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict
     )
+    #: Every Python frame's row, ascending, and its parent frame's row (-1: none); built once.
+    _parents: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    #: Per name id: 1 when the name is a frame of the user's code, 0 when not, -1 not yet known.
+    _user_name: NDArray[np.int8] | None = None
+    _frame_names: dict[int, str] = field(default_factory=dict)
+    _threads: dict[tuple[int, int], NDArray[np.int64]] = field(default_factory=dict)
 
     def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> NDArray[np.int64]:
-        ev = self.trace.events
-        return np.flatnonzero(mask & (ev.pid == pid) & (ev.tid == tid)).astype(np.int64)
+        rows = self.rows_of_thread(pid, tid)
+        return rows[mask[rows]]
+
+    def rows_of_thread(self, pid: int, tid: int) -> NDArray[np.int64]:
+        """Every row of a thread, ascending; found once per thread (several devices' gaps and
+        the collectives ask about the same few threads)."""
+        cached = self._threads.get((pid, tid))
+        if cached is None:
+            ev = self.trace.events
+            cached = np.flatnonzero((ev.pid == pid) & (ev.tid == tid)).astype(np.int64)
+            self._threads[(pid, tid)] = cached
+        return cached
 
     def intervals(self, rows: NDArray[np.int64]) -> Intervals:
         ev = self.trace.events
@@ -127,71 +151,124 @@ class HostIndex:
 
     def location(self, row: int) -> str:
         """Where in the user's code ``row`` was issued: ``file.py:LINE (fn)`` or the op's name."""
-        cached = self._location_cache.get(row)
-        if cached is None:
-            ev = self.trace.events
-            frame = self.user_frame(int(ev.pid[row]), int(ev.tid[row]), int(ev.start_ns[row]))
-            cached = frame or self._op_name(row)
-            self._location_cache[row] = cached
-        return cached
+        return self.locations(np.array([row], dtype=np.int64))[0]
 
-    def _op_name(self, row: int) -> str:
-        """Without Python stacks: the innermost CPU op around an event, else the event's name."""
+    def locations(self, rows: NDArray[np.int64]) -> list[str]:
+        """:meth:`location` of many rows: each thread's lookups are one vectorised search rather
+        than one per row (gaps and collectives ask for thousands)."""
+        cache = self._location_cache
+        distinct = np.unique(rows)
+        todo = distinct[[r not in cache for r in distinct.tolist()]]
+        if todo.size:
+            ev = self.trace.events
+            pids, tids = ev.pid[todo], ev.tid[todo]
+            for pid in np.unique(pids).tolist():
+                of_pid = pids == pid
+                for tid in np.unique(tids[of_pid]).tolist():
+                    mine = todo[of_pid & (tids == tid)]
+                    frames = self.user_frames(pid, tid, ev.start_ns[mine])
+                    ops = self._op_names(pid, tid, mine)
+                    for row, frame, op in zip(mine.tolist(), frames, ops, strict=True):
+                        cache[row] = frame or op
+        return [cache[r] for r in rows.tolist()]
+
+    def _op_names(self, pid: int, tid: int, rows: NDArray[np.int64]) -> list[str]:
+        """Without Python stacks: the innermost CPU op around each event of a thread, else the
+        event's name. Only the 64 ops that started last by then are candidates."""
         ev = self.trace.events
-        key = (int(ev.pid[row]), int(ev.tid[row]))
+        key = (pid, tid)
         cached = self._ops.get(key)
         if cached is None:
-            rows = self.thread_rows(key[0], key[1], ev.kind == Kind.CPU_OP)
-            cached = (rows, ev.start_ns[rows])
+            thread = self.rows_of_thread(pid, tid)
+            op_rows = thread[ev.kind[thread] == Kind.CPU_OP]
+            cached = (op_rows, ev.start_ns[op_rows])
             self._ops[key] = cached
         ops, op_starts = cached
-        t = int(ev.start_ns[row])
-        i = int(np.searchsorted(op_starts, t, side="right")) - 1
-        for j in range(i, max(i - 64, -1), -1):
-            if ev.end_ns[ops[j]] >= t:
-                return self.trace.name(int(ops[j]))
-        return self.trace.name(row)
+        t = ev.start_ns[rows]
+        latest = np.searchsorted(op_starts, t, side="right") - 1
+        inner = last_containing(op_starts, ev.end_ns[ops], t)
+        near = (inner >= 0) & (latest - inner < 64)
+        found = np.where(near, ops[np.maximum(inner, 0)] if ops.size else -1, rows)
+        names = self.trace.names
+        return [names[i] for i in ev.name_id[found].tolist()]
 
     def user_frame(self, pid: int, tid: int, t: int) -> str | None:
         """The innermost frame of the user's own code running on a thread at time ``t``."""
+        return self.user_frames(pid, tid, np.array([t], dtype=np.int64))[0]
+
+    def user_frames(self, pid: int, tid: int, t: NDArray[np.int64]) -> list[str | None]:
+        """:meth:`user_frame` at each of the times ``t``, all walked up their stacks together."""
         ev = self.trace.events
+        result: list[str | None] = [None] * t.size
         frames, frame_starts = self._python_frames(pid, tid)
         if frames.size == 0:
-            return None
-        i = int(np.searchsorted(frame_starts, t, side="right")) - 1
-        if i < 0:
-            return None
-        frame = int(frames[i])
+            return result
+        latest = np.searchsorted(frame_starts, t, side="right") - 1
+        active = np.flatnonzero(latest >= 0)
+        frame, at = frames[latest[active]], t[active]
+        all_frames, parent = self._parent_frames()
         # Walk out from the latest frame that started before t to one that contains t and is
-        # the user's own code (not torch, not site-packages).
+        # the user's own code (not torch, not site-packages), at most 256 frames up.
         for _ in range(256):
-            name = self.trace.name(frame)
-            if int(ev.end_ns[frame]) >= t and _is_user_frame(name):
-                return _frame_location(name)
-            parent = self._by_id.get(int(ev.python_parent_id[frame]))
-            if parent is None:
-                return None
-            frame = parent
-        return None
+            if active.size == 0:
+                break
+            name_id = ev.name_id[frame]
+            hit = (ev.end_ns[frame] >= at) & self._is_user(name_id)
+            for k, i in zip(active[hit].tolist(), name_id[hit].tolist(), strict=True):
+                result[k] = self._frame_name(i)
+            up = parent[np.searchsorted(all_frames, frame)]
+            more = ~hit & (up >= 0)
+            active, frame, at = active[more], up[more], at[more]
+        return result
+
+    def _is_user(self, name_id: NDArray[np.int32]) -> NDArray[np.bool_]:
+        """:func:`_is_user_frame` per name id, decided once per distinct name."""
+        if self._user_name is None:
+            self._user_name = np.full(len(self.trace.names), -1, dtype=np.int8)
+        known = self._user_name
+        for i in np.unique(name_id[known[name_id] < 0]).tolist():
+            known[i] = _is_user_frame(self.trace.names[i])
+        return known[name_id] > 0
+
+    def _frame_name(self, name_id: int) -> str:
+        cached = self._frame_names.get(name_id)
+        if cached is None:
+            cached = self._frame_names[name_id] = _frame_location(self.trace.names[name_id])
+        return cached
 
     def _python_frames(self, pid: int, tid: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         key = (pid, tid)
         cached = self._frames.get(key)
         if cached is None:
             ev = self.trace.events
-            python = ev.kind == Kind.PYTHON
-            frames = np.flatnonzero(python & (ev.pid == pid) & (ev.tid == tid)).astype(np.int64)
+            every, _ = self._parent_frames()
+            frames = every[(ev.pid[every] == pid) & (ev.tid[every] == tid)]
             if frames.size == 0:
                 # Some writers put Python frames on their own pseudo-thread: use them all.
-                frames = np.flatnonzero(python).astype(np.int64)
+                frames = every
             cached = (frames, ev.start_ns[frames])
             self._frames[key] = cached
-            if not self._by_id:
-                all_frames = np.flatnonzero(python)
-                self._by_id = dict(
-                    zip(ev.python_id[all_frames].tolist(), all_frames.tolist(), strict=True)
-                )
         return cached
+
+    def _parent_frames(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Every Python frame's row (ascending) and the row of its parent, found by Python id
+        (the last frame carrying an id wins when ids repeat); -1 when there is none."""
+        if self._parents is None:
+            ev = self.trace.events
+            frames = np.flatnonzero(ev.kind == Kind.PYTHON).astype(np.int64)
+            ids = ev.python_id[frames]
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            last = np.ones(sorted_ids.size, dtype=np.bool_)
+            last[:-1] = sorted_ids[1:] != sorted_ids[:-1]
+            unique_ids, id_rows = sorted_ids[last], frames[order[last]]
+            wanted = ev.python_parent_id[frames]
+            parent = np.full(frames.size, -1, dtype=np.int64)
+            if unique_ids.size:
+                at = np.minimum(np.searchsorted(unique_ids, wanted), unique_ids.size - 1)
+                parent = np.where(unique_ids[at] == wanted, id_rows[at], -1).astype(np.int64)
+            self._parents = (frames, parent)
+        return self._parents
 
 
 def _frame_location(name: str) -> str:
@@ -204,15 +281,28 @@ def _frame_location(name: str) -> str:
 
 def host_activity(trace: Trace) -> HostIndex:
     ev = trace.events
-    runtime_of_name = np.array([_runtime_activity(n) for n in trace.names], dtype=np.uint8)
-    named_of_name = np.array([_named_activity(n) for n in trace.names], dtype=np.uint8)
+    kind = ev.kind
     activity = np.zeros(len(ev), dtype=np.uint8)
-    runtime = ev.kind == Kind.RUNTIME
-    activity[runtime] = runtime_of_name[ev.name_id[runtime]]
-    named = ev.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-    activity[named] = named_of_name[ev.name_id[named]]
+    runtime = np.flatnonzero(kind == Kind.RUNTIME)
+    named = np.flatnonzero(
+        (kind == Kind.CPU_OP) | (kind == Kind.ANNOTATION) | (kind == Kind.PYTHON)
+    )
+    for rows, classify in ((runtime, _runtime_activity), (named, _named_activity)):
+        name_ids = ev.name_id[rows]
+        activity[rows] = _of_used_names(trace.names, name_ids, classify)[name_ids]
     _refine_copies(trace, activity)
     return HostIndex(trace, activity, _main_thread(trace))
+
+
+def _of_used_names(
+    names: list[str], name_ids: NDArray[np.int32], classify: Callable[[str], HostActivity]
+) -> NDArray[np.uint8]:
+    """``classify`` per name id, run only on the names in ``name_ids`` (NONE for the others):
+    a trace's names include every kernel's, which no host activity needs to look at."""
+    of_name = np.zeros(len(names), dtype=np.uint8)
+    used = np.flatnonzero(np.bincount(name_ids, minlength=len(names)))
+    of_name[used] = [classify(names[i]) for i in used.tolist()]
+    return of_name
 
 
 def _refine_copies(trace: Trace, activity: NDArray[np.uint8]) -> None:

@@ -35,11 +35,14 @@ class Intervals:
 def union(start_ns: I64, end_ns: I64) -> Intervals:
     """Merge possibly overlapping intervals (any order) into the disjoint sorted form."""
     keep = end_ns > start_ns
-    start_ns, end_ns = start_ns[keep], end_ns[keep]
-    if start_ns.size == 0:
+    starts, ends = start_ns[keep], end_ns[keep]
+    if starts.size == 0:
         return Intervals.empty()
-    order = np.argsort(start_ns, kind="stable")
-    starts, ends = start_ns[order], end_ns[order]
+    # Most callers pass intervals in start order already (events are sorted): then the stable
+    # sort would leave them as they are, and checking costs a fraction of sorting.
+    if np.any(starts[1:] < starts[:-1]):
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
     reach = np.maximum.accumulate(ends)
     opens = np.empty(starts.size, dtype=np.bool_)
     opens[0] = True
@@ -62,8 +65,13 @@ def _coverage(sets: list[tuple[Intervals, int]], wanted: int) -> Intervals:
         return Intervals.empty()
     order = np.argsort(points, kind="stable")
     points, deltas = points[order], deltas[order]
-    # Apply every change at one point before reading the level that follows it.
-    unique_points, first = np.unique(points, return_index=True)
+    # Apply every change at one point before reading the level that follows it. The points are
+    # sorted: each distinct one first appears where the value changes.
+    changes = np.empty(points.size, dtype=np.bool_)
+    changes[0] = True
+    np.not_equal(points[1:], points[:-1], out=changes[1:])
+    first = np.flatnonzero(changes)
+    unique_points = points[first]
     level = np.cumsum(deltas)[np.append(first[1:], points.size) - 1]
     inside = level[:-1] == wanted
     # Neighbouring segments may touch; union merges them.
@@ -74,6 +82,8 @@ def intersection(a: Intervals, b: Intervals) -> Intervals:
     """Time covered by both ``a`` and ``b``."""
     if len(a) == 0 or len(b) == 0:
         return Intervals.empty()
+    if _canonical(a) and _canonical(b):
+        return _overlaps(a, b)
     return _coverage([(a, 1), (b, 2)], 3)
 
 
@@ -81,7 +91,41 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
     """Time covered by ``a`` and not by ``b``."""
     if len(a) == 0 or len(b) == 0:
         return a
+    if _canonical(a) and _canonical(b):
+        # What a covers outside b: its overlaps with b's complement, unbounded at both ends.
+        lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        outside = Intervals(
+            np.concatenate([[lo], b.end_ns]).astype(np.int64),
+            np.concatenate([b.start_ns, [hi]]).astype(np.int64),
+        )
+        keep = outside.end_ns > outside.start_ns
+        return _overlaps(a, Intervals(outside.start_ns[keep], outside.end_ns[keep]))
     return _coverage([(a, 1), (b, 2)], 1)
+
+
+def _canonical(iv: Intervals) -> bool:
+    """Whether ``iv`` keeps the module's contract: non-empty, sorted, apart (not touching)."""
+    starts, ends = iv.start_ns, iv.end_ns
+    return bool(np.all(ends > starts)) and bool(np.all(starts[1:] > ends[:-1]))
+
+
+def _overlaps(a: Intervals, b: Intervals) -> Intervals:
+    """The intersection of ``a`` and ``b``, both in the contract's form: the common part of
+    every overlapping pair, found by binary search rather than by sorting every boundary. The
+    pieces come out sorted and apart (each lies within one interval of ``a`` and one of ``b``),
+    so they are the contract's form of the result already."""
+    # b[first[i]:stop[i]] are the intervals of b that overlap a[i].
+    first = np.searchsorted(b.end_ns, a.start_ns, side="right")
+    stop = np.searchsorted(b.start_ns, a.end_ns, side="left")
+    count = np.maximum(stop - first, 0)
+    total = int(count.sum())
+    if total == 0:
+        return Intervals.empty()
+    i = np.repeat(np.arange(len(a)), count)
+    j = np.arange(total) + np.repeat(first - (np.cumsum(count) - count), count)
+    starts = np.maximum(a.start_ns[i], b.start_ns[j])
+    ends = np.minimum(a.end_ns[i], b.end_ns[j])
+    return Intervals(starts.astype(np.int64), ends.astype(np.int64))
 
 
 def either(a: Intervals, b: Intervals) -> Intervals:
@@ -121,3 +165,50 @@ def _covered_before(iv: Intervals, t_ns: I64) -> I64:
     j = np.maximum(i, 0)
     inside = np.clip(np.minimum(t_ns, iv.end_ns[j]) - iv.start_ns[j], 0, None)
     return np.where(i >= 0, prefix[j] + inside, 0).astype(np.int64)
+
+
+def last_containing(starts: I64, ends: I64, t: I64) -> NDArray[np.intp]:
+    """For each time in ``t``, the position of the last interval with ``start <= t <= end``
+    (intervals sorted by start, overlapping or nested as they like); -1 when none does.
+
+    Among the intervals that started by ``t``, the answer is the last one still running at ``t``:
+    a "previous element at least t" query, answered for all times at once by binary lifting
+    over a sparse table of running maxima of the end times.
+    """
+    none = np.full(t.shape, -1, dtype=np.intp)
+    if starts.size == 0 or t.size == 0:
+        return none
+    # An interval that contains none of the times answers none of them, and leaving it out does
+    # not change which containing interval is last: the table covers only the useful ones. An
+    # interval is useful when the first time at or after its start is at most its end; which
+    # time that is follows from how many times fall before each start.
+    times = np.sort(t)
+    placed = np.searchsorted(starts, times, side="right")  # times before start i: placed <= i
+    before = np.cumsum(np.bincount(placed, minlength=starts.size + 1))[: starts.size]
+    first = times[np.minimum(before, times.size - 1)]
+    useful = np.flatnonzero((before < times.size) & (first <= ends))
+    if useful.size == 0:
+        return none
+    starts, ends = starts[useful], ends[useful]
+    # jumps[j][i + 1] = max(ends[i - 2**j + 1 .. i]), or "never jump" (the largest int64) where
+    # that window would reach before the first interval, and at i = -1.
+    never = np.iinfo(np.int64).max
+    level = ends
+    jumps: list[I64] = []
+    while True:
+        size = 1 << len(jumps)
+        table = np.empty(level.size + 1, dtype=np.int64)
+        table[0] = never
+        table[1:] = level
+        table[1:size] = never
+        jumps.append(table)
+        if size * 2 > ends.size:
+            break
+        level = level.copy()
+        level[size:] = np.maximum(level[size:], level[:-size])
+    p = np.searchsorted(starts, t, side="right") - 1
+    for j in range(len(jumps) - 1, -1, -1):
+        # Skip a whole window of intervals that all ended before t.
+        p -= (jumps[j][p + 1] < t) * (1 << j)
+    found = (p >= 0) & (ends[np.maximum(p, 0)] >= t)
+    return np.where(found, useful[np.maximum(p, 0)], -1)

@@ -36,7 +36,6 @@ bandwidth figures include any waiting (a lower bound).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +52,7 @@ from gpuscope.analyses.timeline import (
     TemporalBreakdown,
     WorkClass,
 )
+from gpuscope.classify import NamePattern
 from gpuscope.facts import GpuFacts
 from gpuscope.model import Kind
 
@@ -73,15 +73,15 @@ FULLY_EXPOSED_SHARE = 0.9
 SMALL_MESSAGE_BYTES = 1 << 20
 SMALL_COLLECTIVE_NS = 50_000
 
-_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
-    ("all_reduce", re.compile(r"all_?reduce", re.I)),
-    ("all_gather", re.compile(r"all_?gather", re.I)),
-    ("all_to_all", re.compile(r"all_?to_?all", re.I)),
-    ("send_recv", re.compile(r"send_?recv|\bsend\b|\brecv\b|p2p", re.I)),
-    ("broadcast", re.compile(r"broadcast|bcast", re.I)),
-    ("barrier", re.compile(r"barrier", re.I)),
-    ("reduce", re.compile(r"reduce", re.I)),
+_KINDS: tuple[tuple[str, NamePattern], ...] = (
+    ("reduce_scatter", NamePattern(r"reduce_?scatter")),
+    ("all_reduce", NamePattern(r"all_?reduce")),
+    ("all_gather", NamePattern(r"all_?gather")),
+    ("all_to_all", NamePattern(r"all_?to_?all")),
+    ("send_recv", NamePattern(r"send_?recv|\bsend\b|\brecv\b|p2p")),
+    ("broadcast", NamePattern(r"broadcast|bcast")),
+    ("barrier", NamePattern(r"barrier")),
+    ("reduce", NamePattern(r"reduce")),
 )
 _ELEMENT_BYTES = {
     "double": 8,
@@ -103,6 +103,7 @@ _ELEMENT_BYTES = {
     "uint8": 1,
     "int8": 1,
 }
+_NO_ARGS: dict[str, Any] = {}
 
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -180,6 +181,11 @@ def _message_bytes(args: dict[str, Any]) -> int:
     return max(known) * element
 
 
+def _group_size(args: dict[str, Any]) -> int:
+    size = args.get("group_size")
+    return size if isinstance(size, int) else -1
+
+
 def collectives(work: DeviceWork) -> CollectiveTable:
     """The device's communication kernels with their group, kind and message size."""
     trace = work.trace
@@ -187,37 +193,49 @@ def collectives(work: DeviceWork) -> CollectiveTable:
     rows = work.rows[work.work_class == WorkClass.COMMUNICATION]
     rows = rows[ev.kind[rows] == Kind.KERNEL]
     op_args = _collective_op_args(work)
-    streams = ev.stream[rows]
-    stream_order = {int(s): i for i, s in enumerate(dict.fromkeys(streams.tolist()))}
-    groups: list[str] = []
-    kinds: list[str] = []
-    sizes = np.full(rows.shape, -1, dtype=np.int64)
-    group_sizes = np.full(rows.shape, -1, dtype=np.int64)
-    for i, row in enumerate(rows.tolist()):
-        args = ev.extra.get(row) or op_args.get(int(ev.external_id[row])) or {}
-        group = args.get("process_group")
-        groups.append(
-            f"pg:{group}" if group is not None else f"stream#{stream_order[int(ev.stream[row])]}"
-        )
-        recorded = args.get("collective_name")
-        kinds.append(collective_kind(str(recorded) if recorded else trace.name(row)))
-        sizes[i] = _message_bytes(args)
-        size = args.get("group_size")
-        group_sizes[i] = size if isinstance(size, int) else -1
-    index = np.zeros(rows.shape, dtype=np.int64)
+    streams = ev.stream[rows].tolist()
+    # A group named by its stream: the n-th communication stream, by order of first use.
+    stream_group = {s: f"stream#{i}" for i, s in enumerate(dict.fromkeys(streams))}
+    extra, names = ev.extra, trace.names
+    if extra or op_args:
+        externals = ev.external_id[rows].tolist()
+        args = [
+            extra.get(row) or op_args.get(external) or _NO_ARGS
+            for row, external in zip(rows.tolist(), externals, strict=True)
+        ]
+    else:  # nothing recorded (Nsight Systems, many Kineto traces): no lookups per kernel
+        args = [_NO_ARGS] * len(streams)
+    groups = [
+        f"pg:{a['process_group']}" if a.get("process_group") is not None else stream_group[s]
+        for a, s in zip(args, streams, strict=True)
+    ]
+    index: list[int] = []
     seen: dict[str, int] = {}
-    for i, group in enumerate(groups):
-        index[i] = seen.get(group, 0)
-        seen[group] = int(index[i]) + 1
+    for group in groups:
+        n = seen.get(group, 0)
+        index.append(n)
+        seen[group] = n + 1
+    # A job has thousands of collectives and a few names: each name is matched once.
+    kind_of: dict[str, str] = {}
+    kinds: list[str] = []
+    for a, name_id in zip(args, ev.name_id[rows].tolist(), strict=True):
+        recorded = a.get("collective_name")
+        name = str(recorded) if recorded else names[name_id]
+        kind = kind_of.get(name)
+        if kind is None:
+            kind = kind_of[name] = collective_kind(name)
+        kinds.append(kind)
+    sizes = [_message_bytes(a) if a else -1 for a in args]
+    group_sizes = [_group_size(a) for a in args]
     return CollectiveTable(
         rows=rows.astype(np.int64),
         group=groups,
-        index=index,
+        index=np.array(index, dtype=np.int64),
         kind=kinds,
         start_ns=ev.start_ns[rows],
         end_ns=ev.end_ns[rows],
-        message_bytes=sizes,
-        group_size=group_sizes,
+        message_bytes=np.array(sizes, dtype=np.int64),
+        group_size=np.array(group_sizes, dtype=np.int64),
     )
 
 
@@ -451,7 +469,7 @@ def _match(
         start = np.array([tables[m].start_ns[p] for m, p in zip(members, positions, strict=True)])
         end = np.array([tables[m].end_ns[p] for m, p in zip(members, positions, strict=True)])
         kinds = sorted(
-            {tables[m].kind[int(j)] for m, p in zip(members, positions, strict=True) for j in p}
+            {tables[m].kind[j] for m, p in zip(members, positions, strict=True) for j in p.tolist()}
         )
         groups.append(
             _Group(
@@ -767,20 +785,24 @@ def _bandwidth_totals(
         durations = g.end_ns - g.start_ns
         transfer = durations[0] if alone else durations.min(axis=0)
         first = tables[g.members[0]]
-        for n in range(g.count):
-            nbytes = max(
-                int(tables[m].message_bytes[g.positions[k, n]]) for k, m in enumerate(g.members)
-            )
-            if nbytes <= 0:
-                unsized += 1
-                continue
-            recorded = int(first.group_size[int(g.positions[0, n])])
-            declared = participants[g.members[0]].world_size or 1
+        if g.count == 0:
+            continue
+        # The largest size any rank recorded, per collective of the group.
+        sizes = np.stack(
+            [tables[m].message_bytes[g.positions[k]] for k, m in enumerate(g.members)]
+        ).max(axis=0)
+        sized = np.flatnonzero(sizes > 0)
+        unsized += g.count - int(sized.size)
+        declared = participants[g.members[0]].world_size or 1
+        at = g.positions[0, sized]
+        recorded_sizes = first.group_size[at].tolist()
+        columns = (at.tolist(), sizes[sized].tolist(), transfer[sized].tolist(), recorded_sizes)
+        for position, nbytes, ns, recorded in zip(*columns, strict=True):
             ranks = recorded if recorded > 0 else max(len(g.members), declared)
-            entry = totals.setdefault((first.kind[int(g.positions[0, n])], ranks, alone), [0, 0, 0])
+            entry = totals.setdefault((first.kind[position], ranks, alone), [0, 0, 0])
             entry[0] += 1
             entry[1] += nbytes
-            entry[2] += int(transfer[n])
+            entry[2] += ns
     return totals, unsized
 
 
@@ -841,13 +863,17 @@ def _locate(p: Participant, t: CollectiveTable, exposed: I64, into: dict[str, li
     assert p.host is not None
     ev = p.work.trace.events
     order = np.argsort(-exposed, kind="stable")[:256]
-    for k in order.tolist():
-        if exposed[k] <= 0:
-            break
-        launcher = int(ev.link[t.rows[k]])
-        where = p.host.location(launcher) if launcher >= 0 else p.work.trace.name(int(t.rows[k]))
-        entry = into.setdefault(where, [0, 0])
-        entry[0] += int(exposed[k])
+    order = order[exposed[order] > 0]
+    rows = t.rows[order]
+    launcher = ev.link[rows]
+    # Launched work: where its launch was issued (resolved together); else the work's own name.
+    where = [p.work.trace.names[i] for i in ev.name_id[rows].tolist()]
+    launched = np.flatnonzero(launcher >= 0)
+    for k, location in zip(launched.tolist(), p.host.locations(launcher[launched]), strict=True):
+        where[k] = location
+    for w, ns in zip(where, exposed[order].tolist(), strict=True):
+        entry = into.setdefault(w, [0, 0])
+        entry[0] += ns
         entry[1] += 1
 
 

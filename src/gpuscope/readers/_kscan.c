@@ -99,8 +99,8 @@ typedef struct {
     Text flows;  /* the flow events (phases s, f, t), as one JSON array */
 } Columns;
 
-static int columns_grow(Columns *c) {
-    Py_ssize_t capacity = c->capacity ? c->capacity * 2 : 4096;
+static int columns_grow(Columns *c, Py_ssize_t hint) {
+    Py_ssize_t capacity = c->capacity ? c->capacity * 2 : (hint > 4096 ? hint : 4096);
     void *p;
 #define GROW(field, type)                                                \
     p = realloc(c->field, (size_t)capacity * sizeof(type));              \
@@ -276,6 +276,9 @@ static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *esc
     return INCOMPLETE;
 }
 
+/* ``is_float`` of an integer beyond int64: readers of typed values hand it to Python. */
+enum { BIG_INTEGER = 2 };
+
 /* A number: exact int64 when integral and in range, else a double (is_float set). */
 static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) {
     const char *p = c->p, *start = c->p;
@@ -321,10 +324,18 @@ static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) 
     }
     const char *q = start + negative;
     uint64_t value = 0;
-    for (; q < p; q++) {
-        uint64_t digit = (uint64_t)(*q - '0');
-        if (value > (UINT64_C(9223372036854775807) - digit) / 10) return BAD; /* beyond int64 */
-        value = value * 10 + digit;
+    if (p - q <= 18) { /* cannot overflow: no check per digit */
+        for (; q < p; q++) value = value * 10 + (uint64_t)(*q - '0');
+    } else {
+        for (; q < p; q++) {
+            uint64_t digit = (uint64_t)(*q - '0');
+            if (value > (UINT64_C(9223372036854775807) - digit) / 10) {
+                *is_float = BIG_INTEGER; /* valid JSON all the same: a double for those who can */
+                *real = strtod(start, NULL);
+                return OK;
+            }
+            value = value * 10 + digit;
+        }
     }
     *integer = negative ? -(int64_t)value : (int64_t)value;
     return OK;
@@ -605,7 +616,9 @@ typedef struct {
 /* The code of a key in ``keys`` (ended by a NULL text), or -1: lengths first, then bytes. */
 static inline int key_code(const Key *keys, const char *text, Py_ssize_t length) {
     for (const Key *k = keys; k->text != NULL; k++)
-        if (k->length == length && memcmp(k->text, text, (size_t)length) == 0) return k->code;
+        if (k->length == length && k->text[0] == text[0] &&
+            memcmp(k->text, text, (size_t)length) == 0)
+            return k->code;
     return -1;
 }
 
@@ -801,7 +814,9 @@ static int read_event(Cursor *c, Scan *s) {
         return UNSUPPORTED;
     }
     Columns *col = &s->columns;
-    if (col->rows == col->capacity && columns_grow(col) < 0) return BAD;
+    /* Kineto events take 150-300 bytes of text: the first allocation rarely needs to grow (and
+     * pages never written cost nothing). */
+    if (col->rows == col->capacity && columns_grow(col, (c->end - c->p) / 96) < 0) return BAD;
     Py_ssize_t row = col->rows;
     int32_t cat_id = intern(&s->cats, cat, cat_length);
     int32_t name_id = intern(&s->names, name, name_length);

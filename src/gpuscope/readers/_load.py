@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
+from gpuscope.readers import _scan
 from gpuscope.readers._io import head_bytes
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
@@ -197,6 +198,7 @@ def _take(queue: Any, *, front: bool) -> int | None:
 def _start_worker(queue: Any) -> None:
     global _queue  # noqa: PLW0603 - shared memory reaches a spawned worker only this way
     _queue = queue
+    _scan.threaded = False  # the processes use the cores
 
 
 def _drain(files: list[Path], scratch: Path) -> list[tuple[int, Path | _Unread]]:
@@ -254,6 +256,7 @@ def _read_all(files: list[Path]) -> list[Job | _Unread]:
     queue = context.Array("q", [0, len(files) - 1])
     results: list[Job | _Unread | None] = [None] * len(files)
     with (
+        _scan.unthreaded(),
         tempfile.TemporaryDirectory(prefix="gpuscope-read-") as scratch,
         ProcessPoolExecutor(
             workers - 1, mp_context=context, initializer=_start_worker, initargs=(queue,)

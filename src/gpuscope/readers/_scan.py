@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -36,6 +36,9 @@ PIECE_BYTES = 4 << 20
 FEED_BYTES = 128 << 10
 #: Pieces the scanner may run ahead of its reader when started early (bounds the memory).
 RUN_AHEAD_PIECES = 16
+#: Whether scans run on threads of their own. Off where processes already use every core (a
+#: folder read in parallel): threads of one process scale worse than processes here.
+threaded = True
 
 ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 KINETO_KEYS = (
@@ -181,10 +184,13 @@ class Scan:
         self.path = path
         self.state = TextState(path)
         self._stack = ExitStack()
-        pieces = self._stack.enter_context(read_ahead(decompressed_pieces(path, self.state)))
-        self._results = self._stack.enter_context(
-            read_ahead(scanned_pieces(pieces, self.state), depth=run_ahead)
-        )
+        pieces = decompressed_pieces(path, self.state)
+        self._results = scanned_pieces(pieces, self.state)
+        if threaded:
+            pieces = self._stack.enter_context(read_ahead(pieces))
+            self._results = self._stack.enter_context(
+                read_ahead(scanned_pieces(pieces, self.state), depth=run_ahead)
+            )
 
     def results(self) -> Iterator[Scanned]:
         return self._results
@@ -202,6 +208,17 @@ class Scan:
         trace: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@contextmanager
+def unthreaded() -> Iterator[None]:
+    """Scans started inside run on the caller's thread (see :data:`threaded`)."""
+    global threaded  # noqa: PLW0603 - one switch for the process, like GPUSCOPE_WORKERS
+    was, threaded = threaded, False
+    try:
+        yield
+    finally:
+        threaded = was
 
 
 def start(path: Path) -> Scan | None:

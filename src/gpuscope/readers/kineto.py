@@ -842,11 +842,16 @@ def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     return {row: _extras_of(args[row]) for row in rows.tolist()}
 
 
+_EXTRA_VALUES = attrgetter(*(f for f, _ in _EXTRA_FIELDS))
+_EXTRA_KEYS = tuple(key for _, key in _EXTRA_FIELDS)
+
+
 def _extras_of(a: Any) -> dict[str, Any]:
     """The arguments kept per event (shapes, collective sizes), by their model names."""
     if a.input_dims is None and a.collective_name is None:
         return {}
-    return {key: getattr(a, f) for f, key in _EXTRA_FIELDS if getattr(a, f) is not None}
+    values = _EXTRA_VALUES(a)
+    return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}
 
 
 def _decode_args_list(text: bytes) -> list[Any]:

@@ -155,6 +155,15 @@ def test_truncated_trace_is_read_up_to_its_last_whole_event(tmp_path: Path) -> N
     assert "ends mid-write" in trace.warnings[0] and "cut.json" in trace.warnings[0]
 
 
+def test_a_trace_cut_before_its_gpu_events_says_so(tmp_path: Path) -> None:
+    source = corpus("kineto/param-dlrm-8rank/worker0_step_12.1694128201545.pt.trace.json.gz")
+    raw = source.read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(raw[: len(raw) // 2])  # this writer puts the CPU events first
+    with pytest.raises(EmptyTraceError, match="in the part written before the file was cut off"):
+        load(cut)
+
+
 def test_truncated_gzip_is_read_with_a_warning(tmp_path: Path) -> None:
     source = corpus("kineto/param-dlrm-8rank/worker0_step_12.1694128201545.pt.trace.json.gz")
     raw = source.read_bytes()

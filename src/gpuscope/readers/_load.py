@@ -27,8 +27,15 @@ class Reader:
 
 
 def _read_kineto(path: Path, scan: Scan | None = None) -> Job:
-    trace = _lazy("kineto", "read_file")(path, scan)
-    require_device_activity(path, trace)
+    trace: Trace = _lazy("kineto", "read_file")(path, scan)
+    try:
+        require_device_activity(path, trace)
+    except EmptyTraceError as error:
+        if any("ends mid-write" in w for w in trace.warnings):  # the device events came later
+            raise EmptyTraceError(
+                path, f"{error.reason}, in the part written before the file was cut off"
+            ) from None
+        raise
     return Job(source=str(path), traces=[trace])
 
 

@@ -263,3 +263,35 @@ def test_an_early_scan_of_a_file_that_is_not_kineto_is_none(tmp_path: Path) -> N
     assert _scan.start(tmp_path / "a.csv") is None
     assert _scan.start(tmp_path / "missing.json") is None
     assert _scan.start(tmp_path) is None
+
+
+# --- the threads ----------------------------------------------------------------------------------
+
+
+def test_read_ahead_hands_over_items_and_errors_in_order() -> None:
+    from gpuscope.errors import CorruptInputError
+    from gpuscope.readers._io import read_ahead
+
+    def produce() -> Any:
+        yield from (b"a", b"b")
+        raise CorruptInputError(Path("x.json"), "corrupt gzip data")
+
+    got: list[bytes] = []
+    with pytest.raises(CorruptInputError, match="corrupt gzip"), read_ahead(produce()) as items:
+        got.extend(items)
+    assert got == [b"a", b"b"]
+
+
+def test_leaving_read_ahead_early_stops_its_thread() -> None:
+    import threading
+
+    from gpuscope.readers._io import read_ahead
+
+    def endless() -> Any:
+        while True:
+            yield b"x"
+
+    before = threading.active_count()
+    with read_ahead(endless(), depth=1) as items:
+        assert next(items) == b"x"
+    assert threading.active_count() == before

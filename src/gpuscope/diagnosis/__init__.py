@@ -6,21 +6,14 @@ and never prints. One :class:`DeviceReport` per device per rank, in rank then de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
-from gpuscope.analyses.counters import (
-    CounterIndex,
-    CounterSummary,
-    MeasuredBounds,
-    apply_counters,
-    counter_index,
-    summarize,
-)
 from gpuscope.analyses.host import HostIndex, host_activity
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
-from gpuscope.analyses.samples import GpuUtilisation, SampleOptions, gpu_utilisation
 from gpuscope.analyses.timeline import (
     DeviceWork,
     KernelStat,
@@ -45,23 +38,19 @@ from gpuscope.diagnosis.findings import (
     verdict,
     world_size,
 )
-from gpuscope.diagnosis.sampled import (
-    Price,
-    counter_findings,
-    counter_verdict,
-    price_of,
-    sampled_findings,
-    sampled_verdict,
-)
 from gpuscope.facts import GpuFacts, match_device
 from gpuscope.model import DeviceInfo, Job, Trace
+
+if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a job has them
+    from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
+    from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 
 
 @dataclass(frozen=True)
 class Options:
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
-    samples: SampleOptions = field(default_factory=SampleOptions)  # idle/gap thresholds
+    samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
 
 
 @dataclass(frozen=True)
@@ -112,8 +101,28 @@ class Diagnosis:
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
     options = options or Options()
-    counters = [summarize(c) for c in job.counters]
-    index = counter_index(counters) if counters else None
+    if job.counters or job.samples:
+        # Kernel counters (ncu) and sampled utilisation: their modules load only when needed.
+        from gpuscope.diagnosis.measured import diagnose_measured  # noqa: PLC0415
+
+        return diagnose_measured(job, options)
+    return diagnose_timelines(job, options).diagnosis
+
+
+@dataclass(frozen=True)
+class TimelineDiagnosis:
+    diagnosis: Diagnosis
+    gpu_hour_usd: float | None  # the price the timelines' devices gave, and its source
+    price_source: str
+
+
+def diagnose_timelines(
+    job: Job,
+    options: Options,
+    adjust: Callable[[DeviceReport], DeviceReport] | None = None,
+) -> TimelineDiagnosis:
+    """The diagnosis of the job's timelines; ``adjust`` revises each device report first (with
+    measured counters)."""
     devices: list[DeviceReport] = []
     evidence: list[DeviceEvidence] = []
     hosts: dict[int, HostIndex] = {}
@@ -121,8 +130,8 @@ def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
         host = hosts[id(trace)] = host_activity(trace)
         for device in trace.device_ids:
             report = _device_report(trace, device, options, host)
-            if index is not None:
-                report = _with_counters(report, index)
+            if adjust is not None:
+                report = adjust(report)
             devices.append(report)
             evidence.append(_evidence(trace, report))
     declared = max((t.world_size or 0 for t in job.traces), default=0)
@@ -140,77 +149,7 @@ def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
         warnings=job.warnings,
         ranks=ranks,
     )
-    if not (job.samples or counters):
-        return result
-    return _with_measurements(result, job, counters, options, Price(gpu_hour_usd, price_source))
-
-
-def _with_counters(report: DeviceReport, index: CounterIndex) -> DeviceReport:
-    """Measured limiters (ncu) in place of the estimated bounds, for the kernels that match."""
-    measured = apply_counters(report.bounds, report.work, index)
-    return replace(report, bounds=measured.bounds, counters=measured)
-
-
-def _with_measurements(
-    result: Diagnosis,
-    job: Job,
-    counters: list[CounterSummary],
-    options: Options,
-    timeline_price: Price,
-) -> Diagnosis:
-    """Add what samples and counters say; without a timeline, they make the verdict."""
-    sampled = [
-        gpu_utilisation(g, s.source, s.format, match_device(g.name), options.samples)
-        for s in job.samples
-        for g in s.gpus
-        if g.time_ns.size
-    ]
-    names = [g.name for g in sampled] + [c.device_name for c in counters]
-    price = price_of(names, options.gpu_hour_usd)
-    inputs = result.inputs + _measured_inputs(job)
-    if job.traces:
-        if price.gpu_hour_usd is None:
-            price = timeline_price
-        measured = any(d.counters is not None and d.counters.measured_ns for d in result.devices)
-        return replace(
-            result,
-            inputs=inputs,
-            findings=result.findings + sampled_findings(sampled, price),
-            based_on="timeline+ncu" if measured else "timeline",
-            sampled=sampled,
-            counters=counters,
-        )
-    from_counters = counter_findings(counters, price)
-    if sampled:
-        from_samples = sampled_findings(sampled, price)
-        verdict_ = sampled_verdict(sampled, from_samples, price)
-        found, based_on = from_samples + from_counters, "samples+ncu" if counters else "samples"
-    else:
-        verdict_ = counter_verdict(counters, from_counters, price)
-        found, based_on = from_counters, "ncu"
-    return replace(
-        result,
-        inputs=inputs,
-        verdict=verdict_,
-        findings=found,
-        based_on=based_on,
-        sampled=sampled,
-        counters=counters,
-    )
-
-
-def _measured_inputs(job: Job) -> list[InputSummary]:
-    counters = [
-        InputSummary(c.source, c.format, c.schema, None, None, len(c.kernels), 0)
-        for c in job.counters
-    ]
-    samples = [
-        InputSummary(
-            s.source, s.format, s.format, None, None, sum(int(g.time_ns.size) for g in s.gpus), 0
-        )
-        for s in job.samples
-    ]
-    return counters + samples
+    return TimelineDiagnosis(result, gpu_hour_usd, price_source)
 
 
 def _ranks(

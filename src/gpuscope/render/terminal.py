@@ -6,6 +6,8 @@ computes nothing: every figure comes from the diagnosis.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -14,13 +16,14 @@ from rich.text import Text
 
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import Bound
-from gpuscope.analyses.counters import CounterSummary
 from gpuscope.analyses.intervals import Intervals, covered_ns
-from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.diagnosis.sampled import SampledFinding
 from gpuscope.render.ranks import render_ranks
+
+if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
+    from gpuscope.analyses.counters import CounterSummary
+    from gpuscope.analyses.samples import Distribution, GpuUtilisation
 
 _DETAILED_DEVICES = 2
 _SPLIT_COLOURS = {
@@ -299,7 +302,7 @@ def _dist(d: Distribution | None) -> str:
 
 def _time_of(f: Finding) -> str:
     """What a finding's share is of: device time, sampled GPU time, or profiled kernel time."""
-    source = f.measured_from if isinstance(f, SampledFinding) else "timeline"
+    source: str = getattr(f, "measured_from", "timeline")  # sampled and ncu findings say
     if source == "timeline":
         return "device time"
     return "profiled kernel time" if source == "ncu" else "sampled GPU time"

@@ -1,0 +1,113 @@
+"""Diagnosis from measurements: Nsight Compute counters and sampled utilisation, with or without
+timelines. Loaded only for jobs that have them (see :func:`gpuscope.diagnosis.diagnose`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuscope.analyses.counters import (
+    CounterIndex,
+    CounterSummary,
+    apply_counters,
+    counter_index,
+    summarize,
+)
+from gpuscope.analyses.samples import gpu_utilisation
+from gpuscope.diagnosis import (
+    DeviceReport,
+    Diagnosis,
+    InputSummary,
+    Options,
+    diagnose_timelines,
+)
+from gpuscope.diagnosis.sampled import (
+    Price,
+    counter_findings,
+    counter_verdict,
+    price_of,
+    sampled_findings,
+    sampled_verdict,
+)
+from gpuscope.facts import match_device
+from gpuscope.model import Job
+
+
+def diagnose_measured(job: Job, options: Options) -> Diagnosis:
+    counters = [summarize(c) for c in job.counters]
+    index = counter_index(counters) if counters else None
+
+    def adjust(report: DeviceReport) -> DeviceReport:
+        return _with_counters(report, index) if index is not None else report
+
+    timelines = diagnose_timelines(job, options, adjust)
+    price = Price(timelines.gpu_hour_usd, timelines.price_source)
+    return _with_measurements(timelines.diagnosis, job, counters, options, price)
+
+
+def _with_counters(report: DeviceReport, index: CounterIndex) -> DeviceReport:
+    """Measured limiters (ncu) in place of the estimated bounds, for the kernels that match."""
+    measured = apply_counters(report.bounds, report.work, index)
+    return replace(report, bounds=measured.bounds, counters=measured)
+
+
+def _with_measurements(
+    result: Diagnosis,
+    job: Job,
+    counters: list[CounterSummary],
+    options: Options,
+    timeline_price: Price,
+) -> Diagnosis:
+    """Add what samples and counters say; without a timeline, they make the verdict."""
+    sampled = [
+        gpu_utilisation(g, s.source, s.format, match_device(g.name), options.samples)
+        for s in job.samples
+        for g in s.gpus
+        if g.time_ns.size
+    ]
+    names = [g.name for g in sampled] + [c.device_name for c in counters]
+    price = price_of(names, options.gpu_hour_usd)
+    inputs = result.inputs + _measured_inputs(job)
+    if job.traces:
+        if price.gpu_hour_usd is None:
+            price = timeline_price
+        measured = any(d.counters is not None and d.counters.measured_ns for d in result.devices)
+        return replace(
+            result,
+            inputs=inputs,
+            findings=result.findings + sampled_findings(sampled, price),
+            based_on="timeline+ncu" if measured else "timeline",
+            sampled=sampled,
+            counters=counters,
+        )
+    from_counters = counter_findings(counters, price)
+    if sampled:
+        from_samples = sampled_findings(sampled, price)
+        verdict_ = sampled_verdict(sampled, from_samples, price)
+        found, based_on = from_samples + from_counters, "samples+ncu" if counters else "samples"
+    else:
+        verdict_ = counter_verdict(counters, from_counters, price)
+        found, based_on = from_counters, "ncu"
+    return replace(
+        result,
+        inputs=inputs,
+        verdict=verdict_,
+        findings=found,
+        based_on=based_on,
+        sampled=sampled,
+        counters=counters,
+    )
+
+
+def _measured_inputs(job: Job) -> list[InputSummary]:
+    counters = [
+        InputSummary(c.source, c.format, c.schema, None, None, len(c.kernels), 0)
+        for c in job.counters
+    ]
+    samples = [
+        InputSummary(
+            s.source, s.format, s.format, None, None, sum(int(g.time_ns.size) for g in s.gpus), 0
+        )
+        for s in job.samples
+    ]
+    return counters + samples

@@ -1,15 +1,14 @@
 /* Kineto event scanner: the events array of a Chrome trace straight into columns.
  *
- * Contract (the Python side is gpuscope/readers/kineto.py, which also holds the pure-Python
- * reader this module only speeds up):
+ * Contract (the Python side is gpuscope/readers/_scan.py, which runs it, and kineto.py, which
+ * turns its columns into the model and also holds the msgspec reader this module speeds up):
  *
  *   scan(text: bytes, first: bool, start: int, stop: int) -> tuple
  *
  * reads whole events from text[start:stop] (stop -1: to the end), the inside of a
- * ``traceEvents`` array, where ``first``
- * says no event came before (else the next character past white space must be ``,`` or ``]``).
- * It stops at the array's closing bracket or at the first event the text does not finish, and
- * returns
+ * ``traceEvents`` array, where ``first`` says no event came before (else the next character
+ * past white space must be ``,`` or ``]``). It stops at the array's closing bracket or at the
+ * first event the text does not finish, and returns
  *
  *   (consumed, done, events, rows, columns, cats, names, extra_rows, extras, flows)
  *
@@ -27,10 +26,11 @@
  * Nothing returned points into ``text``: the caller can drop it at once.
  *
  * Integer arguments absent or null read -1, occupancy absent reads NaN, times are integer
- * nanoseconds computed exactly as the Python reader computes them. Anything the typed Python
- * decoder would reject, or that this scanner does not follow (a non-integer id, a JSON value of
- * an unexpected type, invalid JSON), raises ValueError: the caller then reads the document the
- * slower way, so results never depend on which path ran. The scan itself runs without the GIL.
+ * nanoseconds computed exactly as the Python reader computes them. Values the typed Python
+ * decoder rejects but its lenient fallback coerces (ids written as strings, floats) are coerced
+ * the same way here. Anything else this scanner does not follow (an unknown phase, a time that
+ * is not a number, invalid JSON) raises ValueError: the caller then reads the document the
+ * slower way, so results never depend on which path ran. The scan runs without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

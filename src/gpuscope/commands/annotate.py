@@ -30,12 +30,15 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
 
     For a folder of per-rank traces, OUTPUT is a folder that gets one annotated file per trace.
     """
+    from gpuscope.readers import _scan
+
+    scan = _scan.start(path)  # the read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.readers._io import read_bytes
     from gpuscope.render.annotate import annotate as annotated
 
-    job = load(path)
+    job = load(path, scan=scan)
     _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])
     result = diagnose(job, Options(gpu_hour_usd=gpu_hour_usd))
     for source, target in _targets(path, output, [t.source for t in job.traces]).items():

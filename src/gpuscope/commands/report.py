@@ -37,12 +37,16 @@ def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) ->
     """
     if len(paths) > 2:
         raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
+    from gpuscope.readers import _scan
+
+    scan = _scan.start(paths[0])  # the first trace's read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import html
 
     options = Options(gpu_hour_usd=gpu_hour_usd)
-    diagnoses = [diagnose(load(path), options) for path in paths]
+    scans = [scan, *(None for _ in paths[1:])]
+    diagnoses = [diagnose(load(p, scan=s), options) for p, s in zip(paths, scans, strict=True)]
     if len(diagnoses) == 1:
         page = html.render(diagnoses[0])
     else:

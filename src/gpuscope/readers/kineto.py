@@ -499,28 +499,19 @@ class _Columns:
             return
         kept = np.flatnonzero(keep)
         kinds = codes[kept]
-        names = [_raw_string(name) for name in raw_names]
         name_local = np.frombuffer(raw["name"], dtype=np.int32)[kept]
         if "mtia_ccp_events" in cats:
-            dma = np.array([name.startswith("dma") for name in names], dtype=bool)
+            dma = np.array([name.startswith(b"dma") for name in raw_names], dtype=bool)
             is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)
             kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
 
         def column(key: str) -> np.ndarray:
             return np.frombuffer(raw[key], dtype=np.int64)[kept]
 
-        pid, tid = column("pid"), column("tid")
-        rows = len(kept)
-        on_device = np.isin(kinds, _DEVICE_CODES)
-        arg_device, arg_stream = column("device"), column("stream")
-        device = np.where(on_device, np.where(arg_device >= 0, arg_device, pid), -1)
-        stream = np.where(on_device, np.where(arg_stream >= 0, arg_stream, tid), -1)
-        external_id = column("external_id")
-        if self.old_schema:
-            external_id = np.where(external_id >= 0, external_id, column("external_id_2021"))
-        copies = (kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET)
-        kernels = kinds == Kind.KERNEL
-        python = kinds == Kind.PYTHON
+        def arg(field: str, rows: np.ndarray) -> np.ndarray:
+            values: np.ndarray = column(field)[rows]
+            return values
+
         self.float_ts |= bool(np.frombuffer(raw["float_time"], dtype=np.uint8)[kept].any())
         if extra_rows:
             new_row = np.cumsum(keep) - 1
@@ -531,36 +522,28 @@ class _Columns:
                     self.extra[self.rows + int(new_row[row])] = extra
         piece = {
             "kind": kinds,
-            "name_id": self._intern_used(names, name_local),
+            "name_id": self._intern_used(raw_names, name_local),
             "start_ns": column("ts_ns"),
             "dur_ns": np.maximum(column("dur_ns"), 0),
-            "pid": pid,
-            "tid": tid,
-            "device": device,
-            "stream": stream,
-            "correlation": np.where(np.isin(kinds, _LINKED_CODES), column("correlation"), -1),
-            "external_id": external_id,
-            "bytes": np.where(copies, np.maximum(column("bytes"), column("size")), -1),
-            "python_id": np.where(python, column("python_id"), -1),
-            "python_parent_id": np.where(python, column("python_parent_id"), -1),
-            "grid_blocks": np.where(kernels, column("grid"), -1),
-            "block_threads": np.where(kernels, column("block"), -1),
+            **self._arg_columns(kinds, column("pid"), column("tid"), arg),
             "occupancy_pct": np.frombuffer(raw["occupancy"], dtype=np.float64)[kept].astype(
                 np.float32
             ),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
-        if np.any(piece["correlation"][(device >= 0) & (kinds != Kind.GPU_ANNOTATION)] < 0):
+        on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
+        if np.any(piece["correlation"][on_device] < 0):
             self.flows.extend(_FLOWS_DECODER.decode(flows))
-        self.rows += rows
+        self.rows += len(kept)
 
-    def _intern_used(self, names: list[str], local: np.ndarray) -> np.ndarray:
-        """Global ids for local name ids, interning only the names used, in order of use."""
+    def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
+        """Global ids for local name ids (into the scanner's raw names), decoding and interning
+        only the names used, in order of use."""
         used, first = np.unique(local, return_index=True)
         used = used[np.argsort(first, kind="stable")]
-        global_ids = np.zeros(len(names), dtype=np.int32)
-        global_ids[used] = self._intern([names[i] for i in used.tolist()])
+        global_ids = np.zeros(len(raw_names), dtype=np.int32)
+        global_ids[used] = self._intern([_raw_string(raw_names[i]) for i in used.tolist()])
         mapped: np.ndarray = global_ids[local]
         return mapped
 
@@ -584,45 +567,57 @@ class _Columns:
         ts_us = np.array(ts)
         self.float_ts |= not self.lenient and ts_us.dtype.kind == "f"
         n = len(rows)
-        pid = _ids(list(map(_PID, rows)))
-        tid = _ids(list(map(_TID, rows)))
-        # Most arguments matter for a few kinds only: read them for those rows alone.
-        on_device = np.flatnonzero(np.isin(kinds, _DEVICE_CODES))
-        linked = np.flatnonzero(np.isin(kinds, _LINKED_CODES))
-        copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
-        python = np.flatnonzero(kinds == Kind.PYTHON)
-        device = np.full(n, -1, dtype=np.int64)
-        stream = np.full(n, -1, dtype=np.int64)
-        arg_device = _column(args, "device", on_device)
-        arg_stream = _column(args, "stream", on_device)
-        device[on_device] = np.where(arg_device >= 0, arg_device, pid[on_device])
-        stream[on_device] = np.where(arg_stream >= 0, arg_stream, tid[on_device])
-        external_id = _column(args, "external_id")
-        if self.old_schema:
-            external_id = np.where(external_id >= 0, external_id, _column(args, "external_id_2021"))
-        byte_count = np.full(n, -1, dtype=np.int64)
-        byte_count[copies] = np.maximum(
-            _column(args, "bytes", copies), _column(args, "size", copies)
-        )
         for row, values in _extra_args(args).items():
             self.extra[self.rows + row] = values
+
+        def arg(field: str, chosen: np.ndarray) -> np.ndarray:
+            if field in ("grid", "block"):
+                return np.array([_product(getattr(args[r], field)) for r in chosen], np.int64)
+            return _column(args, field, chosen)
+
         return {
             "kind": kinds,
             "name_id": self._intern(list(map(_NAME, rows))),
             "start_ns": _to_ns(ts_us),
             "dur_ns": np.maximum(_to_ns(dur), 0),
+            **self._arg_columns(
+                kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
+            ),
+            "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=n),
+        }
+
+    def _arg_columns(
+        self,
+        kinds: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        arg: Callable[[str, np.ndarray], np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The columns taken from ``args``, each read (``arg(field, rows)``) only for the kinds
+        it concerns; -1 elsewhere. Both readers' columns come from here."""
+        n = len(kinds)
+        every = np.arange(n)
+        on_device = np.flatnonzero(np.isin(kinds, _DEVICE_CODES))
+        linked = np.flatnonzero(np.isin(kinds, _LINKED_CODES))
+        copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
+        python = np.flatnonzero(kinds == Kind.PYTHON)
+        kernels = np.flatnonzero(kinds == Kind.KERNEL)
+        arg_device, arg_stream = arg("device", on_device), arg("stream", on_device)
+        external_id = arg("external_id", every)
+        if self.old_schema:
+            external_id = np.where(external_id >= 0, external_id, arg("external_id_2021", every))
+        return {
             "pid": pid,
             "tid": tid,
-            "device": device,
-            "stream": stream,
-            "correlation": _scatter(n, linked, _column(args, "correlation", linked)),
+            "device": _scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
+            "stream": _scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
+            "correlation": _scatter(n, linked, arg("correlation", linked)),
             "external_id": external_id,
-            "bytes": byte_count,
-            "python_id": _scatter(n, python, _column(args, "python_id", python)),
-            "python_parent_id": _scatter(n, python, _column(args, "python_parent_id", python)),
-            "grid_blocks": _launch_sizes(args, kinds, "grid"),
-            "block_threads": _launch_sizes(args, kinds, "block"),
-            "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=n),
+            "bytes": _scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
+            "python_id": _scatter(n, python, arg("python_id", python)),
+            "python_parent_id": _scatter(n, python, arg("python_parent_id", python)),
+            "grid_blocks": _scatter(n, kernels, arg("grid", kernels)),
+            "block_threads": _scatter(n, kernels, arg("block", kernels)),
         }
 
     def _intern(self, raw_names: list[Any]) -> np.ndarray:
@@ -734,14 +729,6 @@ def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
     fraction_ns = np.rint((us - whole) * 1000.0).astype(np.int64)
     split: np.ndarray = whole.astype(np.int64) * 1000 + fraction_ns
     return split
-
-
-def _launch_sizes(args: list[Any], kinds: np.ndarray, field: str) -> np.ndarray:
-    """Total blocks (``grid``) or threads per block (``block``) of each kernel launch."""
-    sizes = np.full(len(args), -1, dtype=np.int64)
-    kernel_rows = np.flatnonzero(kinds == Kind.KERNEL)
-    sizes[kernel_rows] = [_product(getattr(args[r], field)) for r in kernel_rows]
-    return sizes
 
 
 def _product(dims: list[int] | None) -> int:

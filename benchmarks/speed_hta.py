@@ -34,10 +34,12 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from startup import FLOOR_LABEL, budget_note, floor_command, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT.parent / "shared/corpus/kineto/hta/df_index_resolver/df_index_resolver.json.gz"
@@ -133,10 +135,6 @@ def gpuscope_command() -> list[str]:
     return [sys.executable, "-c", "from gpuscope.cli import main; main()"]
 
 
-FLOOR_LABEL = "start-up floor (imports only)"
-FLOOR_IMPORTS = "import numpy, msgspec, zlib_ng, click, rich.console, rich.table"
-
-
 def whole_process(trace: Path, hta_python: Path | None, repeats: int, tmp: Path) -> list[Series]:
     """Each command ``repeats`` times, alternating so that drift affects all alike."""
     commands: dict[str, list[str]] = {
@@ -150,7 +148,7 @@ def whole_process(trace: Path, hta_python: Path | None, repeats: int, tmp: Path)
         ],
     }
     # What no work at all costs: the interpreter and the libraries gpuscope diagnose imports.
-    commands[FLOOR_LABEL] = [sys.executable, "-c", FLOOR_IMPORTS]
+    commands[FLOOR_LABEL] = floor_command("zlib_ng")
     if hta_python is not None:
         commands["HTA (hta_runner.py)"] = [str(hta_python), str(HTA_RUNNER), str(trace)]
     runs: dict[str, list[Run]] = {label: [] for label in commands}
@@ -326,26 +324,13 @@ def whole_process_targets(series: list[Series]) -> list[Target]:
     return targets
 
 
-def budget_note(series: list[Series]) -> str:
-    """What the speed-up target leaves for work once the process has started and imported."""
+def _budget(series: list[Series]) -> str:
     by_label = {s.label: s for s in series}
-    hta, start = by_label.get("HTA (hta_runner.py)"), by_label[FLOOR_LABEL]
+    hta = by_label.get("HTA (hta_runner.py)")
     if hta is None:
         return ""
-    allowed = hta.min_s / SPEEDUP_TARGET
-    ours = by_label["gpuscope diagnose"].min_s
-    return (
-        f"\nBudget: {SPEEDUP_TARGET:.0f}x allows {allowed:.3f} s; start-up and imports alone take"
-        f" {start.min_s:.3f} s (HTA / start-up = {hta.min_s / start.min_s:.1f}x), leaving"
-        f" {allowed - start.min_s:.3f} s for reading, analysis and output; gpuscope spends"
-        f" {ours - start.min_s:.3f} s on them."
-    )
-
-
-def table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
+    ours, floor = by_label["gpuscope diagnose"].min_s, by_label[FLOOR_LABEL].min_s
+    return budget_note("HTA", hta.min_s, floor, ours, SPEEDUP_TARGET)
 
 
 def hta_python_or_help(path: Path) -> Path | None:
@@ -411,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     target_rows = [("target", "measured", "goal", "result")]
     target_rows += [(t.name, t.measured, t.target, "PASS" if t.passed else "FAIL") for t in targets]
     print(table(target_rows))
-    print(budget_note(series))
+    print(_budget(series))
     if args.json:
         result = {
             "trace": str(args.trace),

@@ -44,9 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from startup import FLOOR_LABEL, budget_note, floor_command, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXPORT = ROOT.parent / "shared/corpus/nsys/nsys-ai/h100_2gpu_1s.sqlite"
@@ -156,10 +157,6 @@ def gpuscope_command() -> list[str]:
     return [sys.executable, "-m", "gpuscope"]
 
 
-FLOOR_LABEL = "start-up floor (imports only)"
-FLOOR_IMPORTS = "import numpy, msgspec, sqlite3, click, rich.console, rich.table"
-
-
 def whole_process(export: Path, nsys_ai: Path, repeats: int, tmp: Path) -> list[Series]:
     """gpuscope, nsys-ai cold (fresh copy, fresh directory) and nsys-ai warm, alternating."""
     warm_dir = tmp / "warm"
@@ -171,7 +168,7 @@ def whole_process(export: Path, nsys_ai: Path, repeats: int, tmp: Path) -> list[
     ours = [*gpuscope_command(), "diagnose", str(export)]
     timed_run(ours, tmp, env)  # the same first-run courtesy: compiled bytecode, page cache
     # What no work at all costs: the interpreter and the libraries gpuscope diagnose imports.
-    floor = [sys.executable, "-c", FLOOR_IMPORTS]
+    floor = floor_command("sqlite3")
     runs: dict[str, list[tuple[float, float]]] = {
         "gpuscope diagnose": [],
         FLOOR_LABEL: [],
@@ -231,16 +228,14 @@ def replicate(source: Path, copies: int, out: Path) -> dict[str, int]:
         for t in present
         if t != "NVTX_EVENTS"
     )
-    for table in present:
-        columns = [r[1] for r in db.execute(f"PRAGMA table_info('{table}')")]
-        last_original = int(
-            db.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()[0]
-        )
+    for name in present:
+        columns = [r[1] for r in db.execute(f"PRAGMA table_info('{name}')")]
+        last_original = int(db.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {name}").fetchone()[0])
         for k in range(1, copies):
             select = [_shifted(c, k * shift_ns, k * correlation_step) for c in columns]
             db.execute(
-                f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)}"
-                f" FROM {table} WHERE rowid <= {last_original}"
+                f"INSERT INTO {name} ({', '.join(columns)}) SELECT {', '.join(select)}"
+                f" FROM {name} WHERE rowid <= {last_original}"
             )
     counts = {t: int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in present}
     db.commit()
@@ -270,25 +265,6 @@ def in_process(path: Path) -> tuple[float, float]:
 # --- the report ----------------------------------------------------------------------------------
 
 
-def budget_note(series: list[Series]) -> str:
-    """What the speed-up target leaves for work once the process has started and imported."""
-    by_label = {s.label: s for s in series}
-    cold, start = by_label["nsys-ai cold"].min_s, by_label[FLOOR_LABEL].min_s
-    allowed, ours = cold / SPEEDUP_TARGET, by_label["gpuscope diagnose"].min_s
-    return (
-        f"\nBudget: {SPEEDUP_TARGET:.0f}x allows {allowed:.3f} s; start-up and imports alone take"
-        f" {start:.3f} s (nsys-ai cold / start-up = {cold / start:.1f}x), leaving"
-        f" {allowed - start:.3f} s for reading, analysis and output; gpuscope spends"
-        f" {ours - start:.3f} s on them."
-    )
-
-
-def table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", type=Path, default=DEFAULT_EXPORT)
@@ -315,7 +291,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((s.label, f"{s.min_s:.3f}", f"{s.median_s:.3f}", ""))
             rows.append(("(nsys-ai's DuckDB)", "", "", extension))
             targets += speed_targets(series)
-            note = budget_note(series)
+            by_label = {s.label: s for s in series}
+            note = budget_note(
+                "nsys-ai cold",
+                by_label["nsys-ai cold"].min_s,
+                by_label[FLOOR_LABEL].min_s,
+                by_label["gpuscope diagnose"].min_s,
+                SPEEDUP_TARGET,
+            )
             result["whole_process"] = [asdict(s) for s in series]
             result["duckdb_extension"] = extension
         else:

@@ -353,39 +353,57 @@ static int expect_literal(Cursor *c, const char *word) {
 
 static int skip_value(Cursor *c, int depth);
 
-static int skip_container(Cursor *c, int depth, char close) {
-    if (depth > MAX_DEPTH) return BAD;
-    c->p++; /* the opening bracket */
+/* The structure every object and array shares, for the readers below. */
+
+/* At a container's opening bracket: past it and white space, at its first member (*closed 0),
+ * or past its closing bracket when it is empty (*closed 1). */
+static inline int open_container(Cursor *c, char close, int *closed) {
+    c->p++;
     skip_ws(c);
     if (c->p >= c->end) return INCOMPLETE;
-    if (*c->p == close) {
+    *closed = *c->p == close;
+    if (*closed) c->p++;
+    return OK;
+}
+
+/* After a member: past its comma to the next one (*closed 0), or past the container's closing
+ * bracket (*closed 1). */
+static inline int next_member(Cursor *c, char close, int *closed) {
+    skip_ws(c);
+    if (c->p >= c->end) return INCOMPLETE;
+    *closed = *c->p == close;
+    if (*closed) {
         c->p++;
         return OK;
     }
-    for (;;) {
-        int r;
-        if (close == '}') {
-            if (*c->p != '"') return BAD;
-            const char *text;
-            Py_ssize_t length;
-            int escaped;
-            if ((r = lex_string(c, &text, &length, &escaped)) != OK) return r;
-            skip_ws(c);
-            if (c->p >= c->end) return INCOMPLETE;
-            if (*c->p++ != ':') return BAD;
-            skip_ws(c);
-        }
+    if (*c->p++ != ',') return BAD;
+    skip_ws(c);
+    return c->p >= c->end ? INCOMPLETE : OK;
+}
+
+/* At an object member: its key's raw span, then past the colon and white space to its value. */
+static inline int member_key(Cursor *c, const char **key, Py_ssize_t *length) {
+    if (*c->p != '"') return BAD;
+    int escaped, r = lex_string(c, key, length, &escaped);
+    if (r != OK) return r;
+    skip_ws(c);
+    if (c->p >= c->end) return INCOMPLETE;
+    if (*c->p++ != ':') return BAD;
+    skip_ws(c);
+    return c->p >= c->end ? INCOMPLETE : OK;
+}
+
+static int skip_container(Cursor *c, int depth, char close) {
+    if (depth > MAX_DEPTH) return BAD;
+    int closed, r = open_container(c, close, &closed);
+    while (r == OK && !closed) {
+        const char *key;
+        Py_ssize_t length;
+        if (close == '}' && (r = member_key(c, &key, &length)) != OK) return r;
         if ((r = skip_value(c, depth + 1)) != OK) return r;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
-        if (*c->p == close) {
-            c->p++;
-            return OK;
-        }
-        if (*c->p++ != ',') return BAD;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
+        r = next_member(c, close, &closed);
     }
+    return r;
 }
 
 static int skip_value(Cursor *c, int depth) {
@@ -645,11 +663,16 @@ typedef struct {
     const char *start, *end;
 } Args;
 
-static int read_args(Cursor *c, Args *a, int *unsupported) {
+static void args_defaults(Args *a) {
     for (int i = 0; i < N_INT_ARGS; i++) a->ints[i] = -1;
     a->grid = a->block = -1;
     a->occupancy = NAN;
     a->extra = 0;
+    a->start = a->end = NULL;
+}
+
+static int read_args(Cursor *c, Args *a, int *unsupported) {
+    args_defaults(a);
     a->start = c->p;
     if (is_null(c)) {
         c->p += 4;
@@ -657,29 +680,14 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
         return OK;
     }
     if (*c->p != '{') {
-        int r = skip_value(c, 1);
         *unsupported = 1;
-        return r;
+        return skip_value(c, 1);
     }
-    c->p++;
-    skip_ws(c);
-    if (c->p >= c->end) return INCOMPLETE;
-    if (*c->p == '}') {
-        c->p++;
-        a->end = c->p;
-        return OK;
-    }
-    for (;;) {
-        if (*c->p != '"') return BAD;
+    int closed, r = open_container(c, '}', &closed);
+    while (r == OK && !closed) {
         const char *key;
         Py_ssize_t length;
-        int escaped, r = lex_string(c, &key, &length, &escaped);
-        if (r != OK) return r;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
-        if (*c->p++ != ':') return BAD;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
+        if ((r = member_key(c, &key, &length)) != OK) return r;
         int code = key_code(ARG_KEYS, key, length);
         if (code >= 0 && code < N_INT_ARGS) {
             r = read_arg_int(c, &a->ints[code]);
@@ -695,17 +703,10 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
         }
         if (r == UNSUPPORTED) *unsupported = 1;
         else if (r != OK) return r;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
-        if (*c->p == '}') {
-            c->p++;
-            a->end = c->p;
-            return OK;
-        }
-        if (*c->p++ != ',') return BAD;
-        skip_ws(c);
-        if (c->p >= c->end) return INCOMPLETE;
+        r = next_member(c, '}', &closed);
     }
+    a->end = c->p;
+    return r;
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
@@ -725,82 +726,68 @@ static int read_event(Cursor *c, Scan *s) {
         s->error = "an event that is not a JSON object";
         return UNSUPPORTED;
     }
-    const char *event_start = c->p++;
+    const char *event_start = c->p;
     char phase = 0;
-    int unsupported = 0, is_float = 0, float_ts = 0, has_args = 0;
+    int unsupported = 0, is_float = 0, float_ts = 0;
     const char *cat = "", *name = "";
     Py_ssize_t cat_length = 0, name_length = 0;
     int64_t ts = 0, dur = 0, pid = -1, tid = -1;
     Args args;
-    skip_ws(c);
-    if (c->p >= c->end) return INCOMPLETE;
-    if (*c->p != '}') {
-        for (;;) {
-            if (*c->p != '"') return BAD;
-            const char *key;
-            Py_ssize_t length;
-            int escaped, r = lex_string(c, &key, &length, &escaped);
-            if (r != OK) return r;
-            skip_ws(c);
-            if (c->p >= c->end) return INCOMPLETE;
-            if (*c->p++ != ':') return BAD;
-            skip_ws(c);
-            if (c->p >= c->end) return INCOMPLETE;
-            int is_string = *c->p == '"';
-            int code = key_code(EVENT_KEYS, key, length);
-            if (code == E_PH) {
-                const char *text;
-                if (!is_string) {
-                    r = skip_value(c, 1);
-                    if (r == OK) r = UNSUPPORTED;
-                } else if ((r = lex_string(c, &text, &length, &escaped)) == OK) {
-                    if (length == 1 && !escaped && text[0] && strchr(PHASES, text[0]))
-                        phase = text[0];
-                    else
-                        r = UNSUPPORTED;
-                }
-                if (r == UNSUPPORTED) {
-                    s->error = "an event of unknown phase";
-                    phase = '?';
-                    r = OK;
-                }
-            } else if (code == E_CAT || code == E_NAME) {
-                int is_cat = code == E_CAT;
-                if (!is_string) {
-                    r = skip_value(c, 1);
-                    if (r == OK) r = UNSUPPORTED;
-                } else {
-                    r = is_cat ? lex_string(c, &cat, &cat_length, &escaped)
-                               : lex_string(c, &name, &name_length, &escaped);
-                }
-            } else if (code == E_PID) {
-                r = read_id(c, &pid);
-            } else if (code == E_TID) {
-                r = read_id(c, &tid);
-            } else if (code == E_TS) {
-                r = read_time(c, &ts, &is_float);
-                float_ts = is_float;
-            } else if (code == E_DUR) {
-                r = read_time(c, &dur, &is_float);
-            } else if (code == E_ARGS) {
-                int bad_args = 0;
-                r = read_args(c, &args, &bad_args);
-                has_args = 1;
-                if (r == OK && bad_args) r = UNSUPPORTED;
-            } else {
+    args_defaults(&args);
+    int closed, r = open_container(c, '}', &closed);
+    while (r == OK && !closed) {
+        const char *key;
+        Py_ssize_t length;
+        int escaped;
+        if ((r = member_key(c, &key, &length)) != OK) return r;
+        int is_string = *c->p == '"';
+        int code = key_code(EVENT_KEYS, key, length);
+        if (code == E_PH) {
+            const char *text;
+            if (!is_string) {
                 r = skip_value(c, 1);
+                if (r == OK) r = UNSUPPORTED;
+            } else if ((r = lex_string(c, &text, &length, &escaped)) == OK) {
+                if (length == 1 && !escaped && text[0] && strchr(PHASES, text[0]))
+                    phase = text[0];
+                else
+                    r = UNSUPPORTED;
             }
-            if (r == UNSUPPORTED) unsupported = 1;
-            else if (r != OK) return r;
-            skip_ws(c);
-            if (c->p >= c->end) return INCOMPLETE;
-            if (*c->p == '}') break;
-            if (*c->p++ != ',') return BAD;
-            skip_ws(c);
-            if (c->p >= c->end) return INCOMPLETE;
+            if (r == UNSUPPORTED) {
+                s->error = "an event of unknown phase";
+                phase = '?';
+                r = OK;
+            }
+        } else if (code == E_CAT || code == E_NAME) {
+            int is_cat = code == E_CAT;
+            if (!is_string) {
+                r = skip_value(c, 1);
+                if (r == OK) r = UNSUPPORTED;
+            } else {
+                r = is_cat ? lex_string(c, &cat, &cat_length, &escaped)
+                           : lex_string(c, &name, &name_length, &escaped);
+            }
+        } else if (code == E_PID) {
+            r = read_id(c, &pid);
+        } else if (code == E_TID) {
+            r = read_id(c, &tid);
+        } else if (code == E_TS) {
+            r = read_time(c, &ts, &is_float);
+            float_ts = is_float;
+        } else if (code == E_DUR) {
+            r = read_time(c, &dur, &is_float);
+        } else if (code == E_ARGS) {
+            int bad_args = 0;
+            r = read_args(c, &args, &bad_args);
+            if (r == OK && bad_args) r = UNSUPPORTED;
+        } else {
+            r = skip_value(c, 1);
         }
+        if (r == UNSUPPORTED) unsupported = 1;
+        else if (r != OK) return r;
+        r = next_member(c, '}', &closed);
     }
-    c->p++; /* the closing brace */
+    if (r != OK) return r;
     s->events++;
     if (phase == 0 || phase == '?') {
         if (phase == 0) s->error = "an event without a phase (\"ph\")";
@@ -828,12 +815,6 @@ static int read_event(Cursor *c, Scan *s) {
     col->ints[C_DUR][row] = dur;
     col->ints[C_PID][row] = pid;
     col->ints[C_TID][row] = tid;
-    if (!has_args) {
-        for (int i = 0; i < N_INT_ARGS; i++) args.ints[i] = -1;
-        args.grid = args.block = -1;
-        args.occupancy = NAN;
-        args.extra = 0;
-    }
     for (int i = 0; i < N_INT_ARGS; i++) col->ints[C_CORRELATION + i][row] = args.ints[i];
     col->ints[C_GRID][row] = args.grid;
     col->ints[C_BLOCK][row] = args.block;

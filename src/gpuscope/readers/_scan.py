@@ -185,12 +185,11 @@ class Scan:
         self.state = TextState(path)
         self._stack = ExitStack()
         pieces = decompressed_pieces(path, self.state)
-        self._results = scanned_pieces(pieces, self.state)
         if threaded:
             pieces = self._stack.enter_context(read_ahead(pieces))
-            self._results = self._stack.enter_context(
-                read_ahead(scanned_pieces(pieces, self.state), depth=run_ahead)
-            )
+        self._results = scanned_pieces(pieces, self.state)
+        if threaded:
+            self._results = self._stack.enter_context(read_ahead(self._results, depth=run_ahead))
 
     def results(self) -> Iterator[Scanned]:
         return self._results

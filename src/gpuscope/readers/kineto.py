@@ -462,9 +462,7 @@ class _Columns:
             complete = [e for e in raw_events if type(e) is _Event]
         categories = list(map(_CATEGORY, complete))
         for cat in set(categories) - self.kind_of.keys():
-            kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
-            self.kind_of[cat] = _SKIP if kind is None else int(kind)
-            self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
+            self._kind_code(cat)
         codes = np.fromiter(
             map(self.kind_of.__getitem__, categories), dtype=np.uint8, count=len(categories)
         )
@@ -547,9 +545,10 @@ class _Columns:
         mapped: np.ndarray = global_ids[local]
         return mapped
 
-    def _kind_code(self, cat: str) -> int:
+    def _kind_code(self, cat: Any) -> int:
+        """The kind code of an event category (``_SKIP``: not one the model keeps)."""
         if cat not in self.kind_of:
-            kind = _KIND_OF_CATEGORY.get(cat.lower())
+            kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
             self.kind_of[cat] = _SKIP if kind is None else int(kind)
             self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
         return self.kind_of[cat]

@@ -20,7 +20,7 @@ from rich.text import Text
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
-    from gpuscope.analyses.scaling import ScalingReport, StepSplit, SweepReport
+    from gpuscope.analyses.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"
@@ -304,16 +304,20 @@ def render_scaling(report: ScalingReport, console: Console) -> None:
             f" {_signed_ms(loss.exposed_communication_ns)}, idle {_signed_ms(loss.idle_ns)},"
             f" other {_signed_ms(loss.other_ns)}\n"
         )
-    for f in report.findings:
-        text.append(f"\n{f.cause}", style="bold magenta")
-        text.append(f"  [{f.pattern}]\n", style="dim")
-        text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
-        text.append("   fix: ", style="green")
-        text.append(f"{f.fix}\n")
+    _append_findings(text, report.findings, "bold magenta")
     console.print(text)
 
 
 # --- sweep ---------------------------------------------------------------------------------------
+
+
+def _append_findings(text: Text, findings: list[RunFinding], cause_style: str) -> None:
+    for f in findings:
+        text.append(f"\n{f.cause}", style=cause_style)
+        text.append(f"  [{f.pattern}]\n", style="dim")
+        text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
+        text.append("   fix: ", style="green")
+        text.append(f"{f.fix}\n")
 
 
 def sweep_document(report: SweepReport) -> dict[str, Any]:
@@ -373,10 +377,5 @@ def render_sweep(report: SweepReport, console: Console) -> None:
             f"batch {report.knee_batch} instead of {report.memory_compared_batch} frees about"
             f" {report.memory_freed_bytes / 2**30:,.2f} GiB ({report.memory_source})\n"
         )
-    for f in report.findings:
-        text.append(f"\n{f.cause}", style="bold yellow")
-        text.append(f"  [{f.pattern}]\n", style="dim")
-        text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
-        text.append("   fix: ", style="green")
-        text.append(f"{f.fix}\n")
+    _append_findings(text, report.findings, "bold yellow")
     console.print(text)

@@ -30,8 +30,9 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cache
+
+import msgspec
 
 from gpuscope.classify import DATA
 
@@ -59,8 +60,7 @@ _GENERIC_AMD_NAME = re.compile(r"^(AMD\b)?\s*(Radeon(\s+Graphics)?|Instinct)?$",
 _MIG_NAME = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class GpuFacts:
+class GpuFacts(msgspec.Struct, frozen=True):
     """One GPU model's dense peak figures; ``None`` where the figure does not exist."""
 
     key: str

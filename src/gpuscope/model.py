@@ -17,13 +17,15 @@ Readers know formats; nothing here does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
+
+from gpuscope._arrays import distinct
 
 I64 = NDArray[np.int64]
 
@@ -80,8 +82,7 @@ _COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
 }
 
 
-@dataclass
-class Events:
+class Events(msgspec.Struct, dict=True):
     """Columnar event table. Every array has the same length; rows are sorted by ``start_ns``."""
 
     kind: NDArray[np.uint8]
@@ -104,7 +105,7 @@ class Events:
     block_threads: I64
     occupancy_pct: NDArray[np.float32]
     #: Sparse per-row arguments that only some events have (recorded shapes, collective sizes).
-    extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+    extra: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -143,8 +144,7 @@ class Events:
         return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.uint8))
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct, frozen=True):
     """What the trace says about one device. ``None`` means the trace did not say."""
 
     index: int  # the device id used in ``Events.device``
@@ -155,8 +155,7 @@ class DeviceInfo:
     compute_capability: str | None
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     """One profiler step (``ProfilerStep#12``) or step-like range, on the host clock."""
 
     name: str
@@ -169,8 +168,7 @@ class Step:
         return self.end_ns - self.start_ns
 
 
-@dataclass
-class Trace:
+class Trace(msgspec.Struct):
     """One profile of one process (one rank): the unit every analysis works on."""
 
     source: str
@@ -182,8 +180,8 @@ class Trace:
     names: list[str]
     events: Events
     steps: list[Step]
-    warnings: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def name(self, row: int) -> str:
         return self.names[int(self.events.name_id[row])]
@@ -192,12 +190,11 @@ class Trace:
     def device_ids(self) -> list[int]:
         """Devices that have device-side work, in ascending order."""
         ev = self.events
-        ids = np.unique(ev.device[ev.of_kind(*BUSY_KINDS)])
+        ids = distinct(ev.device[ev.of_kind(*BUSY_KINDS)])
         return [int(i) for i in ids]
 
 
-@dataclass(frozen=True)
-class CounterRule:
+class CounterRule(msgspec.Struct, frozen=True):
     """One of Nsight Compute's own rule results for a kernel, as the report words it."""
 
     name: str  # "SOLBottleneck", "TheoreticalOccupancy", ...
@@ -207,8 +204,7 @@ class CounterRule:
     speedup_pct: float | None  # the rule's estimated speedup, None when it gives none
 
 
-@dataclass(frozen=True)
-class CounterKernel:
+class CounterKernel(msgspec.Struct, frozen=True):
     """One kernel as Nsight Compute measured it. ``None``: the report did not have the metric."""
 
     id: int
@@ -223,25 +219,23 @@ class CounterKernel:
     waves_per_sm: float | None
     grid_blocks: int | None
     block_threads: int | None
-    metrics: dict[str, float] = field(default_factory=dict)  # every numeric metric, by name
-    rules: list[CounterRule] = field(default_factory=list)  # the report's own rule results
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)  # every numeric metric, by name
+    rules: list[CounterRule] = msgspec.field(default_factory=list)  # the report's own rule results
     num_sms: int | None = None
 
 
-@dataclass
-class KernelCounters:
+class KernelCounters(msgspec.Struct):
     """A kernel-level report (Nsight Compute): measured counters, no timeline."""
 
     source: str
     format: str  # "ncu-csv", "ncu-csv-raw"
     device_name: str | None
     kernels: list[CounterKernel]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     schema: str = ""  # "ncu-long-rules", "ncu-long", "ncu-raw"
 
 
-@dataclass
-class GpuSamples:
+class GpuSamples(msgspec.Struct):
     """Sampled utilisation of one GPU. Arrays share ``time_ns``; NaN marks a missing value."""
 
     gpu: int
@@ -256,26 +250,24 @@ class GpuSamples:
     uuid: str | None = None
 
 
-@dataclass
-class SampleSet:
+class SampleSet(msgspec.Struct):
     """A log of sampled GPU metrics (nvidia-smi, NVML, DCGM): no timeline of kernels."""
 
     source: str
     format: str  # "nvidia-smi-csv", "nvml-jsonl", "dcgmi-dmon", "prometheus"
     gpus: list[GpuSamples]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class Job:
+class Job(msgspec.Struct):
     """All the inputs of one job: timelines (one per rank or process), and any kernel counter
     reports and sampled metrics given with them."""
 
     source: str
     traces: list[Trace]
-    counters: list[KernelCounters] = field(default_factory=list)
-    samples: list[SampleSet] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # warnings about the job as a whole
+    counters: list[KernelCounters] = msgspec.field(default_factory=list)
+    samples: list[SampleSet] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)  # warnings about the job as a whole
 
     @property
     def warnings(self) -> list[str]:

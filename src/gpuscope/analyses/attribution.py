@@ -24,12 +24,13 @@ How idle time is explained, looking at the host thread that launched the work en
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.host import HostActivity, HostIndex
 from gpuscope.analyses.intervals import (
     Intervals,
@@ -79,15 +80,13 @@ _BLOCKING = (
 )
 
 
-@dataclass(frozen=True)
-class LocationStat:
+class LocationStat(msgspec.Struct, frozen=True):
     location: str
     lost_ns: int
     gaps: int
 
 
-@dataclass(frozen=True)
-class CauseStat:
+class CauseStat(msgspec.Struct, frozen=True):
     cause: Cause
     lost_ns: int
     gaps: int
@@ -95,8 +94,7 @@ class CauseStat:
     locations: list[LocationStat]  # costliest first
 
 
-@dataclass(frozen=True)
-class IdleGaps:
+class IdleGaps(msgspec.Struct, frozen=True):
     """Every idle gap of one device, in time order, with its cause and deciding host event."""
 
     start_ns: NDArray[np.int64]
@@ -106,8 +104,7 @@ class IdleGaps:
     location: list[str | None]  # resolved for the costliest deciders only
 
 
-@dataclass(frozen=True)
-class IdleAttribution:
+class IdleAttribution(msgspec.Struct, frozen=True):
     span_ns: int
     idle_ns: int
     gaps: IdleGaps
@@ -131,9 +128,9 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
         main_pid, main_tid = host.main_thread
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
-        for p in np.unique(pid).tolist():
+        for p in distinct(pid).tolist():
             of_pid = pid == p
-            for t in np.unique(tid[of_pid]).tolist():
+            for t in distinct(tid[of_pid]).tolist():
                 which = np.flatnonzero(of_pid & (tid == t))
                 gap = _Gaps(g0[which], g1[which], after_class[which], launcher[which])
                 parts.append(_explain(work, host, (p, t), gap))
@@ -150,8 +147,7 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
     )
 
 
-@dataclass(frozen=True)
-class _Gaps:
+class _Gaps(msgspec.Struct, frozen=True):
     """Idle gaps ended by work from one host thread: bounds, the class of the work after, its
     launch."""
 
@@ -161,8 +157,7 @@ class _Gaps:
     launcher: NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class _Segments:
+class _Segments(msgspec.Struct, frozen=True):
     """Pieces of idle gaps, each with one cause and the host event that decided it."""
 
     start: NDArray[np.int64]

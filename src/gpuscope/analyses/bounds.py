@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -112,15 +112,13 @@ _FP8_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(msgspec.Struct, frozen=True):
     flops: float
     bytes: float
     precision: str  # "fp8", "bf16", "fp32": which peak applies
 
 
-@dataclass(frozen=True)
-class KernelBounds:
+class KernelBounds(msgspec.Struct, frozen=True):
     rows: NDArray[np.int64]  # kernel rows of the trace (same order as the arrays below)
     kind: NDArray[np.uint8]  # KernelKind
     bound: NDArray[np.uint8]  # Bound
@@ -468,8 +466,7 @@ def _utilisation(
     return mfu, mbu, None
 
 
-@dataclass(frozen=True)
-class RooflinePoint:
+class RooflinePoint(msgspec.Struct, frozen=True):
     """Kernels (or operators) of one name on the roofline: time, work, and where they sit."""
 
     name: str

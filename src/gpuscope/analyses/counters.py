@@ -32,10 +32,11 @@ only. Device indices are not compared: ncu and the trace may number GPUs differe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+from msgspec.structs import replace
 from numpy.typing import NDArray
 
 from gpuscope.analyses.bounds import Bound, KernelBounds

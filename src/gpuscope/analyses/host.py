@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.intervals import Intervals, last_containing, union
 from gpuscope.model import CopyDirection, Kind, Trace
 
@@ -110,26 +111,25 @@ def _named_activity(name: str) -> HostActivity:
     return HostActivity.NONE
 
 
-@dataclass
-class HostIndex:
+class HostIndex(msgspec.Struct):
     """Host events of one trace, classified, with per-thread lookups built on demand."""
 
     trace: Trace
     activity: NDArray[np.uint8]  # HostActivity per event row (NONE for device rows)
     main_thread: tuple[int, int]
-    _frames: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
+    _frames: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = msgspec.field(
         default_factory=dict
     )
-    _location_cache: dict[int, str] = field(default_factory=dict)
-    _ops: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
+    _location_cache: dict[int, str] = msgspec.field(default_factory=dict)
+    _ops: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = msgspec.field(
         default_factory=dict
     )
     #: Every Python frame's row, ascending, and its parent frame's row (-1: none); built once.
     _parents: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
     #: Per name id: 1 when the name is a frame of the user's code, 0 when not, -1 not yet known.
     _user_name: NDArray[np.int8] | None = None
-    _frame_names: dict[int, str] = field(default_factory=dict)
-    _threads: dict[tuple[int, int], NDArray[np.int64]] = field(default_factory=dict)
+    _frame_names: dict[int, str] = msgspec.field(default_factory=dict)
+    _threads: dict[tuple[int, int], NDArray[np.int64]] = msgspec.field(default_factory=dict)
 
     def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> NDArray[np.int64]:
         rows = self.rows_of_thread(pid, tid)
@@ -157,14 +157,14 @@ class HostIndex:
         """:meth:`location` of many rows: each thread's lookups are one vectorised search rather
         than one per row (gaps and collectives ask for thousands)."""
         cache = self._location_cache
-        distinct = np.unique(rows)
-        todo = distinct[[r not in cache for r in distinct.tolist()]]
+        wanted = distinct(rows)
+        todo = wanted[[r not in cache for r in wanted.tolist()]]
         if todo.size:
             ev = self.trace.events
             pids, tids = ev.pid[todo], ev.tid[todo]
-            for pid in np.unique(pids).tolist():
+            for pid in distinct(pids).tolist():
                 of_pid = pids == pid
-                for tid in np.unique(tids[of_pid]).tolist():
+                for tid in distinct(tids[of_pid]).tolist():
                     mine = todo[of_pid & (tids == tid)]
                     frames = self.user_frames(pid, tid, ev.start_ns[mine])
                     ops = self._op_names(pid, tid, mine)
@@ -226,7 +226,7 @@ class HostIndex:
         if self._user_name is None:
             self._user_name = np.full(len(self.trace.names), -1, dtype=np.int8)
         known = self._user_name
-        for i in np.unique(name_id[known[name_id] < 0]).tolist():
+        for i in distinct(name_id[known[name_id] < 0]).tolist():
             known[i] = _is_user_frame(self.trace.names[i])
         return known[name_id] > 0
 

@@ -7,16 +7,14 @@ compose without re-sorting. Touching intervals are merged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 I64 = NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Intervals:
+class Intervals(msgspec.Struct, frozen=True):
     start_ns: I64
     end_ns: I64
 

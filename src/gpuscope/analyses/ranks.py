@@ -36,9 +36,9 @@ bandwidth figures include any waiting (a lower bound).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -109,8 +109,7 @@ _NO_ARGS: dict[str, Any] = {}
 # --- inputs -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Participant:
+class Participant(msgspec.Struct, frozen=True):
     """One rank's device, with what the per-device analyses found on it."""
 
     rank: int
@@ -120,7 +119,7 @@ class Participant:
     work: DeviceWork
     temporal: TemporalBreakdown
     overlap: Overlap
-    steps: list[StepStat] = field(default_factory=list)
+    steps: list[StepStat] = msgspec.field(default_factory=list)
     idle: IdleAttribution | None = None
     host: HostIndex | None = None
     facts: GpuFacts | None = None
@@ -129,8 +128,7 @@ class Participant:
 # --- collectives of one device ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CollectiveTable:
+class CollectiveTable(msgspec.Struct, frozen=True):
     """The communication kernels of one device, in start order, one entry per kernel."""
 
     rows: I64  # rows of the trace's events
@@ -252,8 +250,7 @@ def _collective_op_args(work: DeviceWork) -> dict[int, dict[str, Any]]:
 # --- results ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepCommunication:
+class StepCommunication(msgspec.Struct, frozen=True):
     """Communication inside one profiler step of one device."""
 
     name: str
@@ -264,8 +261,7 @@ class StepCommunication:
     collectives: int
 
 
-@dataclass(frozen=True)
-class RankStat:
+class RankStat(msgspec.Struct, frozen=True):
     rank: int
     device: int
     source: str
@@ -287,8 +283,7 @@ class RankStat:
         return 100.0 * self.busy_ns / self.span_ns if self.span_ns else float("nan")
 
 
-@dataclass(frozen=True)
-class StragglerStat:
+class StragglerStat(msgspec.Struct, frozen=True):
     rank: int
     device: int
     last_arrivals: int
@@ -307,8 +302,7 @@ class StragglerStat:
         return 100.0 * self.last_arrivals / self.shared if self.shared else 0.0
 
 
-@dataclass(frozen=True)
-class GroupStat:
+class GroupStat(msgspec.Struct, frozen=True):
     name: str  # "pg:0" or "stream#0" (the n-th communication stream, when no group is recorded)
     kinds: list[str]
     ranks: list[int]
@@ -316,8 +310,7 @@ class GroupStat:
     recorded: list[int]  # collectives recorded per rank, in ``ranks`` order
 
 
-@dataclass(frozen=True)
-class BandwidthStat:
+class BandwidthStat(msgspec.Struct, frozen=True):
     kind: str
     ranks: int  # group size used for the bus factor
     collectives: int  # with a recorded message size
@@ -335,8 +328,7 @@ class BandwidthStat:
         return 100.0 * self.bus_bytes_per_s / self.peak_bytes_per_s
 
 
-@dataclass(frozen=True)
-class ExposureSummary:
+class ExposureSummary(msgspec.Struct, frozen=True):
     """Communication with nothing to hide it, summed over the ranks present, and why."""
 
     steps: list[StepCommunication]  # mean over ranks, per step number
@@ -352,8 +344,7 @@ class ExposureSummary:
     locations: list[tuple[str, int, int]]  # (where issued, exposed ns less waiting, collectives)
 
 
-@dataclass(frozen=True)
-class RankAnalysis:
+class RankAnalysis(msgspec.Struct, frozen=True):
     world_size: int | None
     present: list[int]
     missing: list[int]
@@ -386,8 +377,7 @@ class RankAnalysis:
 # --- the analysis -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Group:
+class _Group(msgspec.Struct):
     name: str
     members: list[int]  # participant positions
     count: int

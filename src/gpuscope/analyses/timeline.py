@@ -1,7 +1,7 @@
 """Where device time went: busy/idle, the split by kind of work, overlap, kernels, streams, steps.
 
 Contract: every function is pure. :func:`device_work` builds the per-device view that the others
-take; each returns a frozen dataclass of integer nanoseconds (and derived percentages).
+take; each returns a frozen struct of integer nanoseconds (and derived percentages).
 
 Definitions (the same as HTA's where HTA has one):
 
@@ -15,12 +15,13 @@ Definitions (the same as HTA's where HTA has one):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.intervals import (
     Intervals,
     covered_ns,
@@ -41,8 +42,7 @@ class WorkClass(IntEnum):
     MEMSET = 3
 
 
-@dataclass(frozen=True)
-class DeviceWork:
+class DeviceWork(msgspec.Struct, frozen=True):
     """The device-side work of one device in one trace, classified; input to the analyses."""
 
     trace: Trace
@@ -92,8 +92,7 @@ def _busy_kind(kind: NDArray[np.uint8]) -> NDArray[np.bool_]:
 # --- temporal breakdown ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TemporalBreakdown:
+class TemporalBreakdown(msgspec.Struct, frozen=True):
     span_ns: int
     busy_ns: int
     idle_ns: int
@@ -168,8 +167,7 @@ def _class_pieces(work: DeviceWork) -> tuple[NDArray[np.int64], NDArray[np.int64
 # --- compute / communication overlap -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Overlap:
+class Overlap(msgspec.Struct, frozen=True):
     communication_ns: int
     overlapped_ns: int  # communication time during which compute also ran
     exposed_ns: int  # communication time with no compute alongside
@@ -191,8 +189,7 @@ def overlap(work: DeviceWork) -> Overlap:
 # --- kernels -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class KernelStat:
+class KernelStat(msgspec.Struct, frozen=True):
     name: str
     work_class: WorkClass
     count: int
@@ -244,8 +241,7 @@ def _unique_ids(ids: NDArray[np.int32], count: int) -> tuple[NDArray[np.intp], N
 # --- per-stream idle ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StreamIdle:
+class StreamIdle(msgspec.Struct, frozen=True):
     """Idle time between consecutive work on one stream, split as HTA splits it."""
 
     stream: int
@@ -261,7 +257,7 @@ def stream_idle(work: DeviceWork) -> list[StreamIdle]:
     ev = work.trace.events
     result: list[StreamIdle] = []
     streams = ev.stream[work.rows]
-    for stream in np.unique(streams):
+    for stream in distinct(streams):
         rows = work.rows[streams == stream]
         starts, ends = ev.start_ns[rows], ev.end_ns[rows]
         busy = union(starts, ends)
@@ -293,8 +289,7 @@ def stream_idle(work: DeviceWork) -> list[StreamIdle]:
 # --- steps -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepStat:
+class StepStat(msgspec.Struct, frozen=True):
     name: str
     number: int
     start_ns: int  # of the step's window on the device clock

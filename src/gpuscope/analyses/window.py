@@ -6,9 +6,8 @@ of its events (the input is not changed); ``steps`` keep only the steps inside t
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
+from msgspec.structs import replace
 
 from gpuscope.model import Kind, Trace
 

@@ -7,8 +7,9 @@ and never prints. One :class:`DeviceReport` per device per rank, in rank then de
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
@@ -46,15 +47,13 @@ if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a jo
     from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(msgspec.Struct, frozen=True):
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
     samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
 
 
-@dataclass(frozen=True)
-class InputSummary:
+class InputSummary(msgspec.Struct, frozen=True):
     path: str
     format: str
     schema: str
@@ -64,8 +63,7 @@ class InputSummary:
     steps: int
 
 
-@dataclass(frozen=True)
-class DeviceReport:
+class DeviceReport(msgspec.Struct, frozen=True):
     source: str
     rank: int | None
     world_size: int | None
@@ -85,17 +83,16 @@ class DeviceReport:
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
 
 
-@dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(msgspec.Struct, frozen=True):
     source: str
     inputs: list[InputSummary]
     devices: list[DeviceReport]
     verdict: Verdict
     findings: list[Finding]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     based_on: str = "timeline"  # "timeline", "timeline+ncu", "samples", "samples+ncu", "ncu"
-    sampled: list[GpuUtilisation] = field(default_factory=list)  # per sampled GPU
-    counters: list[CounterSummary] = field(default_factory=list)  # per ncu report
+    sampled: list[GpuUtilisation] = msgspec.field(default_factory=list)  # per sampled GPU
+    counters: list[CounterSummary] = msgspec.field(default_factory=list)  # per ncu report
     ranks: RankAnalysis | None = None  # several ranks, or any collective: who waits for whom
 
 
@@ -109,8 +106,7 @@ def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
     return diagnose_timelines(job, options).diagnosis
 
 
-@dataclass(frozen=True)
-class TimelineDiagnosis:
+class TimelineDiagnosis(msgspec.Struct, frozen=True):
     diagnosis: Diagnosis
     gpu_hour_usd: float | None  # the price the timelines' devices gave, and its source
     price_source: str

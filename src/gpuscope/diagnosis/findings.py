@@ -14,11 +14,12 @@ Cost: a finding that wastes a share ``s`` of device time costs ``s x price`` per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TypeAlias
 
+import msgspec
 import numpy as np
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind
 from gpuscope.analyses.intervals import difference, union
@@ -69,8 +70,7 @@ _TITLES = {
 }
 
 
-@dataclass(frozen=True)
-class DeviceEvidence:
+class DeviceEvidence(msgspec.Struct, frozen=True):
     """Everything the findings need from one device."""
 
     rank: int | None
@@ -84,8 +84,7 @@ class DeviceEvidence:
     steps: int
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     pattern: str  # ghost_gpu | bloated_context | latency_mirage | tensor_cores_unused
     cause: str
     title: str
@@ -100,8 +99,7 @@ class Finding:
     fix: str
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     bound: str  # host | memory | compute | communication
     summary: str
     shares_pct: dict[str, float]  # share of device time per bound
@@ -110,7 +108,7 @@ class Verdict:
     gpu_hour_usd: float | None
     price_source: str
     world_size: int
-    figures: dict[str, float | None] = field(default_factory=dict)
+    figures: dict[str, float | None] = msgspec.field(default_factory=dict)
 
 
 def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float | None, str]:
@@ -266,7 +264,7 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
         )
         rows = b.rows
         streams, row_starts, row_ends = ev.stream[rows], ev.start_ns[rows], ev.end_ns[rows]
-        for stream in np.unique(streams):
+        for stream in distinct(streams):
             on_stream = np.flatnonzero(streams == stream)
             starts, ends = row_starts[on_stream], row_ends[on_stream]
             is_fusable = fusable[on_stream]
@@ -394,8 +392,7 @@ def _summary(
 RawFinding: TypeAlias = tuple[str, str, int, int, list[LocationStat], list[str]]
 
 
-@dataclass(frozen=True)
-class RankEvidence:
+class RankEvidence(msgspec.Struct, frozen=True):
     """What the rank analysis adds to the findings: exposed time spent waiting for a late peer,
     moved out of ``exposed_communication`` into ``straggler`` / ``collective_wait`` (so nothing
     counts twice), per-step evidence and sharper fixes for ``exposed_communication``."""

@@ -4,7 +4,7 @@ timelines. Loaded only for jobs that have them (see :func:`gpuscope.diagnosis.di
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from gpuscope.analyses.counters import (
     CounterIndex,

@@ -99,8 +99,7 @@ _LIMITER_CAUSE = {
 }
 
 
-@dataclass(frozen=True)
-class SampledFinding(Finding):
+class SampledFinding(Finding, frozen=True):
     """A finding from samples or counters, and what it was measured from."""
 
     measured_from: str = "timeline"

@@ -41,7 +41,7 @@ import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -51,6 +51,7 @@ from urllib.parse import quote
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, CopyDirection, DeviceInfo, Events, Job, Kind, Step, Trace
 from gpuscope.readers._links import link_launches
@@ -731,7 +732,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     infos = _device_infos(export)
     metrics = _gpu_metrics(export)
     traces: list[Trace] = []
-    for pid in np.unique(events.pid[busy]).tolist():
+    for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
         table = events.take(rows)
         link_launches(table)
@@ -753,7 +754,7 @@ def _no_device_work_reason(runtime: Events | None) -> str:
 
 
 def _concat(parts: list[Events]) -> Events:
-    names = [f.name for f in fields(Events) if f.name != "extra"]
+    names = [name for name in Events.__struct_fields__ if name != "extra"]
     arrays: dict[str, Any] = {n: np.concatenate([getattr(p, n) for p in parts]) for n in names}
     return Events(**arrays, extra={})
 
@@ -765,7 +766,7 @@ def _trace(
     rank: int | None,
     infos: dict[tuple[int, int], DeviceInfo],
 ) -> Trace:
-    used = np.unique(table.device[table.of_kind(*BUSY_KINDS)]).tolist()
+    used = distinct(table.device[table.of_kind(*BUSY_KINDS)]).tolist()
     devices = {
         d: infos.get((pid, d)) or infos.get((-1, d)) or DeviceInfo(d, None, "nvidia", *[None] * 3)
         for d in used

@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
 from gpuscope import __version__
+from gpuscope._arrays import distinct
 from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind, RooflinePoint, roofline_points
@@ -434,7 +435,7 @@ def _lanes(devices: Sequence[DeviceReport], o: HtmlOptions) -> list[_Lane]:
         label = _device_label(d, multi)
         lanes.append(_idle_lane(d, (len(lanes), i), label))
         streams = d.work.trace.events.stream[d.work.rows]
-        for stream in np.unique(streams).tolist():
+        for stream in distinct(streams).tolist():
             where = (len(lanes), i)
             lanes.append(_stream_lane(d, where, f"{label} · stream {stream}", stream, o))
     return lanes

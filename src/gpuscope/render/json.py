@@ -10,10 +10,10 @@ removing one bumps it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from typing import Any
 
 import msgspec
+from msgspec.structs import asdict
 
 from gpuscope import __version__
 from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points

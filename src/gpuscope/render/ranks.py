@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -61,7 +62,7 @@ def ranks_document(a: RankAnalysis) -> dict[str, Any]:
         "exposed_wait_ns": a.exposed_wait_ns,
         "straggler_exposed_wait_ns": a.straggler_exposed_wait_ns,
         "per_rank": [_rank(r) for r in a.ranks],
-        "groups": [asdict(g) for g in a.groups],
+        "groups": [msgspec.structs.asdict(g) for g in a.groups],
         "stragglers": [
             {
                 "rank": s.rank,
@@ -107,7 +108,7 @@ def ranks_document(a: RankAnalysis) -> dict[str, Any]:
 
 
 def _steps(steps: list[StepCommunication]) -> list[dict[str, Any]]:
-    return [asdict(s) for s in steps]
+    return [msgspec.structs.asdict(s) for s in steps]
 
 
 def _rank(r: RankStat) -> dict[str, Any]:

@@ -1,3 +1,3 @@
-from gpuscope.cli import main
+from gpuscope.console import main
 
 main()

@@ -94,6 +94,6 @@ def run_diagnose(
             sys.stdout.buffer.write(data + b"\n")
             return
         json_out.write_bytes(data + b"\n")
-    from rich.console import Console
+    from gpuscope.render import console
 
-    terminal.render(result, Console(), all_devices=all_devices)
+    terminal.render(result, console(), all_devices=all_devices)

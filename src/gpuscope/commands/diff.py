@@ -46,9 +46,9 @@ def diff(
             sys.stdout.buffer.write(data)
             return
         json_out.write_bytes(data)
-    from rich.console import Console
+    from gpuscope.render import console
 
-    render.render(result, Console(), old_name, new_name)
+    render.render(result, console(), old_name, new_name)
 
 
 def summary_of(ref: str, gpu_hour_usd: float | None = None) -> tuple[RunSummary, str]:

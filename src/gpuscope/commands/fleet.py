@@ -72,12 +72,12 @@ def _require_extras(out: str, engine: str) -> None:
 
 def _run(todo: list[str], engine: Engine, usd: float | None) -> FleetTable:
     """The fleet run, with a progress bar on stderr."""
-    from rich.console import Console
     from rich.progress import Progress
 
     from gpuscope.fleet import run
+    from gpuscope.render import console
 
-    with Progress(transient=True, console=Console(stderr=True)) as bar:
+    with Progress(transient=True, console=console(stderr=True)) as bar:
         task = bar.add_task("diagnosing", total=len(todo))
         return run(todo, engine, usd, on_done=lambda _p: bar.advance(task))
 
@@ -90,17 +90,16 @@ def _run(todo: list[str], engine: Engine, usd: float | None) -> FleetTable:
 def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     """Report on a fleet table: waste by cause and ICSE category, worst jobs, utilisation, trend."""
     _require_extras(str(table), "local")
-    from rich.console import Console
-
     from gpuscope import fleet as lib
     from gpuscope.commands.report import write
+    from gpuscope.render import console
     from gpuscope.render import fleet as render
 
     if not table.exists():
         click.echo(f"gpuscope: error: {table}: no such file", err=True)
         sys.exit(EXIT_BAD_INPUT)
     summary = lib.summarize(lib.read(table), worst=worst)
-    render.render_terminal(summary, Console())
+    render.render_terminal(summary, console())
     if output is not None:
         page = render.render_html(summary)
         write(output, page.encode())

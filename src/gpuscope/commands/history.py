@@ -53,9 +53,9 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
             sys.stdout.buffer.write(data + b"\n")
             return
         json_out.write_bytes(data + b"\n")
-    from rich.console import Console
+    from gpuscope.render import console
 
-    render.render_history(runs, Console(), metric)
+    render.render_history(runs, console(), metric)
 
 
 def save_run(summary: RunSummary, source: Path, label: str | None) -> int:

@@ -60,6 +60,6 @@ def scale(
             sys.stdout.buffer.write(data + b"\n")
             return
         json_out.write_bytes(data + b"\n")
-    from rich.console import Console
+    from gpuscope.render import console
 
-    render.render_scaling(report, Console())
+    render.render_scaling(report, console())

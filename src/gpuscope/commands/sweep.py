@@ -61,6 +61,6 @@ def sweep(
             sys.stdout.buffer.write(data + b"\n")
             return
         json_out.write_bytes(data + b"\n")
-    from rich.console import Console
+    from gpuscope.render import console
 
-    render.render_sweep(report, Console())
+    render.render_sweep(report, console())

@@ -80,9 +80,9 @@ def _loop(
     once: bool,
 ) -> None:
     """Sample, flag, publish and draw every ``interval`` seconds (once with ``--once``)."""
-    from rich.console import Console
     from rich.live import Live
 
+    from gpuscope.render import console
     from gpuscope.watch import prometheus_text
 
     def tick() -> Table:
@@ -93,7 +93,7 @@ def _loop(
         return table(samples, alerts)
 
     if once:
-        Console().print(tick())
+        console().print(tick())
         return
     with Live(tick(), auto_refresh=False) as live:
         while True:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -257,6 +256,7 @@ def _read_all(files: list[Path]) -> list[Job | _Unread]:
     if workers <= 1:
         return [_read_one(f) for f in files]
     import multiprocessing  # noqa: PLC0415 - only a folder read in parallel needs these
+    import tempfile  # noqa: PLC0415
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
     context = multiprocessing.get_context("spawn")

@@ -1,0 +1,50 @@
+"""The ``gpuscope`` console script.
+
+It starts reading a Kineto trace named on the command line (:func:`~gpuscope.readers._scan.
+start_early`) before anything heavy imports, then hands over to the command line proper
+(:mod:`gpuscope.cli`). A trace of 50 MB takes about as long to scan as the command line library,
+numpy and the analyses take to import; this way the two overlap from the first millisecond.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: The commands that read a trace with :func:`gpuscope.readers._scan.start`.
+READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
+
+
+def main() -> None:
+    _tune_malloc()
+    args = sys.argv[1:]
+    if args and args[0] in READS_A_TRACE:
+        from gpuscope.readers import _scan
+
+        _scan.start_early(args[1:])
+    from gpuscope.cli import main as cli
+
+    cli()
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+
+
+def _tune_malloc() -> None:
+    """The process is ours: tune glibc's allocator for reading traces.
+
+    - Two arenas at most. glibc gives every thread that allocates its own arena, and each keeps
+      what it freed: a trace read on three threads held ~25 MB more at its peak.
+    - Blocks up to 64 MB come from the heap, and up to 128 MB of freed heap is kept. Otherwise
+      every 4 MB piece of a trace is mapped fresh and returned at once, and the kernel zeroes and
+      faults its pages in again: 23% fewer page faults, and ~10% less time for a 54 MB trace, for
+      ~10 MB more at the peak.
+    """
+    if os.name == "posix" and "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or ""):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_ARENA_MAX, 2)
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)

@@ -11,6 +11,7 @@ setup(
         Extension(
             "gpuscope.readers._kscan",
             sources=["src/gpuscope/readers/_kscan.c"],
+            libraries=["z"],  # zlib, to inflate gzip traces without the GIL
             optional=True,
         )
     ]

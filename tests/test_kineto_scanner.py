@@ -7,6 +7,7 @@ documents with odd value types, escapes, pieces cut mid-event and broken endings
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 from pathlib import Path
@@ -265,33 +266,67 @@ def test_an_early_scan_of_a_file_that_is_not_kineto_is_none(tmp_path: Path) -> N
     assert _scan.start(tmp_path) is None
 
 
-# --- the threads ----------------------------------------------------------------------------------
+# --- the file: gzip members, corrupt or cut-off data, the thread ------------------------------
 
 
-def test_read_ahead_hands_over_items_and_errors_in_order() -> None:
+def gzip_document(events: list[dict[str, Any]]) -> bytes:
+    return gzip.compress(
+        json.dumps({"traceEvents": events, "distributedInfo": {"rank": 1}}).encode()
+    )
+
+
+def test_gzip_data_corrupt_after_whole_events_is_an_error_of_the_file(tmp_path: Path) -> None:
     from gpuscope.errors import CorruptInputError
-    from gpuscope.readers._io import read_ahead
 
-    def produce() -> Any:
-        yield from (b"a", b"b")
-        raise CorruptInputError(Path("x.json"), "corrupt gzip data")
+    data = bytearray(gzip_document([e for i in range(400) for e in (launch(i), kernel(i))]))
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # zeroes mid-stream
+    path = tmp_path / "corrupt.json.gz"
+    path.write_bytes(bytes(data))
+    # The scanner meets the corrupt data, or the garbage it inflates to first (then the msgspec
+    # reader takes the file over, and meets the corrupt data): one error either way.
+    with pytest.raises(CorruptInputError, match=r"corrupt\.json\.gz.*corrupt gzip data \(Error -3"):
+        kineto.read_file(path)
 
-    got: list[bytes] = []
-    with pytest.raises(CorruptInputError, match="corrupt gzip"), read_ahead(produce()) as items:
-        got.extend(items)
-    assert got == [b"a", b"b"]
+
+def test_a_gzip_stream_cut_off_keeps_the_whole_events(tmp_path: Path) -> None:
+    data = gzip_document([e for i in range(400) for e in (launch(i), kernel(i))])
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    scanned = scan_read(path)
+    assert 0 < len(scanned.events) < 800
+    assert "ends mid-write" in scanned.warnings[-1]
 
 
-def test_leaving_read_ahead_early_stops_its_thread() -> None:
-    import threading
+def test_gzip_members_one_after_another_read_as_one_document(tmp_path: Path) -> None:
+    whole = gzip_document([e for i in range(50) for e in (launch(i), kernel(i))])
+    text = gzip.decompress(whole)
+    path = tmp_path / "members.json.gz"
+    cut = [0, 10, len(text) // 2, len(text)]  # an empty member and two halves
+    path.write_bytes(b"".join(gzip.compress(text[a:b]) for a, b in itertools.pairwise(cut)))
+    one = tmp_path / "one.json.gz"
+    one.write_bytes(whole)
+    assert_same_trace(scan_read(path), scan_read(one))
+    assert scan_read(path).rank == 1
 
-    from gpuscope.readers._io import read_ahead
 
-    def endless() -> Any:
-        while True:
-            yield b"x"
+def test_a_scan_on_the_callers_thread_reads_the_same(tmp_path: Path) -> None:
+    path = write(tmp_path, [e for i in range(20) for e in (launch(i), kernel(i))], name="t.json.gz")
+    threaded = scan_read(path)
+    with _scan.unthreaded():
+        assert_same_trace(scan_read(path), threaded)
 
-    before = threading.active_count()
-    with read_ahead(endless(), depth=1) as items:
-        assert next(items) == b"x"
-    assert threading.active_count() == before
+
+def test_the_console_script_scans_the_one_kineto_file_on_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_scan, "_early", {})
+    trace = write(tmp_path, [launch(0), kernel(0)], name="t.json")
+    other = tmp_path / "out.json"
+    other.write_text('{"schema": "gpuscope/diagnosis-1"}')
+    _scan.start_early(["--json", str(other), str(trace), "--top", "5"])
+    early = _scan._early.get(trace.resolve())
+    assert early is not None and _scan.start(trace) is early  # handed over, once
+    assert not _scan._early and _scan.start(trace) is not early
+    two = write(tmp_path, [launch(0), kernel(0)], name="u.json")
+    _scan.start_early([str(trace), str(two)])  # two traces: no guess
+    assert not _scan._early

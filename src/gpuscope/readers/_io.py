@@ -7,28 +7,30 @@ missing path, an unreadable file, or a gzip stream corrupt before any content.
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING
 
 from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 GZIP_MAGIC = b"\x1f\x8b"
 # zlib_ng's stub declares ``error`` as an instance; at run time it is the exception class.
-ZLIB_ERROR = cast(type[Exception], zlib_ng.error)
+ZLIB_ERROR: type[Exception] = zlib_ng.error  # type: ignore[assignment]
 
 
-@dataclass(frozen=True)
 class Content:
-    data: bytes
-    truncated: bool  # the compressed stream ended before its end-of-stream marker
-    compressed: bool
+    """A file's content. A plain class: this module loads before a scan starts, and the
+    dataclasses module takes 10 ms to import (see ``gpuscope.console``)."""
+
+    __slots__ = ("compressed", "data", "truncated")
+
+    def __init__(self, data: bytes, *, truncated: bool, compressed: bool) -> None:
+        self.data = data
+        self.truncated = truncated  # the compressed stream ended before its end-of-stream marker
+        self.compressed = compressed
 
 
 def read_bytes(path: Path) -> Content:
@@ -89,55 +91,3 @@ def head_bytes(path: Path, size: int = 65536) -> bytes:
     if not head:
         raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
     return head
-
-
-_END = object()
-T = TypeVar("T")
-
-
-@contextmanager
-def read_ahead(pieces: Iterator[T], depth: int = 2) -> Iterator[Iterator[T]]:
-    """Produce ``pieces`` in a thread, up to ``depth`` ahead of the consumer.
-
-    For producers that spend their time outside the GIL (decompression, the C scanner): they
-    then overlap whatever the consumer does with the previous piece. Errors raised while
-    producing are raised to the consumer; leaving the ``with`` block early stops the producer.
-    """
-    ready: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def offer(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for piece in pieces:
-                if not offer(piece):
-                    return
-        except BaseException as error:  # handed to the consumer, raised there
-            offer(error)
-            return
-        offer(_END)
-
-    def consume() -> Iterator[T]:
-        while True:
-            item = ready.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield cast(T, item)
-
-    producer = threading.Thread(target=produce, name="gpuscope-read-ahead", daemon=True)
-    producer.start()
-    try:
-        yield consume()
-    finally:
-        stop.set()
-        producer.join()

@@ -35,10 +35,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <zlib.h>
 
 enum { OK = 0, INCOMPLETE = 1, BAD = 2 };
 enum { MAX_DEPTH = 512 };
@@ -143,17 +147,17 @@ static void columns_free(Columns *c) {
 
 /* ---- interning raw strings -------------------------------------------------------------- */
 
+/* The strings are copied: the text they were read from is reused for the next piece. */
 typedef struct {
-    const char *text;
-    Py_ssize_t length;
+    Py_ssize_t offset, length; /* in strings */
     uint64_t hash;
 } Entry;
 
 typedef struct {
-    Entry *slots;    /* open addressing; text == NULL is empty */
-    int32_t *ids;    /* id of each slot */
-    Entry *by_id;    /* entries in id order */
-    Py_ssize_t count, capacity, by_id_capacity;
+    int32_t *slots;  /* open addressing: the id + 1 of the entry there, 0 where empty */
+    Entry *entries;  /* by id */
+    char *strings;   /* every entry's text, one after another */
+    Py_ssize_t count, capacity, entries_capacity, strings_length, strings_capacity;
 } Interner;
 
 static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
@@ -172,58 +176,59 @@ static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
 }
 
 static int interner_resize(Interner *t, Py_ssize_t capacity) {
-    Entry *slots = calloc((size_t)capacity, sizeof(Entry));
-    int32_t *ids = calloc((size_t)capacity, sizeof(int32_t));
-    if (slots == NULL || ids == NULL) {
-        free(slots);
-        free(ids);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < t->capacity; i++) {
-        if (t->slots[i].text == NULL) continue;
-        Py_ssize_t j = (Py_ssize_t)(t->slots[i].hash & (uint64_t)(capacity - 1));
-        while (slots[j].text != NULL) j = (j + 1) & (capacity - 1);
-        slots[j] = t->slots[i];
-        ids[j] = t->ids[i];
+    int32_t *slots = calloc((size_t)capacity, sizeof(int32_t));
+    if (slots == NULL) return -1;
+    for (Py_ssize_t id = 0; id < t->count; id++) {
+        Py_ssize_t j = (Py_ssize_t)(t->entries[id].hash & (uint64_t)(capacity - 1));
+        while (slots[j] != 0) j = (j + 1) & (capacity - 1);
+        slots[j] = (int32_t)(id + 1);
     }
     free(t->slots);
-    free(t->ids);
     t->slots = slots;
-    t->ids = ids;
     t->capacity = capacity;
     return 0;
 }
 
-/* The id of a string (an empty string is a valid entry: its text pointer is never NULL). */
+/* Grow a buffer of ``*capacity`` items of ``size`` bytes to hold ``need`` items, doubling. */
+static int grow(void *buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size, Py_ssize_t least) {
+    if (need <= *capacity) return 0;
+    Py_ssize_t wanted = *capacity ? *capacity : least;
+    while (wanted < need) wanted *= 2;
+    void *p = realloc(*(void **)buffer, (size_t)wanted * size);
+    if (p == NULL) return -1;
+    *(void **)buffer = p;
+    *capacity = wanted;
+    return 0;
+}
+
+/* The id of a string (an empty string is a valid entry). */
 static int32_t intern(Interner *t, const char *text, Py_ssize_t length) {
     if ((t->count + 1) * 2 > t->capacity && interner_resize(t, t->capacity ? t->capacity * 2 : 1024))
         return -1;
     uint64_t h = hash_bytes(text, length);
     Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->capacity - 1));
-    while (t->slots[j].text != NULL) {
-        Entry *e = &t->slots[j];
-        if (e->hash == h && e->length == length && memcmp(e->text, text, (size_t)length) == 0)
-            return t->ids[j];
+    while (t->slots[j] != 0) {
+        Entry *e = &t->entries[t->slots[j] - 1];
+        if (e->hash == h && e->length == length &&
+            memcmp(t->strings + e->offset, text, (size_t)length) == 0)
+            return t->slots[j] - 1;
         j = (j + 1) & (t->capacity - 1);
     }
-    if (t->count == t->by_id_capacity) {
-        Py_ssize_t capacity = t->by_id_capacity ? t->by_id_capacity * 2 : 1024;
-        void *p = realloc(t->by_id, (size_t)capacity * sizeof(Entry));
-        if (p == NULL) return -1;
-        t->by_id = p;
-        t->by_id_capacity = capacity;
-    }
-    Entry entry = {text, length, h};
-    t->slots[j] = entry;
-    t->ids[j] = (int32_t)t->count;
-    t->by_id[t->count] = entry;
+    if (grow(&t->entries, &t->entries_capacity, t->count + 1, sizeof(Entry), 1024) < 0 ||
+        grow(&t->strings, &t->strings_capacity, t->strings_length + length + 1, 1, 65536) < 0)
+        return -1;
+    memcpy(t->strings + t->strings_length, text, (size_t)length);
+    Entry entry = {t->strings_length, length, h};
+    t->strings_length += length;
+    t->entries[t->count] = entry;
+    t->slots[j] = (int32_t)(t->count + 1);
     return (int32_t)t->count++;
 }
 
 static void interner_free(Interner *t) {
     free(t->slots);
-    free(t->ids);
-    free(t->by_id);
+    free(t->entries);
+    free(t->strings);
 }
 
 /* ---- JSON lexing -------------------------------------------------------------------------- */
@@ -237,11 +242,37 @@ static inline void skip_ws(Cursor *c) {
         c->p++;
 }
 
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define WORD_AT_A_TIME 1
+/* The flagged bytes (high bit set) of an 8-byte word that stop a run of plain string content: a
+ * quote, a backslash, a control character. A borrow can also flag bytes above a flagged one, so
+ * only the lowest flag is exact, and only it is used. */
+static inline uint64_t string_stops(uint64_t w) {
+    const uint64_t ones = UINT64_C(0x0101010101010101), highs = UINT64_C(0x8080808080808080);
+    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+    return (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | ((w - ones * 0x20) & ~w)) &
+           highs;
+}
+#endif
+
 /* A string at c->p (on its opening quote): its raw content span, and whether it has escapes. */
 static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
     const char *start = c->p + 1, *q = start;
     *escaped = 0;
     while (q < c->end) {
+#ifdef WORD_AT_A_TIME
+        while (c->end - q >= 8) { /* names run to hundreds of bytes: skip them 8 at a time */
+            uint64_t word, stops;
+            memcpy(&word, q, 8);
+            if ((stops = string_stops(word)) != 0) {
+                q += __builtin_ctzll(stops) >> 3;
+                break;
+            }
+            q += 8;
+        }
+        if (q >= c->end) break;
+#endif
         unsigned char ch = (unsigned char)*q;
         if (ch == '"') {
             *text = start;
@@ -281,37 +312,42 @@ enum { BIG_INTEGER = 2 };
 
 /* A number: exact int64 when integral and in range, else a double (is_float set). */
 static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) {
-    const char *p = c->p, *start = c->p;
+    const char *p = c->p, *start = c->p, *end = c->end;
     int negative = 0;
     *is_float = 0;
-    if (p < c->end && *p == '-') {
+    if (p < end && *p == '-') {
         negative = 1;
         p++;
     }
-    if (p >= c->end) return INCOMPLETE;
+    if (p >= end) return INCOMPLETE;
+    const char *digits = p;
+    uint64_t value = 0; /* accumulated as the digits go by: exact up to 19 digits */
     if (*p == '0') {
         p++;
     } else if (*p >= '1' && *p <= '9') {
-        while (p < c->end && *p >= '0' && *p <= '9') p++;
+        do {
+            value = value * 10 + (uint64_t)(*p - '0');
+            p++;
+        } while (p < end && *p >= '0' && *p <= '9');
     } else {
         return BAD;
     }
-    if (p < c->end && *p == '.') {
+    if (p < end && *p == '.') {
         *is_float = 1;
         p++;
-        const char *digits = p;
-        while (p < c->end && *p >= '0' && *p <= '9') p++;
-        if (p == digits) return p >= c->end ? INCOMPLETE : BAD;
+        const char *fraction = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == fraction) return p >= end ? INCOMPLETE : BAD;
     }
-    if (p < c->end && (*p == 'e' || *p == 'E')) {
+    if (p < end && (*p == 'e' || *p == 'E')) {
         *is_float = 1;
         p++;
-        if (p < c->end && (*p == '+' || *p == '-')) p++;
-        const char *digits = p;
-        while (p < c->end && *p >= '0' && *p <= '9') p++;
-        if (p == digits) return p >= c->end ? INCOMPLETE : BAD;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const char *exponent = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == exponent) return p >= end ? INCOMPLETE : BAD;
     }
-    if (p >= c->end) return INCOMPLETE; /* a number is never the last byte of a whole event */
+    if (p >= end) return INCOMPLETE; /* a number is never the last byte of a whole event */
     c->p = p;
     if (*is_float) {
         char buffer[64];
@@ -322,12 +358,9 @@ static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) 
         *real = strtod(buffer, NULL);
         return OK;
     }
-    const char *q = start + negative;
-    uint64_t value = 0;
-    if (p - q <= 18) { /* cannot overflow: no check per digit */
-        for (; q < p; q++) value = value * 10 + (uint64_t)(*q - '0');
-    } else {
-        for (; q < p; q++) {
+    if (p - digits > 18) { /* may not fit: again, checking each digit */
+        value = 0;
+        for (const char *q = digits; q < p; q++) {
             uint64_t digit = (uint64_t)(*q - '0');
             if (value > (UINT64_C(9223372036854775807) - digit) / 10) {
                 *is_float = BIG_INTEGER; /* valid JSON all the same: a double for those who can */
@@ -859,13 +892,358 @@ static int scan_events(Cursor *c, Scan *s, int first, const char **consumed, int
     }
 }
 
+/* ---- the text: a file's bytes, inflated piece by piece when gzip ------------------------- */
+
+/* Gzip members follow one another while the next one starts with the gzip magic bytes; anything
+ * else after a member ends the text, as does input that stops mid-stream (truncated). */
+typedef struct {
+    const unsigned char *in; /* the file's bytes */
+    Py_ssize_t in_length, in_used;
+    z_stream z;
+    int live, ended, truncated;
+    int error; /* inflate's error code, with message, when the data is corrupt (or no memory) */
+    char message[160];
+} Inflater;
+
+static int inflater_open(Inflater *f, const unsigned char *in, Py_ssize_t length) {
+    memset(f, 0, sizeof *f);
+    f->in = in;
+    f->in_length = length;
+    if (inflateInit2(&f->z, 16 + MAX_WBITS) != Z_OK) return -1;
+    f->live = 1;
+    return 0;
+}
+
+static void inflater_close(Inflater *f) {
+    if (f->live) inflateEnd(&f->z);
+    f->live = 0;
+}
+
+static Py_ssize_t inflater_fail(Inflater *f, int code, const char *message) {
+    f->error = code;
+    snprintf(f->message, sizeof f->message, "%s", message);
+    return -1;
+}
+
+/* Inflate into out[0:room]: the bytes written (0 once the text has ended), or -1 (f->error). */
+static Py_ssize_t inflater_run(Inflater *f, char *out, Py_ssize_t room) {
+    Py_ssize_t produced = 0;
+    while (!f->ended && produced < room) {
+        Py_ssize_t left = f->in_length - f->in_used, space = room - produced;
+        f->z.next_in = (Bytef *)(f->in + f->in_used);
+        f->z.avail_in = (uInt)(left > UINT_MAX ? UINT_MAX : left);
+        f->z.next_out = (Bytef *)(out + produced);
+        f->z.avail_out = (uInt)(space > UINT_MAX ? UINT_MAX : space);
+        uInt avail_in = f->z.avail_in, avail_out = f->z.avail_out;
+        int r = inflate(&f->z, Z_NO_FLUSH);
+        f->in_used += avail_in - f->z.avail_in;
+        produced += avail_out - f->z.avail_out;
+        if (r == Z_STREAM_END) {
+            Py_ssize_t next = f->in_used;
+            if (f->in_length - next >= 2 && f->in[next] == 0x1f && f->in[next + 1] == 0x8b) {
+                if (inflateReset(&f->z) != Z_OK) return inflater_fail(f, Z_STREAM_ERROR, "reset");
+            } else {
+                f->ended = 1;
+            }
+        } else if (r == Z_BUF_ERROR || (r == Z_OK && f->in_used == f->in_length &&
+                                        f->z.avail_out > 0)) {
+            f->ended = f->truncated = 1; /* the input ran out mid-stream */
+        } else if (r != Z_OK) {
+            return inflater_fail(f, r, f->z.msg ? f->z.msg : "invalid data");
+        }
+    }
+    return produced;
+}
+
+#ifndef _WIN32
+#define INFLATE_ON_A_THREAD 1
+#include <pthread.h>
+
+/* Inflating on a thread of its own, up to RING pieces ahead of the scanner: inflating and
+ * scanning take about as long as each other. Started once the caller waits for the scan (see
+ * Source.hurry): before that, a second busy thread would only slow the caller down. */
+enum { RING = 4 };
+typedef struct {
+    Inflater *f; /* the source's, the inflater thread's until it has finished */
+    Py_ssize_t piece;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    char *data[RING];
+    Py_ssize_t size[RING];
+    int head, count, finished, stop;
+} Pipe;
+
+static void *inflate_pieces(void *arg) {
+    Pipe *p = arg;
+    for (;;) {
+        char *buffer = malloc((size_t)p->piece);
+        Py_ssize_t n = buffer ? inflater_run(p->f, buffer, p->piece)
+                              : inflater_fail(p->f, Z_MEM_ERROR, "out of memory");
+        pthread_mutex_lock(&p->lock);
+        while (n > 0 && p->count == RING && !p->stop) pthread_cond_wait(&p->changed, &p->lock);
+        if (n > 0 && !p->stop) {
+            int tail = (p->head + p->count) % RING;
+            p->data[tail] = buffer;
+            p->size[tail] = n;
+            p->count++;
+            buffer = NULL;
+        }
+        int last = n <= 0 || p->f->ended || p->stop;
+        p->finished = last;
+        pthread_cond_broadcast(&p->changed);
+        pthread_mutex_unlock(&p->lock);
+        free(buffer);
+        if (last) return NULL;
+    }
+}
+
+/* The next piece (the caller frees it), or NULL once the inflater has finished. */
+static char *pipe_take(Pipe *p, Py_ssize_t *size) {
+    char *piece = NULL;
+    pthread_mutex_lock(&p->lock);
+    while (p->count == 0 && !p->finished) pthread_cond_wait(&p->changed, &p->lock);
+    if (p->count > 0) {
+        piece = p->data[p->head];
+        *size = p->size[p->head];
+        p->head = (p->head + 1) % RING;
+        p->count--;
+        pthread_cond_broadcast(&p->changed);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return piece;
+}
+
+/* Go on inflating ``f`` on a thread of its own. */
+static Pipe *pipe_open(Inflater *f, Py_ssize_t piece) {
+    Pipe *p = calloc(1, sizeof *p);
+    if (p == NULL) return NULL;
+    p->f = f;
+    p->piece = piece;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->changed, NULL);
+    if (pthread_create(&p->thread, NULL, inflate_pieces, p) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->changed);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void pipe_close(Pipe *p) {
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    for (int i = 0; i < p->count; i++) free(p->data[(p->head + i) % RING]);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p);
+}
+#else
+typedef struct Pipe Pipe;
+#endif
+
+/* The text the scanner reads: a window over the file's text, text[0:length] not yet consumed.
+ * Plain files are their own window; gzip files are inflated into it, here or on a thread. */
+typedef struct {
+    int gzip, ended, truncated; /* ended: no more text will come */
+    Inflater f;
+    Pipe *pipe;                 /* once inflating on a thread: pieces come from it */
+    const char *hurry;          /* set (by another thread) once the caller waits for the scan */
+    char *text;
+    Py_ssize_t length, capacity, piece;
+} Source;
+
+static int source_open(Source *s, const unsigned char *in, Py_ssize_t length, Py_ssize_t piece,
+                       const char *hurry) {
+    memset(s, 0, sizeof *s);
+    s->gzip = length >= 2 && in[0] == 0x1f && in[1] == 0x8b;
+    s->hurry = hurry;
+    s->piece = piece;
+    if (!s->gzip) {
+        s->text = (char *)in;
+        s->length = s->capacity = length;
+        s->ended = 1;
+        return 0;
+    }
+    return inflater_open(&s->f, in, length);
+}
+
+static int hurried(const char *flag) {
+#if defined(__GNUC__) || defined(__clang__)
+    return flag != NULL && __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
+#else
+    return flag != NULL && *(const volatile char *)flag != 0;
+#endif
+}
+
+static void source_close(Source *s) {
+#ifdef INFLATE_ON_A_THREAD
+    if (s->pipe != NULL) pipe_close(s->pipe);
+#endif
+    inflater_close(&s->f);
+    if (s->gzip) free(s->text);
+}
+
+/* Drop the window's first ``count`` bytes (consumed). */
+static void source_drop(Source *s, Py_ssize_t count) {
+    if (!s->gzip) {
+        s->text += count;
+        s->length -= count;
+        return;
+    }
+    memmove(s->text, s->text + count, (size_t)(s->length - count));
+    s->length -= count;
+}
+
+/* Fill the window until it holds at least ``want`` bytes or the text ends. Returns -1 when out of
+ * memory or the data is corrupt (*error set from the inflater), else 0. */
+static int source_fill(Source *s, Py_ssize_t want, Inflater **error) {
+    while (!s->ended && s->length < want) {
+        if (grow(&s->text, &s->capacity, want, 1, want) < 0) return -1;
+#ifdef INFLATE_ON_A_THREAD
+        if (s->pipe == NULL && hurried(s->hurry)) s->pipe = pipe_open(&s->f, s->piece);
+        if (s->pipe != NULL) {
+            Py_ssize_t size;
+            char *piece = pipe_take(s->pipe, &size);
+            if (piece == NULL) { /* finished: the inflater thread is done with s->f */
+                s->ended = 1;
+                s->truncated = s->f.truncated;
+                if (s->f.error) *error = &s->f;
+                return s->f.error ? -1 : 0;
+            }
+            if (grow(&s->text, &s->capacity, s->length + size, 1, want) < 0) {
+                free(piece);
+                return -1;
+            }
+            memcpy(s->text + s->length, piece, (size_t)size);
+            s->length += size;
+            free(piece);
+            continue;
+        }
+#endif
+        Py_ssize_t n = inflater_run(&s->f, s->text + s->length, s->capacity - s->length);
+        if (n < 0) {
+            *error = &s->f;
+            return -1;
+        }
+        s->length += n;
+        s->ended = s->f.ended;
+        s->truncated = s->f.truncated;
+    }
+    return 0;
+}
+
+/* The offset of the events array's first byte: past the first ``"traceEvents"``, optional
+ * white space, ``:``, white space and ``[`` (the Python reader's ARRAY_START). -1: not in
+ * text[from:length]; *resume is where to search again once more text has come. */
+static Py_ssize_t events_start(const char *text, Py_ssize_t length, Py_ssize_t from,
+                               Py_ssize_t *resume, Py_ssize_t *key_at) {
+    static const char KEY[] = "\"traceEvents\"";
+    const Py_ssize_t n = sizeof KEY - 1;
+    for (Py_ssize_t i = from; i + n <= length; i++) {
+        const char *hit = memchr(text + i, '"', (size_t)(length - i));
+        if (hit == NULL) break;
+        i = hit - text;
+        if (i + n > length) {
+            *resume = i;
+            return -1;
+        }
+        if (memcmp(hit, KEY, (size_t)n) != 0) continue;
+        Py_ssize_t j = i + n;
+        while (j < length && text[j] != '\0' && strchr(" \t\n\r\f\v", text[j])) j++;
+        if (j < length && text[j] == ':') {
+            j++;
+            while (j < length && text[j] != '\0' && strchr(" \t\n\r\f\v", text[j])) j++;
+            if (j < length && text[j] == '[') {
+                *key_at = i;
+                return j + 1;
+            }
+        }
+        if (j >= length) { /* cut before we know: look again with more text */
+            *resume = i;
+            return -1;
+        }
+    }
+    *resume = length > n ? length - n : 0;
+    return -1;
+}
+
+/* The largest header searched for the events array before giving up (as the Python reader). */
+#define HEADER_LIMIT ((Py_ssize_t)64 << 20)
+
+typedef struct {
+    Text header, tail; /* the document around the events array (Text used as a plain buffer) */
+    int done, truncated;
+    const char *error; /* why it stopped: not scannable (s.error), or NULL */
+} Outcome;
+
+static int buffer_append(Text *t, const char *span, Py_ssize_t length) {
+    if (grow(&t->data, &t->capacity, t->length + length + 1, 1, 4096) < 0) return -1;
+    memcpy(t->data + t->length, span, (size_t)length);
+    t->length += length;
+    return 0;
+}
+
+/* The whole file, without the GIL: find the events array, scan its events piece by piece,
+ * keep the text around it. Returns OK; BAD / UNSUPPORTED (s->error set) when the scanner does
+ * not follow it; -1 when out of memory or the gzip data is corrupt (*error: the inflater). */
+static int scan_source(Source *src, Scan *s, Outcome *out, Py_ssize_t piece, Inflater **error) {
+    Py_ssize_t resume = 0, key_at = 0, start = -1;
+    while (start < 0) {
+        if (source_fill(src, src->length + piece, error) < 0) return -1;
+        start = events_start(src->text, src->length, resume, &resume, &key_at);
+        if (start < 0 && (src->ended || src->length > HEADER_LIMIT)) {
+            s->error = "no events array (\"traceEvents\") where the scanner looks for one";
+            return UNSUPPORTED;
+        }
+    }
+    if (buffer_append(&out->header, src->text, key_at) < 0) return -1;
+    source_drop(src, start);
+    Py_ssize_t want = piece;
+    for (;;) {
+        if (source_fill(src, want, error) < 0) return -1;
+        Cursor c = {src->text, src->text + src->length, src->text};
+        const char *consumed;
+        int r = scan_events(&c, s, s->events == 0, &consumed, &out->done);
+        if (r != OK) return r;
+        Py_ssize_t used = consumed - src->text;
+        if (out->done) {
+            if (buffer_append(&out->tail, consumed, src->length - used) < 0) return -1;
+            source_drop(src, src->length);
+            while (!src->ended) { /* the rest of the document */
+                if (source_fill(src, piece, error) < 0 ||
+                    buffer_append(&out->tail, src->text, src->length) < 0)
+                    return -1;
+                source_drop(src, src->length);
+            }
+            break;
+        }
+        source_drop(src, used);
+        if (src->ended) { /* the events array never closes: the file ends mid-write */
+            out->truncated = 1;
+            break;
+        }
+        /* No whole event in the window: one event is longer than it, read on. */
+        want = used == 0 ? src->length * 2 : piece;
+    }
+    out->truncated |= src->truncated;
+    return OK;
+}
+
 /* ---- Python glue ---------------------------------------------------------------------------- */
+
+static PyObject *GzipError;
 
 static PyObject *strings_list(Interner *t) {
     PyObject *list = PyList_New(t->count);
     if (list == NULL) return NULL;
     for (Py_ssize_t i = 0; i < t->count; i++) {
-        PyObject *item = PyBytes_FromStringAndSize(t->by_id[i].text, t->by_id[i].length);
+        PyObject *item =
+            PyBytes_FromStringAndSize(t->strings + t->entries[i].offset, t->entries[i].length);
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -875,61 +1253,44 @@ static PyObject *strings_list(Interner *t) {
     return list;
 }
 
-static int put_column(PyObject *dict, const char *key, const void *data, Py_ssize_t size) {
+/* Hand a column over as bytes, and free it at once: the peak holds one copy of the table. */
+static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size) {
     PyObject *value = PyBytes_FromStringAndSize(data ? data : "", data ? size : 0);
+    free(data);
     if (value == NULL) return -1;
     int r = PyDict_SetItemString(dict, key, value);
     Py_DECREF(value);
     return r;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, stop;
-    int first;
-    if (!PyArg_ParseTuple(args, "y*pnn", &view, &first, &start, &stop)) return NULL;
-    if (stop < 0 || stop > view.len) stop = view.len;
-    if (start < 0 || start > stop) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_IndexError, "start outside the text");
-        return NULL;
-    }
-    Scan s;
-    memset(&s, 0, sizeof s);
-    Cursor c = {(const char *)view.buf + start, (const char *)view.buf + stop, view.buf};
-    const char *consumed;
-    int done, r;
-    Py_BEGIN_ALLOW_THREADS
-    r = scan_events(&c, &s, first, &consumed, &done);
-    Py_END_ALLOW_THREADS
+static PyObject *columns_result(Scan *s) {
+    Columns *col = &s->columns;
+    Py_ssize_t n = col->rows;
     PyObject *result = NULL, *columns = NULL, *cats = NULL, *names = NULL, *extra_rows = NULL;
     PyObject *extras = NULL, *flows = NULL;
-    if (r != OK) {
-        PyErr_Format(PyExc_ValueError, "%s (event at byte %zd)", s.error ? s.error : "invalid",
-                     s.error_at);
-        goto finally;
-    }
-    Columns *col = &s.columns;
-    Py_ssize_t n = col->rows;
     columns = PyDict_New();
     if (columns == NULL) goto finally;
-    if (put_column(columns, "cat", col->cat, n * 4) < 0 ||
-        put_column(columns, "name", col->name, n * 4) < 0 ||
-        put_column(columns, "occupancy", col->occupancy, n * 8) < 0 ||
-        put_column(columns, "float_time", col->flags, n) < 0)
-        goto finally;
-    for (int i = 0; i < N_INT64; i++)
-        if (put_column(columns, INT64_NAMES[i], col->ints[i], n * 8) < 0) goto finally;
-    if ((cats = strings_list(&s.cats)) == NULL || (names = strings_list(&s.names)) == NULL)
+    int failed = put_column(columns, "cat", col->cat, n * 4) < 0;
+    failed |= put_column(columns, "name", col->name, n * 4) < 0;
+    failed |= put_column(columns, "occupancy", col->occupancy, n * 8) < 0;
+    failed |= put_column(columns, "float_time", col->flags, n) < 0;
+    for (int i = 0; i < N_INT64; i++) {
+        failed |= put_column(columns, INT64_NAMES[i], col->ints[i], n * 8) < 0;
+        col->ints[i] = NULL;
+    }
+    col->cat = col->name = NULL;
+    col->occupancy = NULL;
+    col->flags = NULL;
+    if (failed) goto finally;
+    if ((cats = strings_list(&s->cats)) == NULL || (names = strings_list(&s->names)) == NULL)
         goto finally;
     extra_rows = PyBytes_FromStringAndSize(
         col->extra_rows ? (const char *)col->extra_rows : "", col->n_extras * 8);
     if (extra_rows == NULL || (extras = text_close(&col->extras)) == NULL ||
         (flows = text_close(&col->flows)) == NULL)
         goto finally;
-    result = Py_BuildValue("(nOnnOOOOOO)", (Py_ssize_t)(consumed - (const char *)view.buf),
-                           done ? Py_True : Py_False, s.events, n, columns, cats, names,
-                           extra_rows, extras, flows);
+    result = Py_BuildValue("(nnOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
+                           flows);
 finally:
     Py_XDECREF(columns);
     Py_XDECREF(cats);
@@ -937,15 +1298,62 @@ finally:
     Py_XDECREF(extra_rows);
     Py_XDECREF(extras);
     Py_XDECREF(flows);
+    return result;
+}
+
+static PyObject *scan_file(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_buffer hurry = {0};
+    Py_ssize_t piece;
+    if (!PyArg_ParseTuple(args, "y*nw*", &view, &piece, &hurry)) return NULL;
+    if (piece < 16) piece = 16;
+    Scan s;
+    Source src;
+    Outcome out;
+    memset(&s, 0, sizeof s);
+    memset(&out, 0, sizeof out);
+    PyObject *result = NULL;
+    int r;
+    Inflater *error = NULL;
+    if (source_open(&src, view.buf, view.len, piece, hurry.len > 0 ? hurry.buf : NULL) < 0) {
+        PyBuffer_Release(&view);
+        if (hurry.obj != NULL) PyBuffer_Release(&hurry);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = scan_source(&src, &s, &out, piece, &error);
+    Py_END_ALLOW_THREADS
+    if (r < 0) {
+        if (error != NULL && error->error != Z_MEM_ERROR)
+            PyErr_Format(GzipError, "Error %d while decompressing data: %s", error->error,
+                         error->message);
+        else
+            PyErr_NoMemory();
+    } else if (r != OK) {
+        PyErr_Format(PyExc_ValueError, "%s (event at byte %zd)", s.error ? s.error : "invalid",
+                     s.error_at);
+    } else {
+        PyObject *scanned = columns_result(&s);
+        if (scanned != NULL) {
+            result = Py_BuildValue("(y#Ny#O)", out.header.data ? out.header.data : "",
+                                   out.header.length, scanned, out.tail.data ? out.tail.data : "",
+                                   out.tail.length, out.truncated ? Py_True : Py_False);
+        }
+    }
+    source_close(&src);
+    free(out.header.data);
+    free(out.tail.data);
     columns_free(&s.columns);
     interner_free(&s.cats);
     interner_free(&s.names);
     PyBuffer_Release(&view);
+    if (hurry.obj != NULL) PyBuffer_Release(&hurry);
     return result;
 }
 
 static PyMethodDef METHODS[] = {
-    {"scan", scan, METH_VARARGS, "Scan whole Kineto events into columns (see the module source)."},
+    {"scan_file", scan_file, METH_VARARGS,
+     "Scan a Kineto file's events into columns (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -953,4 +1361,13 @@ static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,
 };
 
-PyMODINIT_FUNC PyInit__kscan(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__kscan(void) {
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module == NULL) return NULL;
+    GzipError = PyErr_NewException("gpuscope.readers._kscan.GzipError", NULL, NULL);
+    if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,7 +1,12 @@
 # The C Kineto event scanner (see _kscan.c for the contract).
 
-def scan(
-    text: bytes, first: bool, start: int, stop: int, /
+class GzipError(Exception): ...
+
+def scan_file(
+    data: bytes, piece_bytes: int, hurry: bytearray, /
 ) -> tuple[
-    int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes
+    bytes,
+    tuple[int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes],
+    bytes,
+    bool,
 ]: ...

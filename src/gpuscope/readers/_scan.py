@@ -1,46 +1,45 @@
-"""The Kineto reader's text side: a file decompressed in pieces, its events array found, and its
-whole events scanned into columns by the C scanner (``_kscan.c``), each stage on its own thread.
+"""The Kineto reader's text side: a Kineto file scanned into columns by the C scanner
+(``_kscan.c``) on a thread of its own, and the pieces of decompressed text the msgspec reader uses.
 
 Contract: :func:`start` begins scanning a Kineto file and returns a :class:`Scan` (or None when
-the file is not Kineto JSON or the scanner is not built); :meth:`Scan.results` yields the
-scanner's output piece by piece, after which :attr:`Scan.state` holds the document's other keys
-and whether it ended mid-write. Errors surface in ``results()``: :class:`NotScannableError` when the
-scanner does not follow the document (the msgspec reader then reads it), an ``InputError`` for a
-file that cannot be read.
+the file is not Kineto JSON or the scanner is not built); :meth:`Scan.result` waits for the
+scanner's columns, after which :attr:`Scan.state` holds the document's other keys and whether it
+ended mid-write. Errors surface in ``result()``: :class:`NotScannableError` when the scanner does
+not follow the document (the msgspec reader then reads it), an ``InputError`` for a file that
+cannot be read.
 
-Needs neither numpy nor the model, so the command line starts a scan before those import:
-decompression and scanning run without the GIL, alongside the imports.
+Needs neither numpy nor the model, so the command line starts a scan before those import. The
+scanner inflates and scans the whole file in C without the GIL, so the imports run at full speed
+beside it: driving decompression and the scanner from Python instead, piece by piece, made the
+imports wait for the GIL (a third slower on two cores).
 """
 
 from __future__ import annotations
 
-import re
+import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, InputError
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes, read_ahead
+from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _kscan = None  # type: ignore[assignment]
 
-#: Decompressed bytes per piece; the scanner's columns for a piece are about half as large.
+#: Decompressed bytes per piece of text (the scanner's window, the msgspec reader's pieces).
 PIECE_BYTES = 4 << 20
-#: Compressed bytes per call to the inflater.
+#: Compressed bytes per call to the inflater (the msgspec reader's pieces).
 FEED_BYTES = 128 << 10
-#: Pieces the scanner may run ahead of its reader when started early (bounds the memory).
-RUN_AHEAD_PIECES = 16
 #: Whether scans run on threads of their own. Off where processes already use every core (a
-#: folder read in parallel): threads of one process scale worse than processes here.
+#: folder read in parallel).
 threaded = True
 
-ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 KINETO_KEYS = (
     b'"traceEvents"',
     b'"schemaVersion"',
@@ -49,10 +48,8 @@ KINETO_KEYS = (
     b'"computeProperties"',
 )
 
-#: What the scanner returns for a piece (see ``_kscan.c``).
-Scanned = tuple[
-    int, bool, int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes
-]
+#: The scanner's columns for a file (see ``_kscan.c``).
+Scanned = tuple[int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes]
 
 
 class NotScannableError(Exception):
@@ -133,69 +130,54 @@ def decompressed_pieces(path: Path, state: TextState) -> Iterator[bytes]:
             return
 
 
-def events_start(pieces: Iterator[bytes], state: TextState) -> bytes:
-    """Read up to the events array's ``[``; keep what came before as the document's header."""
-    buffer = b""
-    for piece in pieces:
-        buffer += piece
-        found = ARRAY_START.search(buffer)
-        if found:
-            state.header = buffer[: found.start()]
-            return buffer[found.end() :]
-        if len(buffer) > (64 << 20):
-            break
-    raise NotScannableError
-
-
-def scanned_pieces(pieces: Iterator[bytes], state: TextState) -> Iterator[Scanned]:
-    """The scanner's output for each piece of text, up to the end of the events array."""
-    if _kscan is None:
-        raise NotScannableError
-    buffer = events_start(pieces, state)
-    first, exhausted, stalled = True, False, False
-    while True:
-        while (len(buffer) < PIECE_BYTES or stalled) and not exhausted:
-            more = next(pieces, None)
-            exhausted = more is None
-            buffer += more or b""
-            stalled = False
-        try:
-            scanned = _kscan.scan(buffer, first, 0, -1)
-        except ValueError:
-            raise NotScannableError from None
-        yield scanned
-        consumed, done = scanned[0], scanned[1]
-        first = first and scanned[2] == 0
-        if done:
-            state.tail = buffer[consumed:] + b"".join(pieces)
-            return
-        buffer = buffer[consumed:]
-        if exhausted:  # the events array never closes: the file ends mid-write
-            state.truncated = True
-            return
-        stalled = consumed == 0  # one event longer than the buffer: read on
-
-
 class Scan:
-    """A file being scanned on two threads (decompression, scanner), up to ``run_ahead`` pieces
-    ahead of whoever reads :meth:`results`. Use as a context manager, or call :meth:`close`."""
+    """A Kineto file being scanned, on a thread of its own (see :data:`threaded`). The thread
+    cannot be stopped: a scan nobody reads runs to its end and is dropped."""
 
-    def __init__(self, path: Path, run_ahead: int = 2) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.state = TextState(path)
-        self._stack = ExitStack()
-        pieces = decompressed_pieces(path, self.state)
+        self._outcome: Scanned | BaseException | None = None
+        self._thread: threading.Thread | None = None
+        # Set when the reader waits for the result: the scanner then inflates on a second
+        # thread. Not before: a second busy thread would slow down the imports meanwhile.
+        self._hurry = bytearray(1)
         if threaded:
-            pieces = self._stack.enter_context(read_ahead(pieces))
-        self._results = scanned_pieces(pieces, self.state)
-        if threaded:
-            self._results = self._stack.enter_context(read_ahead(self._results, depth=run_ahead))
+            self._thread = threading.Thread(target=self._run, name="gpuscope-scan", daemon=True)
+            self._thread.start()
 
-    def results(self) -> Iterator[Scanned]:
-        return self._results
+    def _run(self) -> None:
+        try:
+            self._outcome = self._scan()
+        except BaseException as error:
+            self._outcome = error
 
-    def close(self) -> None:
-        self._stack.close()
+    def _scan(self) -> Scanned:
+        if _kscan is None:
+            raise NotScannableError
+        try:
+            raw = self.path.read_bytes()
+        except OSError as error:
+            raise InputError(self.path, f"cannot be read ({error.strerror})") from None
+        try:
+            header, scanned, tail, truncated = _kscan.scan_file(raw, PIECE_BYTES, self._hurry)
+        except _kscan.GzipError as error:
+            raise CorruptInputError(self.path, f"corrupt gzip data ({error})") from None
+        except ValueError:
+            raise NotScannableError from None
+        self.state.header, self.state.tail, self.state.truncated = header, tail, truncated
+        return scanned
+
+    def result(self) -> Scanned:
+        """The file's columns, once scanned; raises what the scan raised."""
+        if self._thread is None:
+            return self._scan()
+        self._hurry[0] = 1
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
 
     def __enter__(self) -> Scan:
         return self
@@ -206,7 +188,7 @@ class Scan:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self.close()
+        pass
 
 
 @contextmanager
@@ -220,16 +202,45 @@ def unthreaded() -> Iterator[None]:
         threaded = was
 
 
+#: Scans started by :func:`start_early`, by resolved path, until :func:`start` takes them.
+_early: dict[Path, Scan] = {}
+
+
 def start(path: Path) -> Scan | None:
     """Start scanning ``path`` now if it is a Kineto file the scanner can read, else None.
 
-    The scan runs ahead of its reader by up to ``RUN_AHEAD_PIECES`` pieces, so that it can go on
-    while the caller does other work (importing the analyses).
+    The scan goes on while the caller does other work (importing the analyses). A scan of the
+    same file already started by :func:`start_early` is handed over instead.
     """
     if _kscan is None or not path.is_file():
         return None
+    early = _early.pop(path.resolve(), None)
+    if early is not None:
+        return early
     try:
         head = head_bytes(path)
     except InputError:
         return None  # the normal read says what is wrong with it
-    return Scan(path, run_ahead=RUN_AHEAD_PIECES) if looks_like_kineto(head) else None
+    return Scan(path) if looks_like_kineto(head) else None
+
+
+def start_early(args: list[str]) -> None:
+    """Start scanning the one Kineto file among a command line's arguments, if there is one.
+
+    The console script calls this before it imports the command line library: the scan then
+    overlaps those imports too. A guess, never a decision: the command still names its file to
+    :func:`start`, which takes this scan only when it is of the same file.
+    """
+    if _kscan is None:
+        return
+    found: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        try:
+            if arg.startswith("-") or not path.is_file() or not looks_like_kineto(head_bytes(path)):
+                continue
+        except (InputError, OSError):
+            continue
+        found.append(path)
+    if len(found) == 1:
+        _early[found[0].resolve()] = Scan(found[0])

@@ -27,6 +27,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
+from gpuscope._arrays import distinct
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
 from gpuscope.readers import _scan
@@ -35,6 +36,9 @@ from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
 
 __all__ = ["looks_like_kineto", "read", "read_file"]
+
+#: Where the events array starts.
+ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 # --- the decoded shape -----------------------------------------------------------------------
 
@@ -280,11 +284,10 @@ def _read_streamed(path: Path) -> Trace:
 def _read_scanned(path: Path, scan: Scan) -> Trace:
     """The columns the C scanner read, piece by piece, into the model (see ``_scan``)."""
     columns = _Columns(lenient=False)
-    for scanned in scan.results():
-        try:
-            columns.add_scanned(scanned)
-        except UnicodeDecodeError:
-            raise NotScannableError from None
+    try:
+        columns.add_scanned(scan.result())
+    except UnicodeDecodeError:
+        raise NotScannableError from None
     state = scan.state
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
@@ -309,7 +312,7 @@ class _EventText(TextState):
         buffer = b""
         for piece in pieces:
             buffer += piece
-            found = _scan.ARRAY_START.search(buffer)
+            found = ARRAY_START.search(buffer)
             if found:
                 self.header, buffer = buffer[: found.start()], buffer[found.end() :]
                 break
@@ -482,9 +485,9 @@ class _Columns:
         self.rows += len(rows)
 
     def add_scanned(self, scanned: _scan.Scanned) -> None:
-        """Add a piece of events read by the C scanner: the same columns :meth:`add` builds
-        from decoded events."""
-        _, _, events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
+        """Add the events the C scanner read: the same columns :meth:`add` builds from decoded
+        events."""
+        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
         self.events += events
         if n == 0:
             return
@@ -794,7 +797,7 @@ def _memcpy_columns(
     """Direction and pageable host memory, decided once per distinct memcpy name."""
     direction_of_name = np.zeros(len(names), dtype=np.uint8)
     pageable_of_name = np.zeros(len(names), dtype=np.bool_)
-    for name_id in np.unique(name_ids[kinds == Kind.MEMCPY]):
+    for name_id in distinct(name_ids[kinds == Kind.MEMCPY]):
         name = names[int(name_id)]
         words = name.lower().split()
         code = words[1] if len(words) > 1 and words[0] == "memcpy" else ""
@@ -907,7 +910,7 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
 def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
     props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
     props = [p for p in (props or []) if isinstance(p, dict)]
-    used = sorted({int(d) for d in np.unique(table.device) if d >= 0})
+    used = sorted({int(d) for d in distinct(table.device) if d >= 0})
     rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
     by_id = {_opt_int(p.get("id")): p for p in props}
     devices: dict[int, DeviceInfo] = {}

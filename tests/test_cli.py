@@ -97,3 +97,16 @@ def test_price_override_changes_cost(tmp_path: Path) -> None:
     top = doc["findings"][0]
     assert doc["verdict"]["gpu_hour_usd"] == 2
     assert top["cost_usd_per_gpu_hour"] == pytest.approx(top["share"] * 2, rel=1e-3)
+
+
+def test_piped_report_keeps_every_figure_of_the_kernel_table() -> None:
+    # ``python -m gpuscope`` runs the console script (its early scan); piped, rich prints 80
+    # columns: kernel names are cut short, never the figures.
+    trace = corpus("kineto/hta/df_index_resolver/df_index_resolver.json.gz")
+    done = run("diagnose", str(trace))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    table = lines[next(i for i, line in enumerate(lines) if "Top kernels by time" in line) :]
+    nccl = next(line for line in table if "ncclKernel_AllReduce" in line)
+    assert "communication" in nccl and "2,020" in nccl and "357.34 ms" in nccl and "35.7%" in nccl

@@ -747,7 +747,7 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
 typedef struct {
     Columns columns;
     Interner cats, names;
-    Py_ssize_t events;
+    Py_ssize_t events, rows_hint;
     const char *error; /* why the scan stopped with BAD / UNSUPPORTED */
     Py_ssize_t error_at;
 } Scan;
@@ -834,9 +834,9 @@ static int read_event(Cursor *c, Scan *s) {
         return UNSUPPORTED;
     }
     Columns *col = &s->columns;
-    /* Kineto events take 150-300 bytes of text: the first allocation rarely needs to grow (and
-     * pages never written cost nothing). */
-    if (col->rows == col->capacity && columns_grow(col, (c->end - c->p) / 96) < 0) return BAD;
+    /* Allocated once for the rows the text may hold (see scan_file): pages never written cost
+     * nothing, and growing would copy. */
+    if (col->rows == col->capacity && columns_grow(col, s->rows_hint) < 0) return BAD;
     Py_ssize_t row = col->rows;
     int32_t cat_id = intern(&s->cats, cat, cat_length);
     int32_t name_id = intern(&s->names, name, name_length);
@@ -962,7 +962,7 @@ static Py_ssize_t inflater_run(Inflater *f, char *out, Py_ssize_t room) {
 /* Inflating on a thread of its own, up to RING pieces ahead of the scanner: inflating and
  * scanning take about as long as each other. Started once the caller waits for the scan (see
  * Source.hurry): before that, a second busy thread would only slow the caller down. */
-enum { RING = 4 };
+enum { RING = 2 };
 typedef struct {
     Inflater *f; /* the source's, the inflater thread's until it has finished */
     Py_ssize_t piece;
@@ -1253,13 +1253,48 @@ static PyObject *strings_list(Interner *t) {
     return list;
 }
 
-/* Hand a column over as bytes, and free it at once: the peak holds one copy of the table. */
+/* A column handed over without a copy: a read-only buffer (numpy.frombuffer reads it) that owns
+ * the scanner's memory and frees it with the last array that uses it. */
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    Py_ssize_t size;
+} Block;
+
+static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Block *block = (Block *)self;
+    return PyBuffer_FillInfo(view, self, block->data ? block->data : (void *)"", block->size, 1,
+                             flags);
+}
+
+static void block_dealloc(PyObject *self) {
+    free(((Block *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs BLOCK_BUFFER = {block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpuscope.readers._kscan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = block_dealloc,
+    .tp_as_buffer = &BLOCK_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column of the scanner's, as a read-only buffer.",
+};
+
+/* Hand a column over (its memory: on failure it is freed here). */
 static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size) {
-    PyObject *value = PyBytes_FromStringAndSize(data ? data : "", data ? size : 0);
-    free(data);
-    if (value == NULL) return -1;
-    int r = PyDict_SetItemString(dict, key, value);
-    Py_DECREF(value);
+    Block *block = PyObject_New(Block, &BlockType);
+    if (block == NULL) {
+        free(data);
+        return -1;
+    }
+    block->data = data;
+    block->size = data ? size : 0;
+    int r = PyDict_SetItemString(dict, key, (PyObject *)block);
+    Py_DECREF(block);
     return r;
 }
 
@@ -1301,6 +1336,19 @@ finally:
     return result;
 }
 
+/* The rows to allocate at first: one per 128 bytes of text, which no Kineto trace exceeds (its
+ * events take 150-300 bytes). A gzip file's text size is in its last 4 bytes (modulo 4 GiB,
+ * and of its last member only), believed up to 32 times the file's size. */
+static Py_ssize_t rows_hint(const unsigned char *in, Py_ssize_t length) {
+    Py_ssize_t text = length;
+    if (length >= 18 && in[0] == 0x1f && in[1] == 0x8b) {
+        const unsigned char *t = in + length - 4;
+        uint32_t size = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+        text = (Py_ssize_t)size < length * 32 ? (Py_ssize_t)size : length * 32;
+    }
+    return text / 128 + 4096;
+}
+
 static PyObject *scan_file(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_buffer hurry = {0};
@@ -1315,6 +1363,7 @@ static PyObject *scan_file(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     int r;
     Inflater *error = NULL;
+    s.rows_hint = rows_hint(view.buf, view.len);
     if (source_open(&src, view.buf, view.len, piece, hurry.len > 0 ? hurry.buf : NULL) < 0) {
         PyBuffer_Release(&view);
         if (hurry.obj != NULL) PyBuffer_Release(&hurry);
@@ -1362,6 +1411,7 @@ static struct PyModuleDef MODULE = {
 };
 
 PyMODINIT_FUNC PyInit__kscan(void) {
+    if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     GzipError = PyErr_NewException("gpuscope.readers._kscan.GzipError", NULL, NULL);

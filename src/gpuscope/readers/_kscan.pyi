@@ -2,11 +2,16 @@
 
 class GzipError(Exception): ...
 
+class Block:
+    """A column of the scanner's, as a read-only buffer."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def scan_file(
     data: bytes, piece_bytes: int, hurry: bytearray, /
 ) -> tuple[
     bytes,
-    tuple[int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes],
+    tuple[int, int, dict[str, Block], list[bytes], list[bytes], bytes, bytes, bytes],
     bytes,
     bool,
 ]: ...

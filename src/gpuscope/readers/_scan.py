@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from zlib_ng import zlib_ng
 
@@ -48,8 +49,11 @@ KINETO_KEYS = (
     b'"computeProperties"',
 )
 
-#: The scanner's columns for a file (see ``_kscan.c``).
-Scanned = tuple[int, int, dict[str, bytes], list[bytes], list[bytes], bytes, bytes, bytes]
+if TYPE_CHECKING:
+    from gpuscope.readers._kscan import Block
+
+    #: The scanner's columns for a file (see ``_kscan.c``).
+    Scanned = tuple[int, int, dict[str, Block], list[bytes], list[bytes], bytes, bytes, bytes]
 
 
 class NotScannableError(Exception):
@@ -169,15 +173,17 @@ class Scan:
         return scanned
 
     def result(self) -> Scanned:
-        """The file's columns, once scanned; raises what the scan raised."""
+        """The file's columns, once scanned; raises what the scan raised. Call it once: the
+        columns are handed over, not kept."""
         if self._thread is None:
             return self._scan()
         self._hurry[0] = 1
         self._thread.join()
-        if isinstance(self._outcome, BaseException):
-            raise self._outcome
-        assert self._outcome is not None
-        return self._outcome
+        outcome, self._outcome = self._outcome, None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
 
     def __enter__(self) -> Scan:
         return self

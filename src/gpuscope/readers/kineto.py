@@ -493,27 +493,32 @@ class _Columns:
             return
         cats = [_raw_string(c) for c in raw_cats]
         codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
-        cat = np.frombuffer(raw["cat"], dtype=np.int32)
+        cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
         codes = codes_of_cat[cat]
         keep = codes != _SKIP
         if not keep.any():
             return
         kept = np.flatnonzero(keep)
+        every_row = len(kept) == n
         kinds = codes[kept]
-        name_local = np.frombuffer(raw["name"], dtype=np.int32)[kept]
+        name_local = np.frombuffer(memoryview(raw.pop("name")), dtype=np.int32)[kept]
         if "mtia_ccp_events" in cats:
             dma = np.array([name.startswith(b"dma") for name in raw_names], dtype=bool)
             is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)
             kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
 
-        def column(key: str) -> np.ndarray:
-            return np.frombuffer(raw[key], dtype=np.int64)[kept]
+        # Each raw column is read once and dropped: the peak holds the table about once.
+        def column(key: str, dtype: type = np.int64) -> np.ndarray:
+            values: np.ndarray = np.frombuffer(memoryview(raw.pop(key)), dtype=dtype)
+            return values if every_row else values[kept]
 
         def arg(field: str, rows: np.ndarray) -> np.ndarray:
-            values: np.ndarray = column(field)[rows]
+            values: np.ndarray = np.frombuffer(memoryview(raw.pop(field)), dtype=np.int64)[
+                kept[rows]
+            ]
             return values
 
-        self.float_ts |= bool(np.frombuffer(raw["float_time"], dtype=np.uint8)[kept].any())
+        self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
             new_row = np.cumsum(keep) - 1
             rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
@@ -527,9 +532,7 @@ class _Columns:
             "start_ns": column("ts_ns"),
             "dur_ns": np.maximum(column("dur_ns"), 0),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": np.frombuffer(raw["occupancy"], dtype=np.float64)[kept].astype(
-                np.float32
-            ),
+            "occupancy_pct": column("occupancy", np.float64).astype(np.float32),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)

@@ -254,14 +254,14 @@ def _steps(d: DeviceReport) -> Table:
 
 def _kernels(d: DeviceReport) -> Table:
     table = Table(title="Top kernels by time", title_justify="left")
-    table.add_column("kernel", overflow="ellipsis", max_width=44, no_wrap=True)
-    table.add_column("class")
-    table.add_column("count", justify="right")
-    table.add_column("total", justify="right")
-    table.add_column("share", justify="right")
+    # The figures keep their width and the kernel names give way, cut short (80 columns when
+    # piped): rich narrows only the columns it may wrap.
+    table.add_column("kernel", min_width=16, max_width=60)
+    for column in ("class", "count", "total", "share"):
+        table.add_column(column, justify="left" if column == "class" else "right", no_wrap=True)
     for k in d.kernels:
         table.add_row(
-            Text(k.name),
+            Text(k.name, overflow="ellipsis", no_wrap=True),
             k.work_class.name.lower(),
             f"{k.count:,}",
             _ms(k.total_ns),

@@ -1,44 +1,49 @@
 """The ``gpuscope`` command: a thin shell over the library.
 
 Exit codes: 0 success, 1 a check failed (``gpuscope check``), 2 bad input (one line on stderr,
-never a traceback). Each command lives in its own module under ``gpuscope.commands``.
+never a traceback). Each command lives in its own module under ``gpuscope.commands``, imported
+when that command runs (or when ``--help`` lists them all).
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import click
 
-from gpuscope.commands import (
-    annotate,
-    check,
-    diagnose,
-    diff,
-    fleet,
-    history,
-    profile,
-    report,
-    scale,
-    sweep,
-    watch,
-)
+#: Command name -> (module under gpuscope.commands, click command in it), in help order.
+COMMANDS = {
+    "diagnose": ("diagnose", "diagnose"),
+    "demo": ("diagnose", "demo"),
+    "report": ("report", "report"),
+    "annotate": ("annotate", "annotate"),
+    "profile": ("profile", "profile"),
+    "diff": ("diff", "diff"),
+    "history": ("history", "history"),
+    "check": ("check", "check"),
+    "scale": ("scale", "scale"),
+    "sweep": ("sweep", "sweep"),
+    "fleet": ("fleet", "fleet"),
+    "fleet-report": ("fleet", "fleet_report"),
+    "watch": ("watch", "watch"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """A group whose commands import on first use (click's lazy-loading pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        command: click.Command = getattr(import_module(f"gpuscope.commands.{module}"), name)
+        return command
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gpuscope")
 def main() -> None:
     """Why your GPUs are idle, what it costs, and what to change."""
-
-
-main.add_command(diagnose.diagnose)
-main.add_command(diagnose.demo)
-main.add_command(report.report)
-main.add_command(annotate.annotate)
-main.add_command(profile.profile)
-main.add_command(diff.diff)
-main.add_command(history.history)
-main.add_command(check.check)
-main.add_command(scale.scale)
-main.add_command(sweep.sweep)
-main.add_command(fleet.fleet)
-main.add_command(fleet.fleet_report)
-main.add_command(watch.watch)

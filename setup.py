@@ -4,6 +4,8 @@ The extension is optional: where it cannot be compiled, gpuscope installs withou
 Kineto reader falls back to decoding with msgspec in Python (same results, about 2x slower).
 """
 
+import sys
+
 from setuptools import Extension, setup
 
 setup(
@@ -11,7 +13,9 @@ setup(
         Extension(
             "gpuscope.readers._kscan",
             sources=["src/gpuscope/readers/_kscan.c"],
-            libraries=["z"],  # zlib, to inflate gzip traces without the GIL
+            # zlib inflates gzip traces without the GIL (zlib-ng when the zlib_ng package has it:
+            # dlopen, in libdl before glibc 2.34).
+            libraries=["z", "dl"] if sys.platform.startswith("linux") else ["z"],
             optional=True,
         )
     ]

@@ -309,6 +309,27 @@ def test_gzip_members_one_after_another_read_as_one_document(tmp_path: Path) -> 
     assert scan_read(path).rank == 1
 
 
+def test_zlib_ng_and_zlib_inflate_the_same(tmp_path: Path) -> None:
+    from zlib_ng import zlib_ng
+
+    from gpuscope.readers import _kscan
+
+    events = [e for i in range(300) for e in (launch(i), kernel(i, **{"Input Dims": [[i]]}))]
+    path = write(tmp_path, events, name="t.json.gz")
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(path.read_bytes()[:-200])
+    assert _scan.ZLIB_NG_INFLATES or os.environ.get("CI", "").lower() != "true"
+    try:
+        for trace in (path, cut):
+            assert _kscan.use_zlib_ng(None) is False
+            with_zlib = scan_read(trace)
+            _kscan.use_zlib_ng(zlib_ng.__file__)
+            assert_same_trace(scan_read(trace), with_zlib)
+        assert "ends mid-write" in with_zlib.warnings[-1]
+    finally:
+        _kscan.use_zlib_ng(zlib_ng.__file__)
+
+
 def test_a_scan_on_the_callers_thread_reads_the_same(tmp_path: Path) -> None:
     path = write(tmp_path, [e for i in range(20) for e in (launch(i), kernel(i))], name="t.json.gz")
     threaded = scan_read(path)

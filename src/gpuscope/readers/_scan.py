@@ -32,6 +32,8 @@ try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _kscan = None  # type: ignore[assignment]
+else:  # it inflates with zlib-ng where the zlib_ng package's extension has it, else with zlib
+    ZLIB_NG_INFLATES = _kscan.use_zlib_ng(zlib_ng.__file__)
 
 #: Decompressed bytes per piece of text (the scanner's window, the msgspec reader's pieces).
 PIECE_BYTES = 4 << 20

@@ -72,8 +72,9 @@ def run_diagnose(
 ) -> None:
     from gpuscope.readers import _scan
 
-    # A Kineto file starts decompressing and scanning on two threads (outside the GIL) before
-    # numpy, the analyses and the renderers import; the read then only assembles the columns.
+    # A Kineto file is inflated and scanned on a thread of its own (outside the GIL) while numpy,
+    # the analyses and the renderers import; the read then only assembles the columns. The
+    # console script has usually started it already (see gpuscope.console).
     scan = _scan.start(path)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load

@@ -42,12 +42,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -305,26 +304,54 @@ def _schema(path: Path, db: sqlite3.Connection, columns: dict[str, set[str]]) ->
     return "nsys-" + ".".join(parts[:2])
 
 
-def _batches(cursor: sqlite3.Cursor) -> Iterator[list[Any]]:
-    """Rows in batches: a bounded number of Python objects alive at once keeps the cost per row
-    the same for a thousand rows or ten million."""
-    while rows := cursor.fetchmany(_BATCH_ROWS):
-        yield rows
+_INTS = msgspec.json.Decoder(list[int])
+_TEXTS = msgspec.json.Decoder(list[str])
 
 
-def _int_columns(export: _Export, table: str, sql: str, width: int) -> list[I64]:
-    """Run a query whose columns are all integers (NULLs already coalesced) into numpy."""
-    parts = [np.zeros((0, width), dtype=np.int64)]
+def _column_batches(
+    export: _Export,
+    source: str,
+    select: Sequence[str],
+    where: str = "",
+    outer: Sequence[str] | None = None,
+) -> Iterator[list[bytes]]:
+    """The columns ``select`` of ``source``'s rows (``where`` filtering them), in rowid order, as
+    one JSON array per column for each batch of rows; ``outer``: expressions of those columns
+    (``c0``, ``c1``, ...) to return instead, each column computed once.
+
+    SQLite builds the arrays (``json_group_array``) inside one step of its own, without the GIL;
+    row by row, Python's sqlite3 module takes the GIL back after every row. A bounded batch keeps
+    the cost per row the same for a thousand rows or ten million.
+    """
+    wanted = outer or [f"c{i}" for i in range(len(select))]
+    arrays = ", ".join(f"json_group_array({expression})" for expression in wanted)
+    columns = ", ".join(f"{expression} AS c{i}" for i, expression in enumerate(select))
+    condition = f"rowid > ?{f' AND ({where})' if where else ''}"
+    sql = (
+        f"SELECT count(*), max(rid), {arrays} FROM (SELECT rowid AS rid, {columns} FROM {source}"
+        f" WHERE {condition} ORDER BY rowid LIMIT {_BATCH_ROWS})"
+    )
+    last = -(1 << 63)
+    while True:
+        count, last, *texts = export.db.execute(sql, (last,)).fetchone()
+        if not count:
+            return
+        yield [t.encode() if isinstance(t, str) else t for t in texts]
+
+
+def _int_columns(export: _Export, table: str, select: Sequence[str]) -> list[I64]:
+    """The columns ``select`` of ``table``, all integers (NULLs already coalesced), into numpy."""
+    parts: list[list[I64]] = []
     try:
-        for rows in _batches(export.db.execute(sql)):
-            flat = np.fromiter(chain.from_iterable(rows), np.int64, count=len(rows) * width)
-            parts.append(flat.reshape(len(rows), width))
-    except (TypeError, ValueError, OverflowError):
+        for texts in _column_batches(export, table, select):
+            parts.append([np.array(_INTS.decode(t), dtype=np.int64) for t in texts])
+    except (msgspec.ValidationError, OverflowError):
         raise CorruptInputError(
             export.path, f"Nsight Systems table {table} holds empty or non-integer times or ids"
         ) from None
-    matrix = np.concatenate(parts)
-    return [np.ascontiguousarray(matrix[:, i]) for i in range(width)]
+    if not parts:
+        return [np.zeros(0, dtype=np.int64) for _ in select]
+    return [np.concatenate([part[i] for part in parts]) for i in range(len(select))]
 
 
 # --- device work -------------------------------------------------------------------------------
@@ -348,7 +375,7 @@ def _device_columns(
         f"COALESCE({global_pid}, 0)",
         *extra,
     ]
-    got = _int_columns(export, table, f"SELECT {', '.join(select)} FROM {table}", len(select))
+    got = _int_columns(export, table, select)
     start, dur, device, stream, corr, gpid = got[:6]
     columns = {
         "start_ns": start,
@@ -480,11 +507,8 @@ def _runtime(export: _Export) -> Events | None:
     export.require(table, _REQUIRED[table])
     correlation = export.column_or(table, "correlationId", "-1")
     thread = export.column_or(table, "globalTid", "0")
-    sql = (
-        f"SELECT start, end - start, COALESCE({correlation}, -1), COALESCE({thread}, 0), nameId"
-        f" FROM {table}"
-    )
-    start, dur, corr, gtid, name_ids = _int_columns(export, table, sql, 5)
+    select = ("start", "end - start", f"COALESCE({correlation}, -1)", f"COALESCE({thread}, 0)")
+    start, dur, corr, gtid, name_ids = _int_columns(export, table, (*select, "nameId"))
     columns = {
         "kind": np.full(start.shape, Kind.RUNTIME, dtype=np.uint8),
         "name_id": export.string_ids(name_ids),
@@ -514,27 +538,28 @@ def _nvtx(export: _Export) -> _Nvtx:
         f"COALESCE({export.column_or(table, 'eventType', 'NULL')}, {_NVTX_RANGE_FALLBACK[0]})"
     )
     range_types = ", ".join(str(t) for t in _nvtx_range_types(export))
-    ranges = f"SELECT start, end - start AS dur_ns, {thread} AS gtid, {text} AS t FROM {table}"
-    ranges += f" WHERE end IS NOT NULL AND end >= start AND {event_type} IN ({range_types})"
-    sql = f"SELECT start, dur_ns, gtid, {_strip_emit_nvtx_sql('t')} FROM ({ranges})"
+    where = f"end IS NOT NULL AND end >= start AND {event_type} IN ({range_types})"
+    select = ("start", "end - start", thread, f"CAST({text} AS TEXT)")
+    outer = ("c0", "c1", "c2", _strip_emit_nvtx_sql("c3"))
     # Texts are few once emit_nvtx suffixes are gone: numbered in order of appearance, then
     # each distinct text gets its kind and name once.
     distinct: dict[Any, int] = {}
-    parts: list[I64] = [np.zeros((0, 4), dtype=np.int64)]
-    for rows in _batches(export.db.execute(sql)):
-        n = len(rows)
-        for text_value in dict.fromkeys(map(itemgetter(3), rows)):
-            distinct.setdefault(text_value, len(distinct))
-        batch = np.empty((n, 4), dtype=np.int64)
-        for i in range(3):
-            batch[:, i] = np.fromiter(map(itemgetter(i), rows), np.int64, n)
-        batch[:, 3] = np.fromiter(map(distinct.__getitem__, map(itemgetter(3), rows)), np.int64, n)
-        parts.append(batch)
+    parts: list[list[I64]] = []
+    try:
+        for *numbers, texts in _column_batches(export, table, select, where, outer):
+            values = _TEXTS.decode(texts)
+            for text_value in dict.fromkeys(values):
+                distinct.setdefault(text_value, len(distinct))
+            ids = np.fromiter(map(distinct.__getitem__, values), np.int64, len(values))
+            parts.append([*(np.array(_INTS.decode(n), dtype=np.int64) for n in numbers), ids])
+    except (msgspec.ValidationError, OverflowError):
+        raise CorruptInputError(
+            export.path, f"Nsight Systems table {table} holds non-integer times or thread ids"
+        ) from None
     ranks = _mpi_ranks(export, text, thread)
-    table_rows = np.concatenate(parts)
-    if table_rows.shape[0] == 0:
+    if not parts:
         return _Nvtx(None, ranks)
-    start, dur, gtids, text_ids = (np.ascontiguousarray(table_rows[:, i]) for i in range(4))
+    start, dur, gtids, text_ids = (np.concatenate([p[i] for p in parts]) for i in range(4))
     kind_of_text, name_of_text = _nvtx_kinds(export, list(distinct))
     columns = {
         "kind": kind_of_text[text_ids],

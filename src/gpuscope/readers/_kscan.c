@@ -1,36 +1,43 @@
-/* Kineto event scanner: the events array of a Chrome trace straight into columns.
+/* Kineto event scanner: a Chrome trace file's events array straight into columns.
  *
  * Contract (the Python side is gpuscope/readers/_scan.py, which runs it, and kineto.py, which
  * turns its columns into the model and also holds the msgspec reader this module speeds up):
  *
- *   scan(text: bytes, first: bool, start: int, stop: int) -> tuple
+ *   scan_file(data: bytes, piece_bytes: int, hurry: bytearray) -> (header, scanned, tail, cut)
  *
- * reads whole events from text[start:stop] (stop -1: to the end), the inside of a
- * ``traceEvents`` array, where ``first`` says no event came before (else the next character
- * past white space must be ``,`` or ``]``). It stops at the array's closing bracket or at the
- * first event the text does not finish, and returns
+ * reads a whole file's bytes, gzip (members one after another) or plain, without the GIL: it
+ * inflates piece_bytes at a time into a window, finds the first ``"traceEvents": [``, and scans
+ * every whole event into columns until the array's ``]``. ``hurry`` is a flag byte another thread
+ * sets once it waits for the result: inflating then moves to a thread of its own (POSIX).
  *
- *   (consumed, done, events, rows, columns, cats, names, extra_rows, extras, flows)
+ * header      the text before the ``"traceEvents"`` key
+ * tail        the text after the array's ``]`` (the document's other keys)
+ * cut         whether the text ended first (a gzip stream or the array cut off mid-write)
+ * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows):
+ *   events      how many events of any phase were read
+ *   rows        how many complete ("X") events, one row each in the columns
+ *   columns     dict of column name -> Block (a read-only buffer of native int32 / int64 /
+ *               float64 / uint8 values, owning the scanner's memory: no copy)
+ *   cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
+ *   names       the same for event names; column "name" indexes it
+ *   extra_rows  bytes of int64 rows whose args hold "Input Dims" or "Collective name"
+ *   extras      those rows' args objects, copied as one JSON array (decoded in Python)
+ *   flows       the flow events (phases s, f, t), copied as one JSON array
  *
- * consumed    offset just past the last whole event (or past ``]`` when done)
- * done        whether the array's ``]`` was reached
- * events      how many events of any phase were read
- * rows        how many complete ("X") events, one row each in the columns
- * columns     dict of column name -> bytes (native int32 / int64 / float64 / uint8 values)
- * cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
- * names       the same for event names; column "name" indexes it
- * extra_rows  bytes of int64 rows whose args hold "Input Dims" or "Collective name"
- * extras      those rows' args objects, copied as one JSON array (decoded in Python)
- * flows       the flow events (phases s, f, t), copied as one JSON array
- *
- * Nothing returned points into ``text``: the caller can drop it at once.
+ * Nothing returned points into ``data``.
  *
  * Integer arguments absent or null read -1, occupancy absent reads NaN, times are integer
  * nanoseconds computed exactly as the Python reader computes them. Values the typed Python
  * decoder rejects but its lenient fallback coerces (ids written as strings, floats) are coerced
  * the same way here. Anything else this scanner does not follow (an unknown phase, a time that
- * is not a number, invalid JSON) raises ValueError: the caller then reads the document the
- * slower way, so results never depend on which path ran. The scan runs without the GIL.
+ * is not a number, invalid JSON, no events array) raises ValueError: the caller then reads the
+ * document the slower way, so results never depend on which path ran. Corrupt gzip data raises
+ * GzipError with zlib's message.
+ *
+ *   use_zlib_ng(path: str | None) -> bool
+ *
+ * inflates with the zlib-ng in the loaded shared library at ``path`` (the zlib_ng package's
+ * extension exports it), or with the system zlib (None or not found).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -21,8 +21,8 @@
  *   cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
  *   names       the same for event names; column "name" indexes it
  *   extra_rows  bytes of int64 rows whose args hold "Input Dims" or "Collective name"
- *   extras      those rows' args objects, copied as one JSON array (decoded in Python)
- *   flows       the flow events (phases s, f, t), copied as one JSON array
+ *   extras      those rows' args objects, copied as one JSON array (a Block; decoded in Python)
+ *   flows       the flow events (phases s, f, t), copied as one JSON array (a Block)
  *
  * Nothing returned points into ``data``.
  *
@@ -90,12 +90,6 @@ static int text_append(Text *t, const char *span, Py_ssize_t length) {
     memcpy(t->data + t->length, span, (size_t)length);
     t->length += length;
     return 0;
-}
-
-static PyObject *text_close(Text *t) {
-    if (t->length == 0) return PyBytes_FromString("[]");
-    t->data[t->length] = ']'; /* text_append keeps room for it */
-    return PyBytes_FromStringAndSize(t->data, t->length + 1);
 }
 
 typedef struct {
@@ -1428,6 +1422,19 @@ static PyTypeObject BlockType = {
     .tp_doc = "A column of the scanner's, as a read-only buffer.",
 };
 
+/* A Text closed as a JSON array and handed over without a copy (flows take megabytes). */
+static PyObject *json_array(Text *t) {
+    if (t->length == 0) return PyBytes_FromString("[]");
+    t->data[t->length] = ']'; /* text_append keeps room for it */
+    Block *block = PyObject_New(Block, &BlockType);
+    if (block == NULL) return NULL;
+    block->data = t->data;
+    block->size = t->length + 1;
+    t->data = NULL;
+    t->length = t->capacity = 0;
+    return (PyObject *)block;
+}
+
 /* Hand a column over (its memory: on failure it is freed here). */
 static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size) {
     Block *block = PyObject_New(Block, &BlockType);
@@ -1465,8 +1472,8 @@ static PyObject *columns_result(Scan *s) {
         goto finally;
     extra_rows = PyBytes_FromStringAndSize(
         col->extra_rows ? (const char *)col->extra_rows : "", col->n_extras * 8);
-    if (extra_rows == NULL || (extras = text_close(&col->extras)) == NULL ||
-        (flows = text_close(&col->flows)) == NULL)
+    if (extra_rows == NULL || (extras = json_array(&col->extras)) == NULL ||
+        (flows = json_array(&col->flows)) == NULL)
         goto finally;
     result = Py_BuildValue("(nnOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
                            flows);

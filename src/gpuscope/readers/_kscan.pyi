@@ -11,7 +11,9 @@ def scan_file(
     data: bytes, piece_bytes: int, hurry: bytearray, /
 ) -> tuple[
     bytes,
-    tuple[int, int, dict[str, Block], list[bytes], list[bytes], bytes, bytes, bytes],
+    tuple[
+        int, int, dict[str, Block], list[bytes], list[bytes], bytes, Block | bytes, Block | bytes
+    ],
     bytes,
     bool,
 ]: ...

@@ -55,7 +55,9 @@ if TYPE_CHECKING:
     from gpuscope.readers._kscan import Block
 
     #: The scanner's columns for a file (see ``_kscan.c``).
-    Scanned = tuple[int, int, dict[str, Block], list[bytes], list[bytes], bytes, bytes, bytes]
+    Scanned = tuple[
+        int, int, dict[str, Block], list[bytes], list[bytes], bytes, Block | bytes, Block | bytes
+    ]
 
 
 class NotScannableError(Exception):

@@ -522,7 +522,9 @@ class _Columns:
         if extra_rows:
             new_row = np.cumsum(keep) - 1
             rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
-            for row, args in zip(rows_with_args, _decode_args_list(extras), strict=True):
+            for row, args in zip(
+                rows_with_args, _decode_args_list(memoryview(extras)), strict=True
+            ):
                 extra = _extras_of(args) if keep[row] else None
                 if extra:
                     self.extra[self.rows + int(new_row[row])] = extra
@@ -538,7 +540,7 @@ class _Columns:
             self.parts.setdefault(name, []).append(values)
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
         if np.any(piece["correlation"][on_device] < 0):
-            self.flows.extend(_FLOWS_DECODER.decode(flows))
+            self.flows.extend(_FLOWS_DECODER.decode(memoryview(flows)))
         self.rows += len(kept)
 
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
@@ -846,7 +848,7 @@ def _extras_of(a: Any) -> dict[str, Any]:
     return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}
 
 
-def _decode_args_list(text: bytes) -> list[Any]:
+def _decode_args_list(text: bytes | memoryview) -> list[Any]:
     """A JSON array of args objects, typed; odd value types coerced as the lenient reader does."""
     try:
         return _ARGS_LIST_DECODER.decode(text)

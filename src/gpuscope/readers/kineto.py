@@ -649,10 +649,10 @@ class _Columns:
         names = list(self.names)
         # Sorted by start one column at a time, each piece freed as soon as it is copied: the
         # peak stays near one copy of the table rather than three.
-        order = np.argsort(np.concatenate(self.parts["start_ns"]), kind="stable")
+        order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name in list(self.parts):
-            columns[name] = np.concatenate(self.parts.pop(name))[order]
+            columns[name] = _joined(self.parts.pop(name))[order]
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable
@@ -689,6 +689,11 @@ class _Columns:
                 f"{self.rows:,} whole events covering {_span_ms(trace):.1f} ms, the rest is lost"
             )
         return trace
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The pieces of a column as one array; the scanner's single piece as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:

@@ -50,17 +50,19 @@ def union(start_ns: I64, end_ns: I64) -> Intervals:
     return Intervals(starts[first], reach[last])
 
 
-def _coverage(sets: list[tuple[Intervals, int]], wanted: int) -> Intervals:
-    """Regions where the summed weights of the sets covering them equal ``wanted``.
+def weighted_pieces(sets: list[tuple[Intervals, int]]) -> tuple[I64, I64]:
+    """Time cut at every start and end of the sets: the distinct boundary points in order, and
+    the summed weights of the sets covering each piece between consecutive points (one fewer).
 
-    Each set is disjoint, so a weight of 1, 2, 4... per set makes every combination distinct.
+    One sort of every boundary. Each set is disjoint, so a weight of 1, 2, 4... per set makes the
+    sum say exactly which sets cover a piece.
     """
     points = np.concatenate([np.concatenate([s.start_ns, s.end_ns]) for s, _ in sets])
+    if points.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     deltas = np.concatenate(
         [np.concatenate([np.full(len(s), w), np.full(len(s), -w)]) for s, w in sets]
     ).astype(np.int64)
-    if points.size == 0:
-        return Intervals.empty()
     order = np.argsort(points, kind="stable")
     points, deltas = points[order], deltas[order]
     # Apply every change at one point before reading the level that follows it. The points are
@@ -69,11 +71,16 @@ def _coverage(sets: list[tuple[Intervals, int]], wanted: int) -> Intervals:
     changes[0] = True
     np.not_equal(points[1:], points[:-1], out=changes[1:])
     first = np.flatnonzero(changes)
-    unique_points = points[first]
     level = np.cumsum(deltas)[np.append(first[1:], points.size) - 1]
-    inside = level[:-1] == wanted
+    return points[first], level[:-1]
+
+
+def _coverage(sets: list[tuple[Intervals, int]], wanted: int) -> Intervals:
+    """Regions where the summed weights of the sets covering them equal ``wanted``."""
+    points, level = weighted_pieces(sets)
+    inside = level == wanted
     # Neighbouring segments may touch; union merges them.
-    return union(unique_points[:-1][inside], unique_points[1:][inside])
+    return union(points[:-1][inside], points[1:][inside])
 
 
 def intersection(a: Intervals, b: Intervals) -> Intervals:

@@ -27,6 +27,7 @@ from gpuscope.analyses.intervals import (
     covered_ns,
     intersection,
     union,
+    weighted_pieces,
 )
 from gpuscope.classify import communication_of
 from gpuscope.model import BUSY_KINDS, Kind, Trace
@@ -145,23 +146,8 @@ def _class_pieces(work: DeviceWork) -> tuple[NDArray[np.int64], NDArray[np.int64
     """The device's time cut at every start and end of every class's intervals: each piece's
     length, and which classes cover it (bit ``1 << class``). One sort of every boundary answers
     all of the exclusive split at once, where differences and unions would sort once each."""
-    sets = [(work.by_class[c], 1 << c) for c in WorkClass]
-    points = np.concatenate([np.concatenate([s.start_ns, s.end_ns]) for s, _ in sets])
-    if points.size == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    deltas = np.concatenate(
-        [np.concatenate([np.full(len(s), bit), np.full(len(s), -bit)]) for s, bit in sets]
-    ).astype(np.int64)
-    order = np.argsort(points, kind="stable")
-    points, deltas = points[order], deltas[order]
-    # Every change at one point applies before the piece that follows it. Each class's intervals
-    # are disjoint, so the running sum of the bits is exactly the set of covering classes.
-    changes = np.empty(points.size, dtype=np.bool_)
-    changes[0] = True
-    np.not_equal(points[1:], points[:-1], out=changes[1:])
-    first = np.flatnonzero(changes)
-    covering = np.cumsum(deltas)[np.append(first[1:], points.size) - 1]
-    return np.diff(points[first]), covering[:-1]
+    points, covering = weighted_pieces([(work.by_class[c], 1 << c) for c in WorkClass])
+    return np.diff(points), covering
 
 
 # --- compute / communication overlap -----------------------------------------------------------

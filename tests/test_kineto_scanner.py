@@ -35,8 +35,7 @@ def test_the_scanner_is_built_in_ci() -> None:
 
 
 def scan_read(path: Path) -> Trace:
-    with _scan.Scan(path) as scan:
-        return kineto._read_scanned(path, scan)
+    return kineto._read_scanned(path, _scan.Scan(path))
 
 
 def read_both(path: Path) -> tuple[Trace, Trace]:

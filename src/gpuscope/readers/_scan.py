@@ -20,7 +20,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from zlib_ng import zlib_ng
@@ -188,17 +187,6 @@ class Scan:
             raise outcome
         assert outcome is not None
         return outcome
-
-    def __enter__(self) -> Scan:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        pass
 
 
 @contextmanager

@@ -8,8 +8,9 @@ Contract: :func:`read` takes decoded bytes and returns one :class:`~gpuscope.mod
 :class:`~gpuscope.errors.InputError` with one line saying what is wrong. A document cut off
 mid-write is read up to its last whole event, with a warning.
 
-Speed: the document is decoded by msgspec into small typed structs that keep only the fields
-gpuscope uses, then turned into numpy columns with list comprehensions, one pass per field.
+Speed: the C scanner (``_kscan.c``, run by ``_scan``) reads the events straight into columns;
+where it is not built or does not follow a document, msgspec decodes it into small typed structs
+that keep only the fields gpuscope uses, turned into numpy columns one pass per field.
 """
 
 from __future__ import annotations
@@ -200,20 +201,18 @@ _MEMCPY_DIRECTION = {
 
 
 def read_file(path: Path, scan: Scan | None = None) -> Trace:
-    """Read a Kineto file in pieces: at most a few megabytes of text and of decoded events are
-    held at once, so memory stays near the size of the columns.
+    """Read a Kineto file holding little more than its columns in memory.
 
-    The C scanner reads the pieces where it is built (``scan``, when given, is the file's scan
-    already started); otherwise, or when the document's layout or values are unusual, msgspec
-    decodes them, piecewise or, failing that, the whole document at once.
+    The C scanner reads it where it is built (``scan``, when given, is the file's scan already
+    started; see ``_scan``). Otherwise, or when the document's layout or values are unusual,
+    msgspec decodes it in pieces of a few megabytes or, failing that, whole.
     """
     with _gc_paused():
         try:
             if scan is None and _scan.scanner_built():
                 scan = Scan(path)
             if scan is not None:
-                with scan:
-                    return _read_scanned(path, scan)
+                return _read_scanned(path, scan)
             return _read_streamed(path)
         except (NotScannableError, _NotStreamableError, msgspec.DecodeError):
             pass

@@ -69,6 +69,18 @@ static const char *INT64_NAMES[N_INT64] = {
 /* Integer arguments, in column order from C_CORRELATION (their keys: ARG_KEYS). */
 enum { N_INT_ARGS = 9 };
 
+/* Grow a buffer of ``*capacity`` items of ``size`` bytes to hold ``need`` items, doubling. */
+static int grow(void *buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size, Py_ssize_t least) {
+    if (need <= *capacity) return 0;
+    Py_ssize_t wanted = *capacity ? *capacity : least;
+    while (wanted < need) wanted *= 2;
+    void *p = realloc(*(void **)buffer, (size_t)wanted * size);
+    if (p == NULL) return -1;
+    *(void **)buffer = p;
+    *capacity = wanted;
+    return 0;
+}
+
 /* A growable JSON array of copied spans: "[" span "," span ... (closed on output). */
 typedef struct {
     char *data;
@@ -76,15 +88,7 @@ typedef struct {
 } Text;
 
 static int text_append(Text *t, const char *span, Py_ssize_t length) {
-    Py_ssize_t need = t->length + length + 2;
-    if (need > t->capacity) {
-        Py_ssize_t capacity = t->capacity ? t->capacity : 4096;
-        while (capacity < need) capacity *= 2;
-        char *p = realloc(t->data, (size_t)capacity);
-        if (p == NULL) return -1;
-        t->data = p;
-        t->capacity = capacity;
-    }
+    if (grow(&t->data, &t->capacity, t->length + length + 2, 1, 4096) < 0) return -1;
     t->data[t->length] = t->length == 0 ? '[' : ',';
     t->length++;
     memcpy(t->data + t->length, span, (size_t)length);
@@ -124,13 +128,8 @@ static int columns_grow(Columns *c, Py_ssize_t hint) {
 }
 
 static int extras_push(Columns *c, int64_t row, const char *start, const char *end) {
-    if (c->n_extras == c->extras_capacity) {
-        Py_ssize_t capacity = c->extras_capacity ? c->extras_capacity * 2 : 256;
-        void *p = realloc(c->extra_rows, (size_t)capacity * sizeof(int64_t));
-        if (p == NULL) return -1;
-        c->extra_rows = p;
-        c->extras_capacity = capacity;
-    }
+    if (grow(&c->extra_rows, &c->extras_capacity, c->n_extras + 1, sizeof(int64_t), 256) < 0)
+        return -1;
     c->extra_rows[c->n_extras++] = row;
     return text_append(&c->extras, start, end - start);
 }
@@ -187,18 +186,6 @@ static int interner_resize(Interner *t, Py_ssize_t capacity) {
     free(t->slots);
     t->slots = slots;
     t->capacity = capacity;
-    return 0;
-}
-
-/* Grow a buffer of ``*capacity`` items of ``size`` bytes to hold ``need`` items, doubling. */
-static int grow(void *buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size, Py_ssize_t least) {
-    if (need <= *capacity) return 0;
-    Py_ssize_t wanted = *capacity ? *capacity : least;
-    while (wanted < need) wanted *= 2;
-    void *p = realloc(*(void **)buffer, (size_t)wanted * size);
-    if (p == NULL) return -1;
-    *(void **)buffer = p;
-    *capacity = wanted;
     return 0;
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,27 @@ def test_piped_report_keeps_every_figure_of_the_kernel_table() -> None:
     table = lines[next(i for i, line in enumerate(lines) if "Top kernels by time" in line) :]
     nccl = next(line for line in table if "ncclKernel_AllReduce" in line)
     assert "communication" in nccl and "2,020" in nccl and "357.34 ms" in nccl and "35.7%" in nccl
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_console_script_keeps_numpy_to_one_blas_thread() -> None:
+    """numpy's OpenBLAS would start a spinning thread per CPU, taking the CPU the scan needs."""
+    count_threads = (
+        "from gpuscope.console import _one_blas_thread; _one_blas_thread(); import numpy, os;"
+        " print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    ours = subprocess.run(
+        [sys.executable, "-c", count_threads], capture_output=True, text=True, env=env, check=True
+    )
+    assert ours.stdout.split() == ["1", "1"]
+    users = subprocess.run(
+        [sys.executable, "-c", count_threads],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "3"},
+        check=True,
+    )
+    assert users.stdout.split()[1] == "3"  # the user's own setting stands

@@ -16,6 +16,7 @@ READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
 
 
 def main() -> None:
+    _one_blas_thread()
     _tune_malloc()
     args = sys.argv[1:]
     if args and args[0] in READS_A_TRACE:
@@ -25,6 +26,14 @@ def main() -> None:
     from gpuscope.cli import main as cli
 
     cli()
+
+
+def _one_blas_thread() -> None:
+    """numpy's OpenBLAS starts a thread per CPU when numpy imports, and they spin for a while
+    (~50 ms of CPU) waiting for work that gpuscope never gives them: it does no linear algebra.
+    On a small machine they take the CPU the trace's scan thread needs. A user's own setting
+    stands; the worker processes of a parallel read inherit this one."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 # glibc's mallopt parameters (malloc.h).

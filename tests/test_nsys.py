@@ -24,7 +24,7 @@ from gpuscope.analyses.timeline import device_work, temporal_breakdown
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.generator import GeneratorConfig, SlowDataLoader, generate
 from gpuscope.model import CopyDirection, Kind, Trace
-from gpuscope.readers import load
+from gpuscope.readers import load, nsys
 from gpuscope.readers.nsys import looks_like_nsys
 
 NSYS_FILES = [
@@ -533,6 +533,25 @@ def test_processes_split_and_threads_decoded(tmp_path: Path) -> None:
         # The same correlation id in two processes links each launch to its own kernel.
         assert (ev.link[kernel], ev.link[runtime]) == (runtime, kernel)
         assert trace.devices[trace.device_ids[0]].name is None
+
+
+def test_rows_read_in_rowid_batches_across_gaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches are rowid ranges: rows deleted from an export, and runs of rowids far apart, are
+    read once each and in order, whatever the batch size."""
+    out = Export(tmp_path / "gaps.sqlite")
+    for i in range(40):
+        out.kernel(5, i * 1_000, i * 1_000 + 500, name=f"k{i}")
+    out.db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 3 = 0")
+    out.db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + 1000000 WHERE rowid > 30")
+    path = out.close()
+    expected = [f"k{i}" for i in range(40) if (i + 1) % 3]
+    for batch_rows in (1, 4, 7, 65536):
+        monkeypatch.setattr(nsys, "_BATCH_ROWS", batch_rows)
+        (trace,) = load(path).traces
+        kernels = np.flatnonzero(trace.events.kind == Kind.KERNEL)
+        assert [trace.name(int(k)) for k in kernels] == expected
 
 
 # --- bad inputs ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from corpus import corpus, corpus_root
 from gpuscope.model import _COLUMNS, Trace
-from gpuscope.readers import _scan, kineto
+from gpuscope.readers import _early, _scan, kineto
 from gpuscope.readers._io import read_bytes
 
 pytestmark = pytest.mark.skipif(
@@ -343,10 +343,10 @@ def test_the_console_script_scans_the_one_kineto_file_on_its_command_line(
     trace = write(tmp_path, [launch(0), kernel(0)], name="t.json")
     other = tmp_path / "out.json"
     other.write_text('{"schema": "gpuscope/diagnosis-1"}')
-    _scan.start_early(["--json", str(other), str(trace), "--top", "5"])
+    _early.start(["--json", str(other), str(trace), "--top", "5"])
     early = _scan._early.get(trace.resolve())
     assert early is not None and _scan.start(trace) is early  # handed over, once
     assert not _scan._early and _scan.start(trace) is not early
     two = write(tmp_path, [launch(0), kernel(0)], name="u.json")
-    _scan.start_early([str(trace), str(two)])  # two traces: no guess
+    _early.start([str(trace), str(two)])  # two traces: no guess
     assert not _scan._early

@@ -1,9 +1,10 @@
 """The ``gpuscope`` console script.
 
-It starts reading a Kineto trace named on the command line (:func:`~gpuscope.readers._scan.
-start_early`) before anything heavy imports, then hands over to the command line proper
-(:mod:`gpuscope.cli`). A trace of 50 MB takes about as long to scan as the command line library,
-numpy and the analyses take to import; this way the two overlap from the first millisecond.
+It starts reading the trace named on the command line (:func:`gpuscope.readers._early.start`)
+before anything heavy imports, then hands over to the command line proper (:mod:`gpuscope.cli`).
+A Kineto trace of 50 MB takes about as long to scan as the command line library, numpy and the
+analyses take to import, and an Nsight Systems export of a few MB about as long to read; this way
+the two overlap from the first millisecond.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import gc
 import os
 import sys
 
-#: The commands that read a trace with :func:`gpuscope.readers._scan.start`.
+#: The commands that read a trace through :func:`gpuscope.readers.load`.
 READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
 
 
@@ -24,9 +25,9 @@ def main() -> None:
         # One trace in, one report out, then exit: the cyclic collector would only walk the
         # imported modules' objects again and again (~70 passes, ~8 ms); readers make no cycles.
         gc.disable()
-        from gpuscope.readers import _scan
+        from gpuscope.readers import _early
 
-        _scan.start_early(args[1:])
+        _early.start(args[1:])
     from gpuscope.cli import main as cli
 
     cli()

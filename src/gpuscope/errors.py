@@ -29,6 +29,10 @@ class InputError(GpuscopeError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:
+        # Pickled as its two parts (a file read in a child process sends its error back).
+        return type(self), (self.path, self.reason)
+
 
 class UnknownFormatError(InputError):
     """The content is not a format gpuscope reads."""

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 # zlib_ng's stub declares ``error`` as an instance; at run time it is the exception class.
 ZLIB_ERROR: type[Exception] = zlib_ng.error  # type: ignore[assignment]
 

@@ -6,20 +6,20 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
-from gpuscope.readers import _scan
+from gpuscope.readers import _early, _scan
 from gpuscope.readers._io import head_bytes
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
 
-@dataclass(frozen=True)
-class Reader:
+class Reader(msgspec.Struct, frozen=True):
     name: str
     sniff: Callable[[bytes], bool]
     read: Callable[[Path], Job]
@@ -98,6 +98,9 @@ def load_file(path: Path, *, scan: Scan | None = None) -> Job:
             "an Nsight Systems report; export it first: nsys export --type sqlite "
             f"--output {path.with_suffix('.sqlite').name} {path.name}",
         )
+    early = _early.take(path)  # read already, in a child process (see the console script)
+    if early is not None:
+        return early
     head = head_bytes(path)
     for reader in READERS:
         if reader.sniff(head):
@@ -168,8 +171,7 @@ _ERRORS: dict[str, type[InputError]] = {
 _queue: Any = None
 
 
-@dataclass(frozen=True)
-class _Unread:
+class _Unread(msgspec.Struct, frozen=True):
     """Why a file of a folder was not read: skipped (``error`` None) or an input error."""
 
     path: str

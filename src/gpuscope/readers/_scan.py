@@ -222,23 +222,8 @@ def start(path: Path) -> Scan | None:
     return Scan(path) if looks_like_kineto(head) else None
 
 
-def start_early(args: list[str]) -> None:
-    """Start scanning the one Kineto file among a command line's arguments, if there is one.
-
-    The console script calls this before it imports the command line library: the scan then
-    overlaps those imports too. A guess, never a decision: the command still names its file to
-    :func:`start`, which takes this scan only when it is of the same file.
-    """
-    if _kscan is None:
-        return
-    found: list[Path] = []
-    for arg in args:
-        path = Path(arg)
-        try:
-            if arg.startswith("-") or not path.is_file() or not looks_like_kineto(head_bytes(path)):
-                continue
-        except (InputError, OSError):
-            continue
-        found.append(path)
-    if len(found) == 1:
-        _early[found[0].resolve()] = Scan(found[0])
+def start_early(path: Path) -> None:
+    """Start scanning ``path``, a Kineto file named on the command line (see
+    :mod:`gpuscope.readers._early`), for :func:`start` to take over."""
+    if _kscan is not None:
+        _early[path.resolve()] = Scan(path)

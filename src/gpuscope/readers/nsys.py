@@ -41,7 +41,6 @@ import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -53,11 +52,11 @@ from numpy.typing import NDArray
 from gpuscope._arrays import distinct
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, CopyDirection, DeviceInfo, Events, Job, Kind, Step, Trace
+from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
 
 I64 = NDArray[np.int64]
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Table names nsys writes early in the schema; the sniffer looks for them in the first 64 KB.
 _NSYS_MARKERS = (
     b"StringIds",
@@ -201,17 +200,16 @@ def _open(path: Path) -> Iterator[sqlite3.Connection]:
 # --- the export's shape ------------------------------------------------------------------------
 
 
-@dataclass
-class _Export:
+class _Export(msgspec.Struct):
     """What is in the file: tables with their columns, the schema version, interned names."""
 
     path: Path
     db: sqlite3.Connection
     columns: dict[str, set[str]]
     schema: str
-    names: list[str] = field(default_factory=list)
-    _index: dict[str, int] = field(default_factory=dict)
-    _strings: dict[int, str] = field(default_factory=dict)
+    names: list[str] = msgspec.field(default_factory=list)
+    _index: dict[str, int] = msgspec.field(default_factory=dict)
+    _strings: dict[int, str] = msgspec.field(default_factory=dict)
 
     def has(self, table: str) -> bool:
         return table in self.columns
@@ -524,8 +522,7 @@ def _runtime(export: _Export) -> Events | None:
     return Events.from_columns(start.shape[0], columns, {})
 
 
-@dataclass(frozen=True)
-class _Nvtx:
+class _Nvtx(msgspec.Struct, frozen=True):
     events: Events | None
     ranks: dict[int, int]  # pid -> MPI rank named by the export
 

@@ -155,7 +155,8 @@ def _device_panel(d: DeviceReport) -> Panel:
         parts.append(_steps(d))
     parts.append(_kernels(d))
     parts.append(_streams(d))
-    return Panel(Group(*parts), title=_label(d), title_align="left")
+    # A Text title: a str would be read as markup, emoji codes too (":name:" in a device name).
+    return Panel(Group(*parts), title=Text(_label(d)), title_align="left")
 
 
 def _header(d: DeviceReport) -> Text:

@@ -1,0 +1,129 @@
+"""Reading the one trace named on a command line while the rest of gpuscope imports.
+
+The console script calls :func:`start` before it imports the command line library, numpy or the
+analyses (~0.1 s of start-up), so that the read overlaps them:
+
+- A Kineto file is inflated and scanned on a thread (:func:`gpuscope.readers._scan.start_early`):
+  the C scanner holds no GIL.
+- An SQLite file (an Nsight Systems export, usually) of up to :data:`FORK_MAX_BYTES` is read in
+  a forked child process, by :func:`~gpuscope.readers._load.load_file` as the command would read
+  it, and the Job, or the ``InputError`` the read raised, comes back pickled through a pipe. A
+  thread would not do: SQLite's steps run without the GIL, but the reader's Python and numpy work
+  would compete with the imports for it, and measured slower than no overlap at all. A bigger
+  export is read in process: its pickle would cost more than the overlap saves.
+
+A guess, never a decision: the command still names its file, and :func:`take` hands over a read
+of that same file only. Where the child died or failed otherwise (a bug), the command reads the
+file itself, and shows what went wrong there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from gpuscope.errors import InputError
+from gpuscope.readers import _scan
+from gpuscope.readers._io import SQLITE_MAGIC, head_bytes
+from gpuscope.readers._scan import looks_like_kineto
+
+if TYPE_CHECKING:
+    from gpuscope.model import Job
+
+#: The largest export read in a child process (its pickle is ~1.5x the file).
+FORK_MAX_BYTES = 16 << 20
+
+#: Children reading a file, by resolved path: (pid, read end of the pipe).
+_children: dict[Path, tuple[int, int]] = {}
+
+
+def start(args: list[str]) -> None:
+    """Start reading the one trace file among a command line's arguments, if there is one."""
+    found: list[tuple[Path, bytes]] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        path = Path(arg)
+        try:
+            if not path.is_file():
+                continue
+            head = head_bytes(path)
+        except (InputError, OSError):
+            continue  # the command says what is wrong with it
+        if looks_like_kineto(head) or head.startswith(SQLITE_MAGIC):
+            found.append((path, head))
+    if len(found) != 1:
+        return  # none, or several: no guess
+    path, head = found[0]
+    if head.startswith(SQLITE_MAGIC):
+        _fork_load(path)
+    else:
+        _scan.start_early(path)
+
+
+def take(path: Path) -> Job | None:
+    """The Job a child read from ``path`` (raising its ``InputError``), or None: no child read
+    that file, or it failed."""
+    if not _children:
+        return None
+    child = _children.pop(path.resolve(), None)
+    if child is None:
+        return None
+    import pickle  # noqa: PLC0415 - not before a scan starts
+
+    pid, read_fd = child
+    try:
+        with open(read_fd, "rb") as pipe:
+            outcome: Job | InputError = pickle.load(pipe)
+    except (pickle.UnpicklingError, EOFError, ValueError):
+        return None  # the child died before it had sent everything
+    finally:
+        os.waitpid(pid, os.WNOHANG)  # reaped if it is gone; its exit (unmapping) is not awaited
+    if isinstance(outcome, InputError):
+        raise outcome
+    return outcome
+
+
+def _fork_load(path: Path) -> None:
+    if not _can_fork() or path.stat().st_size > FORK_MAX_BYTES:
+        return
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(path, write_fd)
+    os.close(write_fd)
+    _children[path.resolve()] = (pid, read_fd)
+
+
+def _can_fork() -> bool:
+    """Linux, and one thread: a fork copies only the calling thread, and locks other threads
+    held (the import lock, malloc's) would stay locked in the child."""
+    threading = sys.modules.get("threading")
+    return sys.platform == "linux" and (threading is None or threading.active_count() == 1)
+
+
+def _child(path: Path, write_fd: int) -> NoReturn:
+    """Read ``path``, send what came of it, and exit without running the parent's clean-up."""
+    status = 1
+    try:
+        import signal  # noqa: PLC0415 - the child's own needs
+
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: the parent says so, not the child
+        import pickle  # noqa: PLC0415
+
+        from gpuscope.readers._load import load_file  # noqa: PLC0415
+
+        outcome: Job | InputError
+        try:
+            outcome = load_file(path)
+        except InputError as error:
+            outcome = error
+        with open(write_fd, "wb") as pipe:  # in frames, read as they come
+            pickle.dump(outcome, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+        status = 0
+    except BaseException:
+        pass
+    os._exit(status)

@@ -80,10 +80,20 @@ def take(path: Path) -> Job | None:
     except (pickle.UnpicklingError, EOFError, ValueError):
         return None  # the child died before it had sent everything
     finally:
-        os.waitpid(pid, os.WNOHANG)  # reaped if it is gone; its exit (unmapping) is not awaited
+        _reap(pid)
     if isinstance(outcome, InputError):
         raise outcome
     return outcome
+
+
+def _reap(pid: int) -> None:
+    """Collect the child's exit now if it is over, else when this process exits: its exit
+    (unmapping its memory) is not worth waiting for, but its CPU time counts as this process's
+    (``getrusage(RUSAGE_CHILDREN)`` of whoever runs gpuscope) only once collected."""
+    if os.waitpid(pid, os.WNOHANG) == (0, 0):
+        import atexit  # noqa: PLC0415
+
+        atexit.register(os.waitpid, pid, 0)
 
 
 def _fork_load(path: Path) -> None:

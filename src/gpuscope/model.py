@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import among, distinct
 
 I64 = NDArray[np.int64]
 
@@ -141,7 +141,7 @@ class Events(msgspec.Struct, dict=True):
 
     def of_kind(self, *kinds: Kind) -> NDArray[np.bool_]:
         """Boolean mask of the rows whose kind is one of ``kinds``."""
-        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.uint8))
+        return among(self.kind, kinds)
 
 
 class DeviceInfo(msgspec.Struct, frozen=True):

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import among
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
@@ -396,8 +397,8 @@ def _bounds(
 ) -> NDArray[np.uint8]:
     ev = work.trace.events
     rows = work.rows
-    compute_kinds = np.isin(
-        kind, [KernelKind.GEMM, KernelKind.GEMM_FP32, KernelKind.ATTENTION, KernelKind.CONV]
+    compute_kinds = among(
+        kind, (KernelKind.GEMM, KernelKind.GEMM_FP32, KernelKind.ATTENTION, KernelKind.CONV)
     )
     bound = np.where(compute_kinds, Bound.COMPUTE, Bound.MEMORY).astype(np.uint8)
     # Share of the roofline's attainable throughput each kernel reached (NaN when unknown).
@@ -426,8 +427,8 @@ def _bounds(
     bound[starved & ~reached_roof] = Bound.LATENCY
     bound[kind == KernelKind.COMMUNICATION] = Bound.COMMUNICATION
     direction = ev.copy_direction[rows]
-    over_link = (ev.kind[rows] == Kind.MEMCPY) & np.isin(
-        direction, [CopyDirection.H2D, CopyDirection.D2H, CopyDirection.P2P]
+    over_link = (ev.kind[rows] == Kind.MEMCPY) & among(
+        direction, (CopyDirection.H2D, CopyDirection.D2H, CopyDirection.P2P)
     )
     bound[over_link] = Bound.TRANSFER
     return bound

@@ -28,7 +28,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import among, distinct
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import CopyDirection, DeviceInfo, Events, Kind, Step, Trace
 from gpuscope.readers import _scan
@@ -188,8 +188,6 @@ _KIND_OF_CATEGORY: dict[str, Kind] = {
 }
 _DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
 _LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
-_DEVICE_CODES = np.array(sorted(int(k) for k in _DEVICE_KINDS), dtype=np.uint8)
-_LINKED_CODES = np.array(sorted(int(k) for k in _LINKED_KINDS), dtype=np.uint8)
 _FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _MEMCPY_DIRECTION = {
@@ -603,8 +601,8 @@ class _Columns:
         it concerns; -1 elsewhere. Both readers' columns come from here."""
         n = len(kinds)
         every = np.arange(n)
-        on_device = np.flatnonzero(np.isin(kinds, _DEVICE_CODES))
-        linked = np.flatnonzero(np.isin(kinds, _LINKED_CODES))
+        on_device = np.flatnonzero(among(kinds, _DEVICE_KINDS))
+        linked = np.flatnonzero(among(kinds, _LINKED_KINDS))
         copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
         python = np.flatnonzero(kinds == Kind.PYTHON)
         kernels = np.flatnonzero(kinds == Kind.KERNEL)

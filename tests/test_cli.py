@@ -135,3 +135,27 @@ def test_console_script_keeps_numpy_to_one_blas_thread() -> None:
         check=True,
     )
     assert users.stdout.split()[1] == "3"  # the user's own setting stands
+
+
+def test_console_script_exits_at_once_with_everything_written(tmp_path: Path) -> None:
+    """The trace commands end with os._exit: the output must be whole, the exit code sys.exit's,
+    and atexit handlers run."""
+    trace = corpus("kineto/kineto-2021/v100_tiny_oldest_schema.json")
+    with_atexit = (
+        "import atexit, sys; atexit.register(lambda: print('atexit ran', file=sys.stderr));"
+        " sys.argv = ['gpuscope', *sys.argv[1:]]; from gpuscope.console import main; main()"
+    )
+
+    def console(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", with_atexit, *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    as_json = console("diagnose", str(trace), "--json", "-")
+    assert as_json.returncode == 0 and as_json.stderr == "atexit ran\n"
+    assert json.loads(as_json.stdout)["devices"][0]["name"] == "Tesla V100-DGXS-32GB"
+    report = console("diagnose", str(trace))
+    assert report.returncode == 0 and report.stdout.rstrip().endswith("╯")
+    missing = console("diagnose", str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and missing.stderr.endswith("atexit ran\n")
+    usage = console("diagnose")
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr

@@ -8,6 +8,7 @@ child failed. A fork needs a process with one thread, so the reads here run in f
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -23,10 +24,16 @@ from gpuscope.readers import _early
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the early fork is Linux-only")
 
 # Runs in a fresh interpreter: starts the early read of argv[1], optionally kills the child, then
-# loads argv[1] and prints what came of it as JSON.
+# loads argv[1] and prints what came of it as JSON. ``blas`` lets numpy start its BLAS threads.
 _SCRIPT = """
 import json, os, signal, sys
 from pathlib import Path
+from gpuscope.console import _one_blas_thread
+
+if sys.argv[2] == "blas":
+    os.environ["OPENBLAS_NUM_THREADS"] = "2"
+_one_blas_thread()  # as the console script does, before numpy imports
+
 from gpuscope.errors import InputError
 from gpuscope.readers import _early, load
 
@@ -87,6 +94,14 @@ def test_the_childs_input_error_is_the_commands(tmp_path: Path) -> None:
     assert early == {"forked": 1, "error": str(in_process_error.value)}
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no thread on one CPU")
+def test_no_fork_beside_native_threads() -> None:
+    """numpy's BLAS threads (where OPENBLAS_NUM_THREADS allows them) forbid the fork too."""
+    path = corpus("nsys/pipit/a100_cloverleaf.sqlite")
+    early = run_early(path, "blas")
+    assert early["forked"] == 0 and early["traces"] == in_process(path)
+
+
 def test_input_errors_survive_pickling() -> None:
     error = CorruptInputError("/tmp/x.sqlite", "the file ends early")
     again = pickle.loads(pickle.dumps(error))
@@ -112,6 +127,6 @@ def test_no_fork_beside_other_threads_nor_for_big_exports(
         other.join()
     assert not _early._children
     monkeypatch.setattr(_early, "FORK_MAX_BYTES", path.stat().st_size - 1)
-    monkeypatch.setattr(_early, "_can_fork", lambda: True)
+    monkeypatch.setattr(_early, "_one_thread", lambda: True)
     _early.start([str(path)])
     assert not _early._children

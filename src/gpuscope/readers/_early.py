@@ -97,7 +97,13 @@ def _reap(pid: int) -> None:
 
 
 def _fork_load(path: Path) -> None:
-    if not _can_fork() or path.stat().st_size > FORK_MAX_BYTES:
+    if sys.platform != "linux" or path.stat().st_size > FORK_MAX_BYTES:
+        return
+    # What both processes need, imported once: numpy and msgspec. The child then has less to
+    # do than the parent before the parent needs its result.
+    import gpuscope.model  # noqa: F401, PLC0415
+
+    if not _one_thread():
         return
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -108,11 +114,14 @@ def _fork_load(path: Path) -> None:
     _children[path.resolve()] = (pid, read_fd)
 
 
-def _can_fork() -> bool:
-    """Linux, and one thread: a fork copies only the calling thread, and locks other threads
-    held (the import lock, malloc's) would stay locked in the child."""
-    threading = sys.modules.get("threading")
-    return sys.platform == "linux" and (threading is None or threading.active_count() == 1)
+def _one_thread() -> bool:
+    """Whether this process has one thread, native ones counted (numpy's OpenBLAS starts its
+    own where ``OPENBLAS_NUM_THREADS`` lets it). A fork copies only the calling thread: locks
+    the others held (the import lock, malloc's) would stay locked in the child."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 def _child(path: Path, write_fd: int) -> NoReturn:

@@ -56,7 +56,8 @@ def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
     for source, format_name in traces:
         if format_name != "kineto":
             raise UnknownFormatError(
-                source, f"a {format_name} timeline: only Kineto (Chrome-trace JSON) is annotated"
+                source,
+                f"an {format_name} timeline, and only Kineto (Chrome-trace JSON) is annotated",
             )
 
 

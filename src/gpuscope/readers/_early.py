@@ -1,13 +1,14 @@
 """Reading the one trace named on a command line while the rest of gpuscope imports.
 
-The console script calls :func:`start` before it imports the command line library, numpy or the
-analyses (~0.1 s of start-up), so that the read overlaps them:
+The console script calls :func:`start` before it imports the command line library, the analyses
+or the renderers (~0.1 s of start-up), so that the read overlaps them:
 
 - A Kineto file is inflated and scanned on a thread (:func:`gpuscope.readers._scan.start_early`):
   the C scanner holds no GIL.
 - An SQLite file (an Nsight Systems export, usually) of up to :data:`FORK_MAX_BYTES` is read in
-  a forked child process, by :func:`~gpuscope.readers._load.load_file` as the command would read
-  it, and the Job, or the ``InputError`` the read raised, comes back pickled through a pipe. A
+  a child process forked once numpy and msgspec have imported (both processes need them), by
+  :func:`~gpuscope.readers._load.load_file` as the command would read it, and the Job, or the
+  ``InputError`` the read raised, comes back pickled through a pipe. A
   thread would not do: SQLite's steps run without the GIL, but the reader's Python and numpy work
   would compete with the imports for it, and measured slower than no overlap at all. A bigger
   export is read in process: its pickle would cost more than the overlap saves.
@@ -143,6 +144,6 @@ def _child(path: Path, write_fd: int) -> NoReturn:
         with open(write_fd, "wb") as pipe:  # in frames, read as they come
             pickle.dump(outcome, pipe, protocol=pickle.HIGHEST_PROTOCOL)
         status = 0
-    except BaseException:
+    except BaseException:  # a bug, or the parent gone: the parent reads the file itself, if alive
         pass
     os._exit(status)

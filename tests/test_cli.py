@@ -159,3 +159,17 @@ def test_console_script_exits_at_once_with_everything_written(tmp_path: Path) ->
     assert missing.returncode == 2 and missing.stderr.endswith("atexit ran\n")
     usage = console("diagnose")
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        ("kineto/hta/execution_trace/benchmark_simple_add_et.json.gz", "a PyTorch execution trace"),
+        ("kineto/hta/memory_analysis/memory_timeline.raw.gz", "a PyTorch memory timeline"),
+    ],
+)
+def test_the_profilers_other_outputs_are_named(relative: str, expected: str) -> None:
+    path = corpus(relative)
+    result = CliRunner().invoke(main, ["diagnose", str(path)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and f"{path}: {expected}" in result.output

@@ -137,7 +137,7 @@ def findings(
         count = sum(s.gaps for s in stats)
         locations = _merge_locations([loc for s in stats for loc in s.locations])
         pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
-        note = [f"{count:,} idle gaps, {lost / 1e6:,.2f} ms in all"]
+        note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
         if cause is Cause.H2D_COPY and h2d_exposed:
             lost += h2d_exposed
             note.append(

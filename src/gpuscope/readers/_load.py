@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
@@ -106,9 +107,29 @@ def load_file(path: Path, *, scan: Scan | None = None) -> Job:
         if reader.sniff(head):
             return _read_kineto(path, scan) if reader.name == "kineto" else reader.read(path)
     if head.lstrip()[:1] in (b"{", b"["):
-        raise UnknownFormatError(path, "JSON, but not a profiler trace (no 'traceEvents')")
+        raise UnknownFormatError(path, _other_json(head))
     known = ", ".join(r.name for r in READERS)
     raise UnknownFormatError(path, f"not a profiler trace gpuscope can read ({known})")
+
+
+# The profiler's other JSON outputs, which users find beside their traces.
+_EXECUTION_TRACE = re.compile(rb'^\s*\{\s*"schema"[^{]*"nodes"\s*:\s*\[')
+_MEMORY_TIMELINE = re.compile(rb"^\s*\[\s*\[\s*-?\d+\s*,\s*\d+\s*,\s*-?\d+\s*,\s*\d+\s*\]")
+
+
+def _other_json(head: bytes) -> str:
+    """Why a JSON file is not a trace, naming the PyTorch output it is when it is one."""
+    if _EXECUTION_TRACE.match(head):
+        return (
+            "a PyTorch execution trace (the operator graph, without GPU timings):"
+            " diagnose the profiler trace recorded beside it"
+        )
+    if _MEMORY_TIMELINE.match(head):
+        return (
+            "a PyTorch memory timeline (export_memory_timeline), not a timeline of GPU work:"
+            " diagnose the profiler trace (export_chrome_trace)"
+        )
+    return "JSON, but not a profiler trace (no 'traceEvents')"
 
 
 def require_device_activity(path: Path, trace: Trace) -> None:

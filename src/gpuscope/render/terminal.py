@@ -93,7 +93,8 @@ def _findings(found: list[Finding]) -> Text:
         for loc in f.locations[:3]:
             text.append("   at ", style="dim")
             text.append(loc.location, style="cyan")
-            text.append(f"  {_ms(loc.lost_ns)} in {loc.gaps:,} gaps\n", style="dim")
+            gaps = "1 gap" if loc.gaps == 1 else f"{loc.gaps:,} gaps"
+            text.append(f"  {_ms(loc.lost_ns)} in {gaps}\n", style="dim")
         text.append("   fix: ", style="green")
         text.append(f"{f.fix}\n")
     return text

@@ -173,3 +173,17 @@ def test_the_profilers_other_outputs_are_named(relative: str, expected: str) -> 
     result = CliRunner().invoke(main, ["diagnose", str(path)])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and f"{path}: {expected}" in result.output
+
+
+@pytest.mark.parametrize("command", ["diagnose", "diff"])
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(
+    tmp_path: Path, command: str
+) -> None:
+    trace = str(corpus("kineto/kineto-2021/v100_tiny_oldest_schema.json"))
+    out = tmp_path / "no" / "such" / "folder" / "out.json"
+    traces = [trace] if command == "diagnose" else [trace, trace]
+    result = CliRunner().invoke(main, [command, *traces, "--json", str(out)])
+    assert result.exit_code == 2
+    assert (
+        result.output == f"gpuscope: error: {out}: cannot be written (No such file or directory)\n"
+    )

@@ -5,11 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gpuscope.errors import InputError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,3 +41,21 @@ def missing_extra(feature: str, package: str, extra: str) -> None:
         f"gpuscope: error: {feature} needs {package}: pip install 'gpuscope[{extra}]'", err=True
     )
     sys.exit(EXIT_BAD_INPUT)
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write an output file; a path that cannot be written is bad input (exit 2), not a crash."""
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise InputError(path, f"cannot be written ({error.strerror})") from None
+
+
+def write_json(json_out: Path, document: bytes) -> bool:
+    """Write a JSON document and a line feed to ``json_out``, or to stdout for ``-``. True when
+    it went to stdout: it is then the command's only output."""
+    if str(json_out) == "-":
+        sys.stdout.buffer.write(document + b"\n")
+        return True
+    write_output(json_out, document + b"\n")
+    return False

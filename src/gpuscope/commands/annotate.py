@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
-from gpuscope.commands.report import write
+from gpuscope.commands._common import input_errors_exit, write_output
 from gpuscope.errors import InputError, UnknownFormatError
 
 
@@ -45,7 +44,7 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
         data = annotated(read_bytes(Path(source)).data, result, source, Path(source))
         if target.name.endswith(".gz"):
             data = gzip.compress(data, compresslevel=6, mtime=0)
-        write(target, data)
+        write_output(target, data)
         click.echo(f"wrote {target}", err=True)
 
 

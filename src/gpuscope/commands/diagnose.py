@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
+from gpuscope.commands._common import input_errors_exit, write_json
 
 
 @click.command()
@@ -90,11 +89,8 @@ def run_diagnose(
     if json_out is not None:
         from gpuscope.render import json as json_renderer
 
-        data = json_renderer.dumps(result)
-        if str(json_out) == "-":
-            sys.stdout.buffer.write(data + b"\n")
+        if write_json(json_out, json_renderer.dumps(result)):
             return
-        json_out.write_bytes(data + b"\n")
     from gpuscope.render import console
 
     terminal.render(result, console(), all_devices=all_devices)

@@ -6,13 +6,12 @@ BEFORE and AFTER are each a trace file, a folder of traces, or the id of a saved
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
+from gpuscope.commands._common import input_errors_exit, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -40,12 +39,8 @@ def diff(
     old, old_name = summary_of(before, gpu_hour_usd)
     new, new_name = summary_of(after, gpu_hour_usd)
     result = diff_runs(old, new, top_kernels=top)
-    if json_out is not None:
-        data = render.dumps(result, old_name, new_name) + b"\n"
-        if str(json_out) == "-":
-            sys.stdout.buffer.write(data)
-            return
-        json_out.write_bytes(data)
+    if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
+        return
     from gpuscope.render import console
 
     render.render(result, console(), old_name, new_name)

@@ -91,7 +91,7 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     """Report on a fleet table: waste by cause and ICSE category, worst jobs, utilisation, trend."""
     _require_extras(str(table), "local")
     from gpuscope import fleet as lib
-    from gpuscope.commands.report import write
+    from gpuscope.commands._common import write_output
     from gpuscope.render import console
     from gpuscope.render import fleet as render
 
@@ -102,5 +102,5 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     render.render_terminal(summary, console())
     if output is not None:
         page = render.render_html(summary)
-        write(output, page.encode())
+        write_output(output, page.encode())
         click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)

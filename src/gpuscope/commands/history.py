@@ -6,13 +6,12 @@ Runs are saved by ``gpuscope diagnose --save`` and ``gpuscope profile --save``; 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
+from gpuscope.commands._common import input_errors_exit, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -49,10 +48,8 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
         data = msgspec.json.format(
             msgspec.json.encode(render.history_document(runs, metric)), indent=1
         )
-        if str(json_out) == "-":
-            sys.stdout.buffer.write(data + b"\n")
+        if write_json(json_out, data):
             return
-        json_out.write_bytes(data + b"\n")
     from gpuscope.render import console
 
     render.render_history(runs, console(), metric)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
-from gpuscope.errors import InputError
+from gpuscope.commands._common import input_errors_exit, write_output
 
 
 @click.command()
@@ -51,13 +50,5 @@ def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) ->
         page = html.render(diagnoses[0])
     else:
         page = html.render_diff(diagnoses[0], diagnoses[1])
-    write(output, page.encode())
+    write_output(output, page.encode())
     click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)
-
-
-def write(path: Path, data: bytes) -> None:
-    """Write an output file; a path that cannot be written is bad input (exit 2), not a crash."""
-    try:
-        path.write_bytes(data)
-    except OSError as error:
-        raise InputError(path, f"cannot be written ({error.strerror})") from None

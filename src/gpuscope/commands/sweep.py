@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit
+from gpuscope.commands._common import input_errors_exit, write_json
 
 
 def _batch_list(
@@ -57,10 +56,8 @@ def sweep(
         import msgspec
 
         data = msgspec.json.format(msgspec.json.encode(render.sweep_document(report)), indent=1)
-        if str(json_out) == "-":
-            sys.stdout.buffer.write(data + b"\n")
+        if write_json(json_out, data):
             return
-        json_out.write_bytes(data + b"\n")
     from gpuscope.render import console
 
     render.render_sweep(report, console())

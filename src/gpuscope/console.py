@@ -44,7 +44,7 @@ def main() -> None:
 
 def _exit_now(code: str | int | None) -> NoReturn:
     """Exit as ``sys.exit(code)`` would, without tearing the interpreter down: freeing every
-    module's objects and the trace's arrays one by one took ~15 ms, a tenth of a whole run.
+    module's objects and the trace's arrays one by one took 15-25 ms, a tenth of a whole run.
 
     What a normal exit does that matters here is done first: the ``atexit`` handlers run and the
     standard streams are flushed. A command that left a thread of its own running exits the
@@ -65,7 +65,7 @@ def _exit_now(code: str | int | None) -> NoReturn:
         status = 1
     import atexit
 
-    atexit._run_exitfuncs()
+    atexit._run_exitfuncs()  # private, but what a normal exit calls: the registered handlers
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

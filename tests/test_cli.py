@@ -187,3 +187,11 @@ def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(
     assert (
         result.output == f"gpuscope: error: {out}: cannot be written (No such file or directory)\n"
     )
+
+
+def test_the_quick_exit_commands_are_commands() -> None:
+    from gpuscope.cli import COMMANDS
+    from gpuscope.console import READS_A_TRACE, RUN_ONCE
+
+    assert READS_A_TRACE <= RUN_ONCE <= set(COMMANDS)
+    assert set(COMMANDS) - RUN_ONCE == {"watch", "profile", "fleet"}

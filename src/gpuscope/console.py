@@ -14,25 +14,31 @@ import os
 import sys
 from typing import NoReturn
 
-#: The commands that read a trace through :func:`gpuscope.readers.load`.
+#: The commands that read a trace through :func:`gpuscope.readers.load`: its read starts early.
 READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
+#: The commands that read their inputs, print or write one result and end. The others run for
+#: as long as the user wants (``watch``), run the user's program (``profile``) or read a whole
+#: fleet of jobs (``fleet``), and keep the garbage collector and the usual exit.
+RUN_ONCE = READS_A_TRACE | {"demo", "diff", "history", "check", "scale", "sweep", "fleet-report"}
 
 
 def main() -> None:
     _one_blas_thread()
     _tune_malloc()
     args = sys.argv[1:]
-    if not args or args[0] not in READS_A_TRACE:
+    command = args[0] if args else None
+    if command not in RUN_ONCE:
         from gpuscope.cli import main as cli
 
         cli()
         return
-    # One trace in, one report out, then exit: the cyclic collector would only walk the
-    # imported modules' objects again and again (~70 passes, ~8 ms); readers make no cycles.
+    # One result, then exit: the cyclic collector would only walk the imported modules' objects
+    # again and again (~70 passes, ~8 ms); the readers and analyses make no cycles.
     gc.disable()
-    from gpuscope.readers import _early
+    if command in READS_A_TRACE:
+        from gpuscope.readers import _early
 
-    _early.start(args[1:])
+        _early.start(args[1:])
     from gpuscope.cli import main as cli
 
     try:

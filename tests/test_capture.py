@@ -171,9 +171,7 @@ def test_a_time_window_records_steps_until_it_has_passed(torch: Any, tmp_path: P
     (trace,) = prof.result.traces
     steps = step_names(trace)
     assert steps[0] == "ProfilerStep#1"
-    # About 0.1 s of steps of 20 ms or more (a loaded machine stretches them), then it stopped:
-    # at least the step that started the clock and the one that ended past 0.1 s, far from 39.
-    assert 2 <= len(steps) <= 12
+    assert 4 <= len(steps) <= 12  # about 0.1 s of 20 ms steps, then it stopped
 
 
 def test_without_torch_one_line_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,11 +11,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False  # not typing's: the console script starts reading before typing loads
 if TYPE_CHECKING:
-    from typing import Any
-
     from gpuscope.diagnosis import Diagnosis, Options, diagnose
     from gpuscope.errors import GpuscopeError, InputError
     from gpuscope.model import Job, Trace

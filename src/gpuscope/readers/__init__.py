@@ -17,11 +17,9 @@ scanner's threads, which need neither numpy nor the model) can start before the 
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False  # not typing's, which the console script need not load to start a scan
 if TYPE_CHECKING:
-    from typing import Any
-
     from gpuscope.readers._load import (
         PARALLEL_MIN_BYTES,
         READERS,

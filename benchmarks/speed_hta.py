@@ -182,14 +182,14 @@ def _decoders() -> dict[str, Callable[[bytes], Any]]:
     return found
 
 
-def _give_back_free_memory() -> Callable[[], object]:
-    """glibc's ``malloc_trim(0)``, or nothing elsewhere."""
+def _give_back_free_memory() -> Callable[[int], object]:
+    """glibc's ``malloc_trim``, or nothing elsewhere."""
     try:
         import ctypes
 
         return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return lambda *_: None
+    except (OSError, AttributeError, TypeError):  # no glibc; no CDLL(None) on Windows
+        return lambda _pad: None
 
 
 _TRIM = _give_back_free_memory()

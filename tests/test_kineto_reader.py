@@ -225,6 +225,32 @@ def test_folder_without_traces(tmp_path: Path) -> None:
         load(tmp_path)
 
 
+def test_folder_of_job_folders_says_what_it_found_and_what_to_pass(tmp_path: Path) -> None:
+    for job in ("job_a", "job_b"):
+        (tmp_path / job).mkdir()
+    with pytest.raises(InputError) as raised:
+        load(tmp_path)
+    message = str(raised.value)
+    assert "2 sub-folders (job_a, job_b)" in message
+    assert "one job's folder" in message and f"gpuscope fleet '{tmp_path}/*'" in message
+
+
+def test_a_cpu_only_rank_among_gpu_ranks_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    cpu_only = corpus("kineto/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    ranks = sorted(corpus("kineto/param-dlrm-8rank").glob("worker[01]_*"))
+    for path in (cpu_only, *ranks):
+        (tmp_path / path.name).symlink_to(path)
+    job = load(tmp_path)
+    assert [t.rank for t in job.traces] == [0, 1]
+    assert job.warnings == [
+        f"{tmp_path / cpu_only.name}: left out, no GPU activity: the trace holds CPU events only"
+    ]
+    (tmp_path / ranks[0].name).unlink()
+    (tmp_path / ranks[1].name).unlink()
+    with pytest.raises(EmptyTraceError, match="CPU events only"):  # nothing else to diagnose
+        load(tmp_path)
+
+
 @pytest.mark.parametrize("events_first", [True, False])
 def test_piecewise_reading_equals_whole_document_reading(
     tmp_path: Path, events_first: bool

@@ -147,26 +147,47 @@ def require_device_activity(path: Path, trace: Trace) -> None:
 
 
 def _load_folder(folder: Path) -> Job:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    files = [p for p in entries if p.is_file()]
+    if not files:
+        raise InputError(folder, _no_files(entries))
     parts: list[Job] = []
     skipped: list[str] = []
+    empty: list[_Unread] = []
     for file, outcome in zip(files, _read_all(files), strict=True):
         if isinstance(outcome, Job):
             parts.append(outcome)
         elif outcome.error is None:
             skipped.append(f"{file.name} ({outcome.reason})")
+        elif outcome.error == EmptyTraceError.__name__:
+            empty.append(outcome)
         else:
             raise _ERRORS.get(outcome.error, InputError)(outcome.path, outcome.reason)
     if not parts:
-        if skipped:
-            raise UnknownFormatError(
-                folder, "no readable trace in the folder: " + "; ".join(skipped)
-            )
-        raise InputError(folder, "the folder is empty")
+        if empty:  # nothing else to diagnose: the first file's own reason
+            raise EmptyTraceError(empty[0].path, empty[0].reason)
+        raise UnknownFormatError(folder, "no readable trace in the folder: " + "; ".join(skipped))
     job = Job.merge(str(folder), parts)
+    # A rank that recorded no GPU work (a CPU-only or data-loading process) must not hide the
+    # ranks that did: they are diagnosed, and the job says which file was left out and why.
+    for unread in empty:
+        job.notes.append(f"{unread.path}: left out, {unread.reason}")
     if skipped:
         job.notes.append(f"{folder}: skipped files that are not traces: " + "; ".join(skipped))
     return job
+
+
+def _no_files(entries: list[Path]) -> str:
+    """Why a folder without files is no job, and what to pass instead."""
+    folders = [p.name for p in entries if p.is_dir()]
+    if not folders:
+        return "the folder is empty"
+    shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+    return (
+        f"no trace files here, only {len(folders)} sub-folder{'s' if len(folders) > 1 else ''}"
+        f" ({shown}): pass one job's folder (its per-rank files), or run"
+        f" `gpuscope fleet '{entries[0].parent / '*'}'` for many jobs"
+    )
 
 
 # --- reading a folder's files on all cores ------------------------------------------------------

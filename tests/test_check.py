@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope import generator as g
+from gpuscope.analyses.diff import decisive
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 
@@ -44,6 +46,20 @@ def test_idle_bound(traces: dict[str, Path]) -> None:
     kept = check(traces["fast"], "--max-idle-pct", "20")
     assert kept.returncode == 0, kept.stderr
     assert "check passed" in kept.stdout
+
+
+def test_a_close_bound_prints_the_digits_that_decided(traces: dict[str, Path]) -> None:
+    from gpuscope.commands.diff import summary_of
+
+    idle = summary_of(str(traces["slow"]), None)[0].idle_pct
+    bound = f"{idle - 0.004:.2f}"  # two decimals, below the idle share by less than 0.01
+    broken = check(traces["slow"], "--max-idle-pct", bound)
+    assert broken.returncode == 1
+    shown = re.search(r"GPU idle ([0-9.]+)% \(max ([0-9.]+)%\)", broken.stderr)
+    assert shown is not None and shown[2] == bound
+    assert float(shown[1]) > float(bound)  # the printed figure shows why it failed
+    assert decisive(52.3449, 52.34) == "52.345" and decisive(33.24, 20) == "33.2"
+    assert decisive(0.034, 0.03, 2) == "0.034" and decisive(1.5, 1.5) == "1.5"
 
 
 def test_cost_bound(traces: dict[str, Path]) -> None:

@@ -195,3 +195,23 @@ def test_the_quick_exit_commands_are_commands() -> None:
 
     assert READS_A_TRACE <= RUN_ONCE <= set(COMMANDS)
     assert set(COMMANDS) - RUN_ONCE == {"watch", "profile", "fleet"}
+
+
+@pytest.mark.parametrize("args", [(), ("--json", "-")])
+def test_a_reader_that_leaves_early_is_no_failure(args: tuple[str, ...]) -> None:
+    """`gpuscope diagnose X | head -1`: the reader closed the pipe before gpuscope wrote; the
+    command still exits 0 and prints no error."""
+    demo = Path(__file__).parent.parent / "src/gpuscope/examples/demo_train.json.gz"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the first write: every write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuscope", "diagnose", str(demo), *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")

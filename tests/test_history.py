@@ -152,3 +152,6 @@ def test_diagnose_save_then_history_and_diff_by_run_id(db: Path, tmp_path: Path)
     assert [f["cause"] for f in diffed["findings"]["resolved"]] == ["data_loader"]
     unknown = runner.invoke(main, ["history", "--metric", "nonsense"])
     assert unknown.exit_code == 2
+    for name in ("idle_pct", "step_time_ns", "gpu_busy_pct", "cost_usd_per_gpu_hour"):
+        assert name in unknown.output  # every valid metric, not only the first run's
+    assert "lost_ns_per_step.data_loader" in unknown.output

@@ -7,7 +7,10 @@ when that command runs (or when ``--help`` lists them all).
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib import import_module
+from typing import Any
 
 import click
 
@@ -41,6 +44,15 @@ class _Commands(click.Group):
         module, name = COMMANDS[cmd_name]
         command: click.Command = getattr(import_module(f"gpuscope.commands.{module}"), name)
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader took what it wanted and left (`gpuscope diagnose X | head -1`): that is
+            # a success. Later writes and the final flush go to /dev/null instead of failing.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -76,7 +76,9 @@ def _exit_now(code: str | int | None) -> NoReturn:
         try:
             if stream is not None:
                 stream.flush()
-        except (BrokenPipeError, ValueError):  # a reader that went away; a closed stream
+        except BrokenPipeError:  # a reader that took what it wanted and left (`| head -1`)
+            pass
+        except ValueError:  # a closed stream
             status = status or 1
     os._exit(status)
 

@@ -242,6 +242,12 @@ def metric_names(summary: RunSummary) -> list[str]:
     return ["idle_pct", *sorted(summary.per_step)]
 
 
+def all_metric_names() -> list[str]:
+    """Every metric a run can have (a run without steps or price has fewer)."""
+    lost = [LOST_PREFIX + c.value for c in CAUSES] + [LOST_PREFIX + EXPOSED_COMMUNICATION]
+    return ["idle_pct", STEP_TIME, GPU_BUSY, COST, *lost]
+
+
 # --- statistics ---------------------------------------------------------------------------------
 
 
@@ -533,18 +539,32 @@ def check(summary: RunSummary, bounds: Bounds, baseline: RunDiff | None = None) 
     kept: list[str] = []
     unavailable: list[str] = []
     if bounds.max_idle_pct is not None:
-        line = f"GPU idle {summary.idle_pct:.1f}% (max {bounds.max_idle_pct:g}%)"
+        idle = decisive(summary.idle_pct, bounds.max_idle_pct)
+        line = f"GPU idle {idle}% (max {bounds.max_idle_pct:g}%)"
         (broken if summary.idle_pct > bounds.max_idle_pct else kept).append(line)
     if bounds.max_cost_usd_per_gpu_hour is not None:
         cost = summary.wasted_usd_per_gpu_hour
         if cost is None:
             unavailable.append("the waste cannot be priced: unknown device (pass --gpu-hour-usd)")
         else:
-            line = f"waste ${cost:.2f}/GPU-hour (max ${bounds.max_cost_usd_per_gpu_hour:.2f})"
+            bound = bounds.max_cost_usd_per_gpu_hour
+            shown = f"{bound:.2f}" if float(f"{bound:.2f}") == bound else f"{bound:g}"
+            line = f"waste ${decisive(cost, bound, 2)}/GPU-hour (max ${shown})"
             (broken if cost > bounds.max_cost_usd_per_gpu_hour else kept).append(line)
     if bounds.max_regression_pct is not None and baseline is not None:
         _check_regression(baseline, bounds.max_regression_pct, broken, kept, unavailable)
     return CheckOutcome(not broken and not unavailable, broken, kept, unavailable)
+
+
+def decisive(value: float, bound: float, digits: int = 1) -> str:
+    """``value`` as text with as many decimals as it takes to see it against ``bound``: at least
+    ``digits``, at least as many as the bound was given with, more while the two would print alike
+    but differ (52.3449 against a bound of 52.34 prints 52.345, not 52.3)."""
+    given = f"{bound:g}"
+    places = max(digits, 0 if "e" in given else len(given.partition(".")[2]))
+    while places < 9 and value != bound and f"{value:.{places}f}" == f"{bound:.{places}f}":
+        places += 1
+    return f"{value:.{places}f}"
 
 
 def _check_regression(
@@ -559,9 +579,10 @@ def _check_regression(
             else "no steps"
         )
         return
+    change = decisive(c.change_pct, max_pct)
     line = (
         f"step time {c.after_mean / 1e6:,.2f} ms vs baseline {c.before_mean / 1e6:,.2f} ms"
-        f" ({c.change_pct:+.1f}%, max +{max_pct:g}%"
+        f" ({'+' if c.change_pct >= 0 else ''}{change}%, max +{max_pct:g}%"
     )
     if c.significant is None:
         line += "; thin evidence"

@@ -33,7 +33,7 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
     """List saved runs (filter by label) and the trend of a metric."""
     import msgspec
 
-    from gpuscope.analyses.diff import metric_names
+    from gpuscope.analyses.diff import all_metric_names, metric_names
     from gpuscope.errors import InputError
     from gpuscope.history import History
     from gpuscope.render import diff as render
@@ -42,7 +42,7 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
         runs = store.runs(label=label, limit=limit)
         path = store.path
     if metric and runs and all(metric not in metric_names(r.summary) for r in runs):
-        known = ", ".join(metric_names(runs[0].summary))
+        known = ", ".join(all_metric_names())
         raise InputError(path, f"no run has the metric {metric!r}; known: {known}")
     if json_out is not None:
         data = msgspec.json.format(

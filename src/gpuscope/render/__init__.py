@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,4 +18,11 @@ def console(*, stderr: bool = False) -> Console:
     codes (``:fire:``), and rich then need not load its emoji table."""
     from rich.console import Console  # noqa: PLC0415 - the renderers that need rich import it
 
-    return Console(stderr=stderr, emoji=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # A reader that took what it wanted and left (`gpuscope diagnose X | head -1`) is a
+            # success: rich would exit 1. What is left to print goes to /dev/null.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0)
+
+    return _Console(stderr=stderr, emoji=False)

@@ -207,3 +207,16 @@ def test_sweep_command_json_and_terminal(tmp_path: Path, batches: Sweep) -> None
     assert "16 ◀ knee" in text and "batch_knee" in text
     assert sweep_document(report)["knee_rule"].startswith("the smallest batch within 5%")
     assert scaling_document(scaling(_jobs(files[:2])))["runs"][0]["gpus"] == 1
+
+
+def test_sweep_whose_knee_is_its_largest_batch_frees_nothing_and_says_nothing(
+    batches: Sweep,
+) -> None:
+    _, files = batches
+    report = sweep(_jobs(files[:5]))  # batches 1 to 16: the knee is the largest
+    assert report.knee_batch == report.memory_compared_batch == 16
+    console = Console(record=True, width=100)
+    render_sweep(report, console)
+    text = console.export_text()
+    assert "16 ◀ knee" in text and "instead of" not in text
+    assert not any("instead of" in e for f in report.findings for e in f.evidence)

@@ -436,7 +436,7 @@ def _sweep_findings(
         f" throughput for {(largest.step_ns - knee.step_ns) / 1e6:+,.2f} ms per step"
         f" ({knee.step_ns / 1e6:,.2f} -> {largest.step_ns / 1e6:,.2f} ms)",
     ]
-    if freed is not None:
+    if freed is not None and knee.batch != largest.batch:
         evidence.append(
             f"batch {knee.batch} instead of {largest.batch} frees about {freed / 2**30:,.2f} GiB"
             f" ({memory_source})"

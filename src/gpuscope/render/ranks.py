@@ -373,7 +373,8 @@ def render_sweep(report: SweepReport, console: Console) -> None:
         )
     console.print(table)
     text = Text(f"batch sizes from {report.batch_source}; knee: {report.knee_rule}\n", style="dim")
-    if report.memory_freed_bytes is not None:
+    # At the largest batch the knee frees nothing: no "batch 64 instead of 64" line.
+    if report.memory_freed_bytes is not None and report.knee_batch != report.memory_compared_batch:
         text.append(
             f"batch {report.knee_batch} instead of {report.memory_compared_batch} frees about"
             f" {report.memory_freed_bytes / 2**30:,.2f} GiB ({report.memory_source})\n"

@@ -128,6 +128,30 @@ def test_a_failing_script_shows_its_traceback_and_exits_2(
     assert list((tmp_path / "out").glob("*.pt.trace.json.gz")), "what ran is still written"
 
 
+def test_a_script_that_exits_with_a_message_shows_it(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "quits.py").write_text('raise SystemExit("boom: no data in /data/train")\n')
+    args = ("--warmup", "0", "--out", "out", "--", "python", "quits.py")
+    result = profile_here(tmp_path, *args, monkeypatch=monkeypatch)
+    assert result.exit_code == 2
+    assert "boom: no data in /data/train\n" in result.stderr  # where python would print it
+    last = result.stderr.splitlines()[-1]
+    assert last.endswith("the script failed (exit status 1): boom: no data in /data/train")
+
+
+def test_a_missing_script_is_named_before_anything_runs(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--out", "out", "--", "python", "trian.py")
+    result = profile_here(tmp_path, *args, monkeypatch=monkeypatch)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"gpuscope: error: trian.py: no such script (in {tmp_path})"
+    ]
+    assert "warmup" not in result.stderr and not (tmp_path / "out").exists()
+
+
 def test_a_script_shorter_than_the_warm_up_records_nothing(
     torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -87,7 +87,7 @@ class CaptureResult:
     steps_seen: int  # step boundaries seen in the script (optimizer steps or module calls)
     recorded: list[str]  # what the trace holds, one phrase each
     not_recorded: list[str]  # what it lacks, and why
-    script_error: str | None = None  # the script's traceback, when it failed
+    script_error: str | None = None  # its traceback or SystemExit message, when it failed
     exit_code: int = 0  # the script's own exit status (SystemExit), 1 for an exception
 
 
@@ -408,6 +408,17 @@ def script_and_args(command: Sequence[str]) -> tuple[str, list[str], bool]:
     return words[0], words[1:], False
 
 
+def missing_script(command: Sequence[str]) -> str | None:
+    """Why ``command`` names no script to run, or None. Checked before the profiler starts, so
+    that a typo is not reported as a script that ended before its warm-up."""
+    target, _, is_module = script_and_args(command)
+    if is_module or Path(target).is_file():
+        return None  # a module is found by runpy, which says so when it is not
+    if Path(target).exists():
+        return f"{target}: not a script file"
+    return f"{target}: no such script (in {Path.cwd()})"
+
+
 def run_script(
     command: Sequence[str], out_dir: str | Path, options: CaptureOptions | None = None
 ) -> CaptureResult:
@@ -430,6 +441,8 @@ def run_script(
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exit_:
         code = _exit_status(exit_.code)
+        if code and not isinstance(exit_.code, int):
+            error = f"{exit_.code}\n"  # what python prints for SystemExit("message")
     except Exception as failure:
         error = _script_traceback(failure)
         code = 1

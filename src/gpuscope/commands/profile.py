@@ -68,9 +68,11 @@ def profile(
     out = out_dir or Path("gpuscope-traces") / datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
         options = capture.CaptureOptions(steps, warmup, seconds, nvml=not no_nvml)
-        capture.script_and_args(command)
+        missing = capture.missing_script(command)
     except ValueError as error:
         _fail(str(error))
+    if missing:
+        _fail(missing)
     devices = ", ".join(facts.devices) if facts.cuda else "no CUDA device: CPU only"
     what = f"{seconds:g} s of steps" if seconds else f"{steps} steps"
     click.echo(
@@ -86,6 +88,9 @@ def profile(
     if result.script_error or result.exit_code:
         if problem:
             click.echo(f"gpuscope: {problem}", err=True)
+        said = (result.script_error or "").strip()
+        if said and "\n" not in said:  # raise SystemExit("message"): its words, not "see above"
+            _fail(f"the script failed (exit status {result.exit_code}): {said}")
         _fail(f"the script failed (exit status {result.exit_code}); see its output above")
     if problem:
         _fail(problem)

@@ -30,8 +30,9 @@ from test_report import (
     slow_loader_trace,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
+#: Debian's; ``GPUSCOPE_CHROMIUM`` / ``GPUSCOPE_CHROMEDRIVER`` name others.
+CHROMIUM = os.environ.get("GPUSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("GPUSCOPE_CHROMEDRIVER", "/usr/bin/chromedriver")
 DRAW_BUDGET_MS = 3000
 #: Loads of a report before its time counts as over budget: the best of two cold loads, so that
 #: another process hogging the CPU for a moment does not fail the test.

@@ -215,3 +215,20 @@ def test_a_reader_that_leaves_early_is_no_failure(args: tuple[str, ...]) -> None
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_gate_says_loudly_when_the_browser_tests_cannot_run() -> None:
+    env = {**os.environ, "GPUSCOPE_CHROMIUM": "/nonexistent/chromium", "CI": ""}
+    root = Path(__file__).parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "tests/test_browser.py", "-k", "hostile"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stdout  # skipped, not failed, outside CI
+    tail = done.stdout.strip().splitlines()
+    assert any("THE BROWSER TESTS DID NOT RUN" in line for line in tail[-4:]), tail
+    assert "/nonexistent/chromium is not installed" in done.stdout

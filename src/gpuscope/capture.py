@@ -21,8 +21,8 @@ Contract:
   one JSON object per line (``time`` in ISO 8601 UTC, ``time_ns``, ``gpu_usage:I`` in %,
   ``gpu_mem_used:I`` and ``gpu_mem_total:I`` in bytes, ``gpu_power:I`` in W: the keys of
   SuperBench's NVML monitor, which ``gpuscope.readers.samples`` reads).
-* Without torch, :class:`TorchMissingError` (the CLI turns it into ``pip install
-  'gpuscope[torch]'`` and exit 2). torch and NVML are imported only when a capture starts.
+* Without torch, :class:`TorchMissingError` (the CLI turns it into the ``pip install`` line
+  that adds torch, and exit 2). torch and NVML are imported only when a capture starts.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gpuscope._install import install_line
 from gpuscope.errors import GpuscopeError
 
 NVML_FILE = "nvml.jsonl"
@@ -51,7 +52,7 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 
 
 class TorchMissingError(GpuscopeError):
-    """PyTorch is not installed: capture needs it (``pip install 'gpuscope[torch]'``)."""
+    """PyTorch is not installed: capture needs it (``pip install -e '.[torch]'``)."""
 
 
 def _torch() -> Any:
@@ -59,7 +60,7 @@ def _torch() -> Any:
     try:
         return importlib.import_module("torch")
     except ImportError:
-        raise TorchMissingError("capture needs PyTorch: pip install 'gpuscope[torch]'") from None
+        raise TorchMissingError(f"capture needs PyTorch: {install_line('torch')}") from None
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class NvmlSampler:
         try:
             nvml: ModuleType = importlib.import_module("pynvml")
         except ImportError:
-            self.reason = "nvidia-ml-py is not installed (pip install 'gpuscope[nvml]')"
+            self.reason = f"nvidia-ml-py is not installed ({install_line('nvml')})"
             return False
         try:
             nvml.nvmlInit()

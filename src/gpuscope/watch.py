@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from gpuscope._install import install_line
+
 
 class NvmlUnavailableError(Exception):
     """NVML cannot be used here: no pynvml, no driver or no GPU."""
@@ -64,7 +66,7 @@ def load_nvml() -> Any:
     try:
         pynvml = importlib.import_module("pynvml")  # the nvml extra, only when watching
     except ImportError:
-        raise NvmlUnavailableError("NVML needs pynvml: pip install 'gpuscope[nvml]'") from None
+        raise NvmlUnavailableError(f"NVML needs pynvml: {install_line('nvml')}") from None
     try:
         pynvml.nvmlInit()
         count = int(pynvml.nvmlDeviceGetCount())

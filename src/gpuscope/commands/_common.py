@@ -37,9 +37,9 @@ def input_errors_exit(func: F) -> F:
 
 def missing_extra(feature: str, package: str, extra: str) -> None:
     """Say in one line that an optional dependency is missing, and exit 2."""
-    click.echo(
-        f"gpuscope: error: {feature} needs {package}: pip install 'gpuscope[{extra}]'", err=True
-    )
+    from gpuscope._install import install_line
+
+    click.echo(f"gpuscope: error: {feature} needs {package}: {install_line(extra)}", err=True)
     sys.exit(EXIT_BAD_INPUT)
 
 

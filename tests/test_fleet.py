@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
+from corpus import corpus
 from gpuscope import fleet
 from gpuscope.analyses.attribution import Cause
 from gpuscope.cli import main
 from gpuscope.generator import Checkpoint, GeneratorConfig, HostSync, SlowDataLoader, generate
+from gpuscope.render.fleet import busy_histogram, render_html, render_terminal
 
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -123,7 +126,8 @@ def test_parquet_without_pyarrow_is_one_line(
     )
     run = CliRunner().invoke(main, ["fleet", "x", "--out", str(tmp_path / "f.parquet")])
     assert run.exit_code == 2
-    assert run.stderr.strip().count("\n") == 0 and "gpuscope[fleet]" in run.stderr
+    assert run.stderr.strip().count("\n") == 0 and "pip install -e '" in run.stderr
+    assert "[fleet]'" in run.stderr
 
 
 def test_fleet_report_terminal_and_html(jobs: Path, tmp_path: Path) -> None:
@@ -134,7 +138,7 @@ def test_fleet_report_terminal_and_html(jobs: Path, tmp_path: Path) -> None:
     html_path = tmp_path / "fleet.html"
     run = CliRunner().invoke(main, ["fleet-report", str(out), "-o", str(html_path)])
     assert run.exit_code == 0, run.output
-    assert "5 jobs (1 failed)" in run.stdout and "by ICSE 2024 category" in run.stdout
+    assert "5 jobs (1 failed)" in run.stdout and "by category: data, model or job" in run.stdout
     assert "checkpoint" in run.stdout and "2025-01-01" in run.stdout
     page = html_path.read_text()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
@@ -172,3 +176,40 @@ def test_report_on_a_file_that_is_not_a_table(tmp_path: Path) -> None:
     run = CliRunner().invoke(main, ["fleet-report", str(bad)])
     assert run.exit_code == 2
     assert run.stderr.startswith("gpuscope: error: ") and "not a gpuscope fleet table" in run.stderr
+
+
+def test_gpu_hours_count_the_ranks_present_not_the_declared_world(tmp_path: Path) -> None:
+    for rank in sorted(corpus("kineto/param-dlrm-8rank").glob("worker[01]_*")):
+        (tmp_path / rank.name).symlink_to(rank)
+    (job,) = fleet.diagnose_input(str(tmp_path)).jobs
+    assert job.status == "ok" and job.gpus == 2  # 2 of a world of 8 ranks were traced
+
+
+def _job(path: str, hours: float | None, usd: float | None, status: str = "ok") -> fleet.JobRow:
+    error = None if status == "ok" else "not a trace"
+    return fleet.JobRow(path, 1, 1, status, error, wasted_gpu_hours=hours, wasted_usd=usd)
+
+
+def test_worst_jobs_rank_by_gpu_hours_priced_or_not_and_failed_jobs_are_listed() -> None:
+    table = fleet.FleetTable(
+        [
+            _job("priced", 1.0, 3.9),
+            _job("nvml_unknown_gpu", 10.0, None),  # most of the waste, no price
+            _job("small", 0.1, 0.39),
+            _job("broken", None, None, status="error"),
+        ]
+    )
+    s = fleet.summarize(table, worst=2)
+    assert [j.path for j in s.worst] == ["nvml_unknown_gpu", "priced"]
+    assert [(j.path, j.error) for j in s.failed_jobs] == [("broken", "not a trace")]
+    console = Console(record=True, width=120)
+    render_terminal(s, console)
+    text = console.export_text()
+    assert "failed jobs" in text and "broken" in text and "not a trace" in text
+    assert "Failed jobs" in render_html(s) and "nvml_unknown_gpu" in render_html(s)
+
+
+def test_utilisation_histogram_keeps_jobs_at_100_pct() -> None:
+    counts, edges = busy_histogram([0.0, 100.0, 2.5, 50.0])  # idle %: busy 100, 0, 97.5, 50
+    assert edges[0] == 0 and edges[-1] == 100 and len(counts) == 20
+    assert sum(counts) == 4 and counts[-1] == 2 and counts[0] == 1 and counts[10] == 1

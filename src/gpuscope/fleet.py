@@ -226,7 +226,9 @@ def _rows(
         status="ok",
         error=None,
         devices=", ".join(sorted({n for n in names if n})) or None,
-        gpus=int(v.world_size),
+        # The GPUs whose data is here, not the declared world size: a job with 2 of its 128
+        # ranks traced was measured on 2 GPUs, and its findings' lost time is summed over them.
+        gpus=len(d.devices) or len(d.sampled),
         span_ns=_span_ns(d),
         idle_pct=float(v.idle_pct),
         bound=v.bound,
@@ -467,8 +469,9 @@ class FleetSummary:
     by_cause: list[Waste]  # most GPU-hours first
     by_category: list[Waste]
     by_day: list[Waste]  # in date order; empty when no job carries a date
-    worst: list[JobRow]  # most dollars (then GPU-hours) wasted first
+    worst: list[JobRow]  # most GPU-hours (then dollars) wasted first, priced or not
     idle_pcts: list[float]  # one per analysed job: the utilisation histogram's data
+    failed_jobs: list[JobRow] = field(default_factory=list)  # each with its error
 
 
 def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:
@@ -491,8 +494,10 @@ def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:
         )
         for day, js in days.items()
     ]
+    # GPU-hours first: every job has them, while a price is known only for some devices (an
+    # NVML-sampled job on an unknown GPU can hold most of the waste and has no dollar figure).
     ranked = sorted(
-        ok, key=lambda j: (j.wasted_usd or 0.0, j.wasted_gpu_hours or 0.0), reverse=True
+        ok, key=lambda j: (j.wasted_gpu_hours or 0.0, j.wasted_usd or 0.0), reverse=True
     )
     return FleetSummary(
         jobs=len(table.jobs),
@@ -505,6 +510,7 @@ def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:
         by_day=by_day,
         worst=ranked[:worst],
         idle_pcts=[j.idle_pct for j in ok if j.idle_pct is not None],
+        failed_jobs=[j for j in table.jobs if j.status != "ok"],
     )
 
 

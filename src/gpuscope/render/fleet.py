@@ -8,6 +8,7 @@ computes anything the summary does not hold.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import plotly.graph_objects as go  # type: ignore[import-untyped]
@@ -17,6 +18,11 @@ from rich.table import Table
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
+
+
+#: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
+#: Deep Learning Jobs" (ICSE 2024); the title says what they are, not only where they come from.
+_CATEGORY_TITLE = "by category: data, model or job (as in a study of low GPU use, ICSE 2024)"
 
 
 def _usd(value: float | None) -> str:
@@ -41,9 +47,11 @@ def _headline(s: FleetSummary) -> str:
 
 def render_terminal(s: FleetSummary, console: Console) -> None:
     console.print(_headline(s), highlight=False)
-    console.print(_waste_table("by ICSE 2024 category", s.by_category))
+    console.print(_waste_table(_CATEGORY_TITLE, s.by_category))
     console.print(_waste_table("by cause", s.by_cause))
     console.print(_worst_table(s.worst))
+    if s.failed_jobs:
+        console.print(_failed_table(s.failed_jobs))
     if s.by_day:
         console.print(_waste_table("by day", s.by_day))
 
@@ -73,12 +81,21 @@ def _worst_table(rows: Sequence[JobRow]) -> Table:
     return table
 
 
+def _failed_table(rows: Sequence[JobRow]) -> Table:
+    table = Table(title="failed jobs (not analysed)", title_justify="left")
+    table.add_column("job")
+    table.add_column("why")
+    for j in rows:
+        table.add_row(j.path, j.error or "")
+    return table
+
+
 # --- HTML ---------------------------------------------------------------------------------------
 
 
 def render_html(s: FleetSummary) -> str:
     sections = [
-        _bar_section("fleet-category", "Waste by ICSE 2024 category", s.by_category),
+        _bar_section("fleet-category", f"Waste {_CATEGORY_TITLE}", s.by_category),
         _bar_section("fleet-cause", "Waste by cause", s.by_cause),
         _histogram_section(s.idle_pcts),
         _trend_section(s.by_day),
@@ -89,6 +106,7 @@ def render_html(s: FleetSummary) -> str:
             f"<p class='verdict'>{_e(_headline(s))}</p>",
             *(_section_html(x) for x in sections),
             _worst_html(s.worst),
+            _failed_html(s.failed_jobs),
         ]
     )
     return _page("gpuscope: fleet report", body, sections)
@@ -117,10 +135,31 @@ def _histogram_section(idle_pcts: Sequence[float]) -> _Section:
     id_, title = "fleet-utilisation", "Distribution of utilisation"
     if not idle_pcts:
         return _Section(id_, title, "No job was analysed.", None)
-    util = [100.0 - x for x in idle_pcts]
-    histogram = go.Histogram(x=util, xbins={"start": 0, "end": 100, "size": 5})
+    counts, edges = busy_histogram(idle_pcts)
+    bars = go.Bar(
+        x=[(a + b) / 2 for a, b in itertools.pairwise(edges)],
+        y=counts,
+        width=HISTOGRAM_BIN_PCT,
+        customdata=[f"{a:g}-{b:g}%" for a, b in itertools.pairwise(edges)],
+        hovertemplate="%{customdata} busy: %{y} jobs<extra></extra>",
+    )
     note = "Jobs by share of their window the GPUs were busy (100 - idle %)."
-    return _Section(id_, title, note, _figure([histogram], "busy %", "jobs"))
+    return _Section(id_, title, note, _figure([bars], "busy %", "jobs"))
+
+
+#: Width of a utilisation histogram bin, in percent.
+HISTOGRAM_BIN_PCT = 5
+
+
+def busy_histogram(idle_pcts: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Jobs per busy-% bin: 0-5, 5-10, ..., 95-100, the last bin closed, so that a job busy
+    100% of its window is counted (a histogram of half-open bins drops it)."""
+    edges = [float(x) for x in range(0, 100 + HISTOGRAM_BIN_PCT, HISTOGRAM_BIN_PCT)]
+    counts = [0] * (len(edges) - 1)
+    for idle in idle_pcts:
+        busy = min(max(100.0 - idle, 0.0), 100.0)
+        counts[min(int(busy // HISTOGRAM_BIN_PCT), len(counts) - 1)] += 1
+    return counts, edges
 
 
 def _trend_section(by_day: Sequence[Waste]) -> _Section:
@@ -131,6 +170,16 @@ def _trend_section(by_day: Sequence[Waste]) -> _Section:
         x=[w.key for w in by_day], y=[w.gpu_hours for w in by_day], mode="lines+markers"
     )
     return _Section(id_, title, "GPU-hours wasted per day.", _figure([line], "day", "GPU-h"))
+
+
+def _failed_html(rows: Sequence[JobRow]) -> str:
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td class='mono'>{_e(j.path)}</td><td>{_e(j.error or '')}</td></tr>" for j in rows
+    )
+    head = "<tr><th>job</th><th>why it was not analysed</th></tr>"
+    return f"<section><h2>Failed jobs</h2><table>{head}{body}</table></section>"
 
 
 def _worst_html(rows: Sequence[JobRow]) -> str:

@@ -19,7 +19,6 @@ from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 
-
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
 #: Deep Learning Jobs" (ICSE 2024); the title says what they are, not only where they come from.
 _CATEGORY_TITLE = "by category: data, model or job (as in a study of low GPU use, ICSE 2024)"

@@ -66,6 +66,7 @@ def _lazy(module: str, function: str) -> Callable[..., Any]:
 READERS: list[Reader] = [
     Reader("kineto", looks_like_kineto, _read_kineto),
     Reader("nsys", _lazy("nsys", "looks_like_nsys"), _lazy("nsys", "read")),
+    Reader("rocprofv3", _lazy("rocprof", "looks_like_rocprof"), _lazy("rocprof", "read")),
     Reader("ncu-csv", _lazy("ncu", "looks_like_ncu"), _read_ncu),
     Reader("nvml-jsonl", _lazy("samples", "looks_like_nvml_jsonl"), _sampled("read_nvml_jsonl")),
     Reader(

@@ -18,6 +18,7 @@ from gpuscope.analyses.attribution import Cause
 from gpuscope.cli import main
 from gpuscope.generator import Checkpoint, GeneratorConfig, HostSync, SlowDataLoader, generate
 from gpuscope.render.fleet import busy_histogram, render_html, render_terminal
+from gpuscope.render.html import embedded_figures
 
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -142,8 +143,7 @@ def test_fleet_report_terminal_and_html(jobs: Path, tmp_path: Path) -> None:
     assert "checkpoint" in run.stdout and "2025-01-01" in run.stdout
     page = html_path.read_text()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
-    figures = page.split('id="gpuscope-figures">', 1)[1].split("</script>", 1)[0]
-    ids = [f["id"] for f in json.loads(figures)]
+    ids = [f["id"] for f in embedded_figures(page)]
     assert ids == ["fleet-category", "fleet-cause", "fleet-utilisation", "fleet-trend"]
 
 

@@ -93,9 +93,7 @@ def corpus_diagnosis(relative: str) -> Diagnosis:
 
 def figures(page: str) -> dict[str, dict[str, Any]]:
     """The figures a report embeds, by chart id."""
-    match = re.search(r'<script type="application/json" id="gpuscope-figures">(.*?)</script>', page)
-    assert match is not None
-    return {f["id"]: f["figure"] for f in json.loads(match.group(1))}
+    return {f["id"]: f["figure"] for f in html.embedded_figures(page)}
 
 
 def timeline_bars(figure: dict[str, Any]) -> int:
@@ -124,7 +122,7 @@ def test_report_is_one_self_contained_file(tmp_path: Path) -> None:
     diagnosis, page = report_of(slow_loader_trace(), tmp_path / "report.html")
     # Three script blocks: the figure data, plotly.js (inlined once), the page's own script.
     assert page.count("<script") == 3 and page.count("</script>") == 3
-    plotly_js = html.get_plotlyjs()
+    plotly_js = html.plotly_block()
     assert page.count(plotly_js) == 1
     own = page.replace(plotly_js, "")
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", own)
@@ -209,6 +207,22 @@ def test_ranks_report_has_a_heatmap_row_per_rank() -> None:
     assert heatmap["type"] == "heatmap"
     assert heatmap["y"] == [f"rank {r} · GPU {r}" for r in range(8)]
     assert all(row[0] is not None and 0 <= row[0] <= 100 for row in heatmap["z"])
+
+
+def test_utilisation_of_many_ranks_is_a_row_each_not_overlapping_lines(tmp_path: Path) -> None:
+    diagnosis = corpus_diagnosis(RANKS)
+    page = html.render(diagnosis)
+    (rows,) = figures(page)["chart-utilisation"]["data"]
+    assert rows["type"] == "heatmap" and rows["y"] == [f"rank {r} · GPU {r}" for r in range(8)]
+    assert len(rows["x"]) == html.HtmlOptions().utilisation_buckets
+    # Each rank's row, over the buckets within its span, averages to its busy share.
+    for device, z in zip(diagnosis.devices, rows["z"], strict=True):
+        shares = [v for v in z if v is not None]
+        busy_pct = 100 * device.temporal.busy_ns / device.temporal.span_ns
+        assert sum(shares) / len(shares) == pytest.approx(busy_pct, abs=3)
+    _, one = report_of(slow_loader_trace(steps=3), tmp_path / "one.html")
+    single = figures(one)["chart-utilisation"]["data"]
+    assert [t["type"] for t in single] == ["scatter"]  # one device: its line
 
 
 # --- before / after ------------------------------------------------------------------------------

@@ -4,6 +4,12 @@ Contract: :func:`render` turns a :class:`~gpuscope.diagnosis.Diagnosis` into the
 file, :func:`render_diff` turns two (before, after) into a side-by-side comparison. plotly.js
 (once), the figure data, the styles and the scripts are inline: the file needs no network.
 
+Size and speed: plotly.js is the cartesian partial bundle (bar, scatter, heatmap: what the charts
+use; ``vendor/README.md``), 1.5 MB instead of the full 4.8 MB. It and the figure data are inlined
+gzip-compressed and base64-encoded, and unpacked by the browser (``DecompressionStream``) after
+the page's text has shown: a report is well under 1.5 MB, and the verdict and findings appear
+before any chart code is parsed. :func:`embedded_figures` reads the figures back from a page.
+
 What it shows: the verdict and its cost; the findings with evidence, locations and fixes; a
 zoomable timeline (per device, a lane for its idle time and one per stream; kernels coloured by
 kind, idle segments by cause, with the cause and code location on hover); the busy share over
@@ -17,12 +23,14 @@ Every idle gap at least one bucket long keeps its own bar, with its cause and lo
 
 Safety: user-controlled text (kernel, frame and file names) is escaped for where it lands:
 :func:`html.escape` in the page, :func:`plot_text` in plotly labels (plotly reads a few HTML tags
-in them), and the figure JSON by :func:`script_json`, so that ``</script>`` in a kernel name cannot
-end the script block that holds it.
+in them), and the figure JSON by :func:`script_json` (then base64: nothing in a kernel name can
+end the script block that holds it).
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import json
 import re
@@ -30,12 +38,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 import plotly.io as pio  # type: ignore[import-untyped]
 from numpy.typing import NDArray
-from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
 from gpuscope import __version__
 from gpuscope._arrays import distinct
@@ -119,10 +127,18 @@ CAUSE_COLOURS = {
 _KINDS = [k.name.lower() for k in KernelKind]
 _CAUSE_NAMES = [c.value for c in CAUSES]
 _MERGED_OPACITY = 0.5
-#: Every chart's legend sits in a row above its plot, clear of the axis titles.
+#: Every chart's legend sits in rows under its plot, below the axis title: above it, the mode bar
+#: (zoom, pan, download), which shows in the top right corner on hover, covered its last entries.
 _LAYOUT = {
     "margin": {"l": 10, "r": 10, "t": 30, "b": 40},
-    "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
+    "legend": {
+        "orientation": "h",
+        "x": 0,
+        "xanchor": "left",
+        "yref": "container",
+        "y": 0,
+        "yanchor": "bottom",
+    },
     "template": "plotly_white",
 }
 
@@ -180,8 +196,8 @@ def _page(title: str, body: str, sections: Sequence[_Section]) -> str:
     parts = {
         "title": _e(title),
         "body": body,
-        "figures": script_json(f"[{figures}]"),
-        "plotly": _plotly_js(),
+        "figures": _packed(script_json(f"[{figures}]").encode()),
+        "plotly": plotly_block(),
     }
     # One pass, so that nothing substituted is ever searched for another marker.
     return re.sub(r"<!--gpuscope:(\w+)-->", lambda m: parts[m.group(1)], _template())
@@ -192,12 +208,26 @@ def _template() -> str:
     return resources.files("gpuscope.render").joinpath("report_template.html").read_text("utf-8")
 
 
+def _packed(data: bytes) -> str:
+    """gzip then base64: what the page's script unpacks (``mtime=0``: the same report twice is
+    the same file)."""
+    return base64.b64encode(gzip.compress(data, compresslevel=6, mtime=0)).decode("ascii")
+
+
 @cache
-def _plotly_js() -> str:
-    js: str = get_plotlyjs()
-    if "</script" in js.lower():  # never true of plotly's bundle; guards the inline block
-        raise ValueError("plotly.js cannot be inlined: it contains '</script'")
-    return js
+def plotly_block() -> str:
+    """The vendored plotly.js partial bundle as the page inlines it (base64 of its gzip file)."""
+    packed = resources.files("gpuscope.render").joinpath("vendor/plotly-cartesian.min.js.gz")
+    return base64.b64encode(packed.read_bytes()).decode("ascii")
+
+
+def embedded_figures(page: str) -> list[dict[str, Any]]:
+    """The figures a report embeds (``[{"id": ..., "figure": {...}}]``), unpacked."""
+    match = re.search(r'<script [^>]*id="gpuscope-figures">([^<]*)</script>', page)
+    if match is None:
+        raise ValueError("not a gpuscope report: no figure data")
+    figures: list[dict[str, Any]] = json.loads(gzip.decompress(base64.b64decode(match[1])))
+    return figures
 
 
 def _section_html(s: _Section) -> str:
@@ -657,9 +687,24 @@ def _busy_pct(d: DeviceReport, edges: I64) -> NDArray[np.float64]:
 
 
 def _utilisation_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+    width_ns = max(d.temporal.span_ns for d in devices) / max(o.utilisation_buckets, 1)
+    note = f"Share of each {_ms(width_ns)} bucket in which the device ran any work."
+    if len(devices) >= HEATMAP_FROM_DEVICES:
+        figure = _utilisation_heatmap(devices, o)
+        note += " One row per GPU: overlapping lines would hide each other."
+    else:
+        figure = _utilisation_lines(devices, o)
+    return _Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
+
+
+#: From this many devices on, utilisation over time is a heat map (a row per device), not lines.
+HEATMAP_FROM_DEVICES = 3
+
+
+def _utilisation_lines(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
     figure = go.Figure()
     multi = _is_multi(devices)
-    for d, origin in list(zip(devices, _origins(devices), strict=True))[:16]:
+    for d, origin in zip(devices, _origins(devices), strict=True):
         edges = _bucket_edges(d.span_start_ns, d.span_end_ns, o.utilisation_buckets)
         middle = (edges[:-1] + edges[1:]) / 2 - origin
         figure.add_trace(
@@ -678,11 +723,42 @@ def _utilisation_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix
         yaxis={"title": {"text": "busy %"}, "range": [0, 102], "automargin": True},
         showlegend=multi,
     )
-    width_ns = max(d.temporal.span_ns for d in devices) / max(o.utilisation_buckets, 1)
-    note = f"Share of each {_ms(width_ns)} bucket in which the device ran any work."
-    if len(devices) > 16:
-        note += f" The first 16 of {len(devices)} devices are drawn."
-    return _Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
+    return figure
+
+
+def _utilisation_heatmap(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
+    """Busy % per device (rows) and time bucket (columns) on one time axis: the devices' own
+    buckets, placed at their time from the common origin (or their own, when clocks differ)."""
+    origins = _origins(devices)
+    lo = min(d.span_start_ns - origin for d, origin in zip(devices, origins, strict=True))
+    hi = max(d.span_end_ns - origin for d, origin in zip(devices, origins, strict=True))
+    edges = _bucket_edges(lo, hi, o.utilisation_buckets)
+    rows = []
+    for d, origin in zip(devices, origins, strict=True):
+        busy = _busy_pct(d, edges + origin)
+        outside = (edges[1:] + origin <= d.span_start_ns) | (edges[:-1] + origin >= d.span_end_ns)
+        shown = np.where(outside, np.nan, np.round(busy, 1))
+        rows.append([None if np.isnan(v) else float(v) for v in shown])
+    middle = (edges[:-1] + edges[1:]) / 2
+    figure = go.Figure(
+        go.Heatmap(
+            z=rows,
+            x=np.round(middle / 1e6, 6).tolist(),
+            y=[_device_label(d, True) for d in devices],
+            zmin=0,
+            zmax=100,
+            colorscale="RdYlGn",
+            colorbar={"title": {"text": "busy %"}},
+            hovertemplate="%{y} · %{x:.3f} ms<br>%{z:.1f}% busy<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=min(max(220, 90 + 22 * len(devices)), 1400),
+        **_LAYOUT,
+        xaxis={"title": {"text": "time (ms)"}},
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+    )
+    return figure
 
 
 # --- steps -------------------------------------------------------------------------------------

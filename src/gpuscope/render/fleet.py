@@ -17,6 +17,7 @@ from rich.table import Table
 
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
+from gpuscope.names import short_path
 from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
@@ -70,7 +71,7 @@ def _worst_table(rows: Sequence[JobRow]) -> Table:
         table.add_column(name, justify="left" if name in ("job", "bound", "top cause") else "right")
     for j in rows:
         table.add_row(
-            j.path,
+            short_path(j.path, 60),
             f"{j.idle_pct:.1f}" if j.idle_pct is not None else "n/a",
             j.bound or "",
             j.top_cause or "",
@@ -85,7 +86,7 @@ def _failed_table(rows: Sequence[JobRow]) -> Table:
     table.add_column("job")
     table.add_column("why")
     for j in rows:
-        table.add_row(j.path, j.error or "")
+        table.add_row(short_path(j.path, 60), j.error or "")
     return table
 
 
@@ -175,15 +176,20 @@ def _failed_html(rows: Sequence[JobRow]) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr><td class='mono'>{_e(j.path)}</td><td>{_e(j.error or '')}</td></tr>" for j in rows
+        f"<tr><td class='mono'>{_path(j.path)}</td><td>{_e(j.error or '')}</td></tr>" for j in rows
     )
     head = "<tr><th>job</th><th>why it was not analysed</th></tr>"
     return f"<section><h2>Failed jobs</h2><table>{head}{body}</table></section>"
 
 
+def _path(path: str) -> str:
+    """A job's path cut from the left (its file or folder name stays), whole on hover."""
+    return f"<span title='{_e(path)}'>{_e(short_path(path, 80))}</span>"
+
+
 def _worst_html(rows: Sequence[JobRow]) -> str:
     body = "".join(
-        f"<tr><td class='mono'>{_e(j.path)}</td><td class='num'>"
+        f"<tr><td class='mono'>{_path(j.path)}</td><td class='num'>"
         f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td><td>{_e(j.bound or '')}</td>"
         f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.wasted_gpu_hours or 0.0)}</td>"
         f"<td class='num'>{_e(_usd(j.wasted_usd))}</td></tr>"

@@ -54,6 +54,7 @@ from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import WorkClass
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.names import short_kernel_name, short_kernel_names, short_location
 
 I64 = NDArray[np.int64]
 
@@ -95,9 +96,10 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _name(text: str) -> str:
-    """A kernel or frame name for a table cell: clipped to a few lines, whole on hover."""
-    return f"<div class='clip' title='{_e(text)}'>{_e(text)}</div>"
+def _name(text: str, shown: str | None = None) -> str:
+    """A kernel or frame name for a table cell: ``shown`` (a short form), clipped to a few lines,
+    the whole name on hover."""
+    return f"<div class='clip' title='{_e(text)}'>{_e(text if shown is None else shown)}</div>"
 
 
 # --- colours -----------------------------------------------------------------------------------
@@ -315,7 +317,7 @@ def _finding(i: int, f: Finding) -> str:
         figures.append(f"${f.cost_usd_per_day:,.0f} per day")
     evidence = "".join(f"<li>{_e(x)}</li>" for x in f.evidence)
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(loc.location)}</td>"
+        f"<tr><td class='mono kernel'>{_name(loc.location, short_location(loc.location, 100))}</td>"
         f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
         for loc in f.locations
     )
@@ -375,9 +377,14 @@ def _extremes(devices: Sequence[DeviceReport]) -> list[DeviceReport]:
     return [by_busy[0], by_busy[-1]]
 
 
+_short_kernel = cache(short_kernel_name)  # a timeline's hover texts name the same kernels often
+
+
 def _kernel_table(d: DeviceReport, multi: bool) -> str:
+    short = short_kernel_names(k.name for k in d.kernels)
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(k.name)}</td><td>{_e(k.work_class.name.lower())}</td>"
+        f"<tr><td class='mono kernel'>{_name(k.name, short[k.name])}</td>"
+        f"<td>{_e(k.work_class.name.lower())}</td>"
         f"<td class='num'>{k.count:,}</td><td class='num'>{k.total_ns / 1e6:,.2f} ms</td>"
         f"<td class='num'>{k.share_of_busy_pct:.1f}%</td></tr>"
         for k in d.kernels
@@ -479,7 +486,7 @@ def _idle_lane(d: DeviceReport, where: tuple[int, int], label: str) -> _Lane:
         location = g.location[i]
         text = f"idle: <b>{cause}</b><br>{_ms(int(g.end_ns[i] - g.start_ns[i]))} idle"
         if location is not None:
-            text += f"<br>at {plot_text(location, 160)}"
+            text += f"<br>at {plot_text(short_location(location, 100))}"
         return f"{text}<br>{plot_text(label)}"
 
     cause = g.cause.astype(np.intp)
@@ -498,7 +505,7 @@ def _stream_lane(
 
     def describe(i: int) -> str:
         row = int(rows[i])
-        name = plot_text(names[int(ev.name_id[row])], o.label_chars)
+        name = plot_text(_short_kernel(names[int(ev.name_id[row])]), o.label_chars)
         return f"{name}<br>{_KINDS[int(kinds[i])]} · {_ms(int(ev.dur_ns[row]))}<br>{label}"
 
     return _Lane(*where, label, "kernel", ev.start_ns[rows], ev.end_ns[rows], kinds, describe)
@@ -604,7 +611,7 @@ def _add_merged(lane: _Lane, lo: int, width: int, into: dict[tuple[str, int], _B
         share = 100.0 * busy[r] / max(int(last[r] - first[r]), 1)
         what = "idle gaps" if lane.family == "idle" else "kernels"
         location = where[r]
-        at = f"<br>longest at {plot_text(location, 160)}" if location else ""
+        at = f"<br>longest at {plot_text(short_location(location, 100))}" if location else ""
         bars.text.append(
             f"{int(count[r]):,} {what} shorter than {_ms(width)}, merged<br>"
             f"mostly <b>{names[int(dominant[r])]}</b>; {_ms(busy[r])} in all, "

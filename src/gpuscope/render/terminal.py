@@ -19,6 +19,7 @@ from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import Intervals, covered_ns
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.names import short_kernel_names, short_location
 from gpuscope.render.ranks import render_ranks
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
@@ -92,7 +93,7 @@ def _findings(found: list[Finding]) -> Text:
         text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
         for loc in f.locations[:3]:
             text.append("   at ", style="dim")
-            text.append(loc.location, style="cyan")
+            text.append(short_location(loc.location), style="cyan")
             gaps = "1 gap" if loc.gaps == 1 else f"{loc.gaps:,} gaps"
             text.append(f"  {_ms(loc.lost_ns)} in {gaps}\n", style="dim")
         text.append("   fix: ", style="green")
@@ -239,7 +240,7 @@ def _idle_causes(d: DeviceReport) -> Table:
     table.add_column("gaps", justify="right")
     table.add_column("top location")
     for c in d.idle.causes:
-        top = c.locations[0].location if c.locations else "-"
+        top = short_location(c.locations[0].location, 60) if c.locations else "-"
         table.add_row(c.cause.value, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
     return table
 
@@ -261,9 +262,10 @@ def _kernels(d: DeviceReport) -> Table:
     table.add_column("kernel", min_width=16, max_width=60)
     for column in ("class", "count", "total", "share"):
         table.add_column(column, justify="left" if column == "class" else "right", no_wrap=True)
+    short = short_kernel_names(k.name for k in d.kernels)
     for k in d.kernels:
         table.add_row(
-            Text(k.name, overflow="ellipsis", no_wrap=True),
+            Text(short[k.name], overflow="fold"),  # wraps: the end of a name tells kernels apart
             k.work_class.name.lower(),
             f"{k.count:,}",
             _ms(k.total_ns),
@@ -364,9 +366,10 @@ def _counters_table(c: CounterSummary, width: int) -> Table:
     for column, min_width in widths.items():
         table.add_column(column, justify="right", no_wrap=True, min_width=min_width)
     table.add_column("bound", no_wrap=True, min_width=8)
+    short = short_kernel_names(s.name for s in c.stats[:10])
     for s in c.stats[:10]:
         table.add_row(
-            Text(s.name),
+            Text(short[s.name]),
             f"{s.count:,}",
             "n/a" if s.total_ns is None else _ms(s.total_ns),
             "/".join(

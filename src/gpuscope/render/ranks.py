@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
+from gpuscope.names import short_kernel_name
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
     from gpuscope.analyses.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
@@ -166,15 +167,34 @@ def render_ranks(a: RankAnalysis, console: Console) -> None:
         console.print(Text("\n").join(kept))
 
 
+def _waiting_pct(r: RankStat) -> float | None:
+    """Share of a rank's span spent inside collectives waiting for the last peer."""
+    if r.collective_wait_ns is None or not r.span_ns:
+        return None
+    return 100.0 * r.collective_wait_ns / r.span_ns
+
+
 def _balance(a: RankAnalysis) -> Text:
     text = Text()
     busiest, least = a.busiest, a.least_busy
     if busiest is None or least is None or len(a.ranks) < 2:
         return text
-    text.append(
-        f"busiest rank {busiest.rank} ({_pct(busiest.busy_pct)} busy), least busy rank"
-        f" {least.rank} ({_pct(least.busy_pct)})"
-    )
+    waiting = _waiting_pct(busiest)
+    if waiting is not None and waiting >= busiest.busy_pct / 2:
+        # Time inside a collective counts as busy while the kernel spins waiting for a late
+        # peer: the rank that waits most looks busiest. Say so, and name the one that works most.
+        worker = max(a.ranks, key=lambda r: r.busy_pct - (_waiting_pct(r) or 0.0))
+        text.append(
+            f"rank {busiest.rank} is the most busy ({_pct(busiest.busy_pct)}) but waits inside"
+            f" collectives for {_pct(waiting)} of its time; most working: rank {worker.rank}"
+            f" ({_pct(worker.busy_pct - (_waiting_pct(worker) or 0.0))} busy outside such waits);"
+            f" least busy rank {least.rank} ({_pct(least.busy_pct)})"
+        )
+    else:
+        text.append(
+            f"busiest rank {busiest.rank} ({_pct(busiest.busy_pct)} busy), least busy rank"
+            f" {least.rank} ({_pct(least.busy_pct)})"
+        )
     if a.collective_wait_ns is not None:
         text.append(
             f"; {_ms(a.collective_wait_ns)} waiting inside {a.matched_collectives:,} matched"
@@ -193,7 +213,7 @@ def _straggler(s: StragglerStat) -> Text:
         style="",
     )
     if s.top_kernels:
-        text.append(f"\n  meanwhile it ran {s.top_kernels[0][0][:60]}", style="dim")
+        text.append(f"\n  meanwhile it ran {short_kernel_name(s.top_kernels[0][0])}", style="dim")
     if s.idle_causes:
         cause, ns = s.idle_causes[0]
         text.append(f"\n  and was idle {_ms(ns)} ({cause})", style="dim")

@@ -105,7 +105,7 @@ def test_json_round_trip_and_resume(jobs: Path, tmp_path: Path) -> None:
     assert {f["category"] for f in doc["findings"]} >= {"data", "model"}
     (jobs / "job0.json.gz").touch()  # a changed input is diagnosed again
     again = CliRunner().invoke(main, ["fleet", str(jobs / "*"), "--out", str(out), "--json"])
-    assert "1 jobs diagnosed (0 failed), 3 already there" in again.stderr
+    assert "1 job diagnosed (0 failed), 3 already there" in again.stderr
     assert [Path(j["path"]).name for j in json.loads(again.stdout)] == ["job0.json.gz"]
     assert fleet.read(out) == fleet.read(out) and len(fleet.read(out).jobs) == 4
 

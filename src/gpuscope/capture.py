@@ -46,6 +46,7 @@ from typing import Any
 
 from gpuscope._install import install_line
 from gpuscope.errors import GpuscopeError
+from gpuscope.names import plural
 
 NVML_FILE = "nvml.jsonl"
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -303,7 +304,7 @@ class Recorder:
         missing = []
         if not self.handler.paths:
             missing.append(
-                f"no trace: the script ended after {self.steps_seen} steps, before the"
+                f"no trace: the script ended after {plural(self.steps_seen, 'step')}, before the"
                 f" {self.options.warmup} warm-up steps were over (try --warmup 0)"
             )
         if not self.cuda:

@@ -135,3 +135,15 @@ def short_location(location: str, limit: int = 72) -> str:
     if ".py:" in location or location.startswith(("/", "<")) or "(" not in location:
         return short_path(location, limit)
     return short_path(short_kernel_name(location), limit)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``1,024 steps``: a count and its noun, in the number it takes."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def percentage_change(points: float, relative_pct: float | None) -> str:
+    """The change of a percentage, saying what kind: busy 40% -> 50% is ``+10.0 percentage
+    points (+25.0% relative)``, never a bare ``+25.0%`` that reads as points."""
+    text = f"{points:+.1f} percentage points"
+    return text if relative_pct is None else f"{text} ({relative_pct:+.1f}% relative)"

@@ -432,7 +432,8 @@ def _sweep_findings(
     evidence = [
         f"at batch {knee.batch} the busy time is {knee.memory_bound_pct:.0f}% memory-bound:"
         " DRAM bandwidth, not compute, bounds a step",
-        f"batch {largest.batch} gives {largest.relative_pct - knee.relative_pct:+.1f} points of"
+        f"batch {largest.batch} gives {largest.relative_pct - knee.relative_pct:+.1f} percentage"
+        " points of"
         f" throughput for {(largest.step_ns - knee.step_ns) / 1e6:+,.2f} ms per step"
         f" ({knee.step_ns / 1e6:,.2f} -> {largest.step_ns / 1e6:,.2f} ms)",
     ]

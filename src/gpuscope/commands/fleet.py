@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+from gpuscope.names import plural
 
 if TYPE_CHECKING:
     from gpuscope.fleet import Engine, FleetTable
@@ -56,7 +57,8 @@ def fleet(
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)
     click.echo(
-        f"wrote {out}: {len(fresh.jobs)} jobs diagnosed ({failed} failed), {skipped} already there",
+        f"wrote {out}: {plural(len(fresh.jobs), 'job')} diagnosed ({failed} failed),"
+        f" {skipped} already there",
         err=True,
     )
     if as_json:

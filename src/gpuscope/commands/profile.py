@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+from gpuscope.names import plural
 
 if TYPE_CHECKING:
     from gpuscope.capture import CaptureResult
@@ -74,9 +75,9 @@ def profile(
     if missing:
         _fail(missing)
     devices = ", ".join(facts.devices) if facts.cuda else "no CUDA device: CPU only"
-    what = f"{seconds:g} s of steps" if seconds else f"{steps} steps"
+    what = f"{seconds:g} s of steps" if seconds else plural(steps, "step")
     click.echo(
-        f"gpuscope: profiling {' '.join(command)}: skip {warmup} steps, record {what}"
+        f"gpuscope: profiling {' '.join(command)}: skip {plural(warmup, 'step')}, record {what}"
         f" (torch {facts.torch_version}; {devices}) -> {out}",
         err=True,
     )
@@ -99,7 +100,7 @@ def profile(
 def _report(result: CaptureResult) -> None:
     if result.script_error:
         click.echo(result.script_error, err=True, nl=False)
-    click.echo(f"gpuscope: {result.steps_seen} steps seen in the script", err=True)
+    click.echo(f"gpuscope: {plural(result.steps_seen, 'step')} seen in the script", err=True)
     if result.recorded:
         click.echo(f"gpuscope: recorded: {', '.join(result.recorded)}", err=True)
     for missing in result.not_recorded:

@@ -28,6 +28,7 @@ from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
 from gpuscope.facts import GpuFacts, gpu_hour_price
 from gpuscope.model import CopyDirection, Kind
+from gpuscope.names import plural
 
 #: A GPU that waits this share of the time (for the host or for peers) is bound by what it waits on.
 STARVED_PCT = 25.0
@@ -379,7 +380,7 @@ def _summary(
     if top is not None:
         idle_only = top.cause in {c.value for c in Cause} and top.share_pct <= idle_pct + 1e-9
         if idle_only:
-            text += f", {top.share_pct:.0f} points of it lost because {top.title}"
+            text += f", {top.share_pct:.0f} percentage points of it lost because {top.title}"
         else:
             text += f"; the costliest finding: {top.title} ({top.share_pct:.0f}% of device time)"
     if wasted is not None:
@@ -486,7 +487,7 @@ def _exposure_evidence(
         )
         if gpu_hour_usd is not None:
             per_1000 = mean_exposed / 3.6e12 * gpu_hour_usd * gpus * 1000
-            text += f"; ${per_1000:,.2f} per 1,000 steps on {gpus} GPUs"
+            text += f"; ${per_1000:,.2f} per 1,000 steps on {plural(gpus, 'GPU')}"
         notes.append(text)
     if analysis.exposed_wait_ns:
         notes.append(
@@ -496,7 +497,8 @@ def _exposure_evidence(
     if e.collectives and e.fully_exposed:
         notes.append(
             f"{e.fully_exposed:,} of {e.collectives:,} collectives ran with no compute alongside"
-            f" ({e.fully_exposed_ns / 1e6:,.2f} ms over {per_gpu} GPUs, waiting aside)"
+            f" ({e.fully_exposed_ns / 1e6:,.2f} ms over {plural(per_gpu, 'GPU')}, not counting"
+            " waits for a late peer)"
         )
         if e.fully_exposed_ns >= 0.5 * (e.exposed_ns - analysis.exposed_wait_ns):
             where = f" (issued at {e.locations[0][0]})" if e.locations else ""

@@ -40,6 +40,7 @@ from gpuscope.analyses.samples import GpuUtilisation
 from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.facts import gpu_hour_price, match_device
+from gpuscope.names import plural
 
 #: ICSE 2024 thresholds (Gao et al.) and DCGM's SM-active guidance, all in percent.
 LOW_UTILIZATION_PCT = 50.0
@@ -221,7 +222,8 @@ def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Pri
     wasted = _wasted(found, price)
     sampled_s = covered / 1e9
     text = (
-        f"{bound}-bound, from sampled utilisation ({len(gpus)} GPUs, {sampled_s:,.0f} s sampled,"
+        f"{bound}-bound, from sampled utilisation ({plural(len(gpus), 'GPU')},"
+        f" {sampled_s:,.0f} s sampled,"
         f" no timeline): the GPUs ran kernels {_pct_text(busy)} of the time"
     )
     return Verdict(

@@ -25,6 +25,7 @@ from gpuscope.analyses.diff import (
     LOST_PREFIX,
     SIGNIFICANCE_LEVEL,
     STEP_TIME,
+    Comparison,
     FindingChange,
     FindingSummary,
     KernelChange,
@@ -34,6 +35,7 @@ from gpuscope.analyses.diff import (
     headline,
 )
 from gpuscope.history import StoredRun
+from gpuscope.names import percentage_change, plural
 
 SCHEMA = "gpuscope/diff-1"
 HISTORY_SCHEMA = "gpuscope/history-1"
@@ -164,7 +166,7 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
 
 
 def _steps(s: RunSummary) -> str:
-    return f"{s.steps} steps" if s.steps else "no steps"
+    return plural(s.steps, "step") if s.steps else "no steps"
 
 
 def _label(name: str) -> str:
@@ -192,6 +194,19 @@ def _cell(mean: float | None, values: list[float], unit: str) -> Text:
     return text
 
 
+def change_text(c: Comparison, unit: str) -> str:
+    """A metric's change, saying what kind: for a percentage, the difference in percentage points
+    and the relative change named as such (busy 40% -> 50% is +10.0 percentage points, +25%
+    relative); for times and dollars, the relative change."""
+    if unit == "pct" and c.change is not None:
+        return percentage_change(c.change, c.change_pct)
+    if c.change_pct is not None:
+        return f"{c.change_pct:+.1f}%"
+    if c.change is not None:
+        return f"{'+' if c.change >= 0 else ''}{_value(c.change, unit)}"
+    return "n/a"
+
+
 def _metrics_table(d: RunDiff) -> Table:
     table = Table(title="Per step: mean, and min–max over steps", title_justify="left")
     table.add_column("metric", no_wrap=True)
@@ -199,9 +214,7 @@ def _metrics_table(d: RunDiff) -> Table:
         table.add_column(column, justify="right")
     for m in d.metrics:
         c = m.comparison
-        change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f}%"
-        if c.change_pct is None and c.change is not None:
-            change = f"{'+' if c.change >= 0 else ''}{_value(c.change, m.unit)}"
+        change = change_text(c, m.unit)
         verdict = Text(m.outcome, style=_OUTCOME_STYLE[m.outcome])
         if c.p_value is not None:
             verdict.append(f"\np={c.p_value:.2g}", style="dim")

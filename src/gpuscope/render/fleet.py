@@ -17,7 +17,7 @@ from rich.table import Table
 
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
-from gpuscope.names import short_path
+from gpuscope.names import plural, short_path
 from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
@@ -37,7 +37,7 @@ def _hours(value: float) -> str:
 
 def _headline(s: FleetSummary) -> str:
     return (
-        f"{s.jobs} jobs ({s.failed} failed): {_hours(s.gpu_hours)} GPU-hours analysed, "
+        f"{plural(s.jobs, 'job')} ({s.failed} failed): {_hours(s.gpu_hours)} GPU-hours analysed, "
         f"{_hours(s.wasted_gpu_hours)} GPU-hours wasted ({_usd(s.wasted_usd)})"
     )
 

@@ -54,7 +54,14 @@ from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import WorkClass
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.names import short_kernel_name, short_kernel_names, short_location
+from gpuscope.diagnosis.patterns import PATTERNS, legend
+from gpuscope.names import (
+    percentage_change,
+    plural,
+    short_kernel_name,
+    short_kernel_names,
+    short_location,
+)
 
 I64 = NDArray[np.int64]
 
@@ -241,7 +248,7 @@ def _section_html(s: _Section) -> str:
 def _header(d: Diagnosis, title: str) -> str:
     inputs = "".join(
         f"<li><span class='mono'>{_e(i.path)}</span> <span class='dim'>({_e(i.format)}, "
-        f"{i.events:,} events, {i.steps} steps{_rank(i.rank)})</span></li>"
+        f"{i.events:,} events, {plural(i.steps, 'step')}{_rank(i.rank)})</span></li>"
         for i in d.inputs[:16]
     )
     more = f"<li class='dim'>and {len(d.inputs) - 16} more</li>" if len(d.inputs) > 16 else ""
@@ -304,7 +311,8 @@ def _findings(found: Sequence[Finding]) -> str:
             "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
         )
     items = "".join(_finding(i, f) for i, f in enumerate(found, 1))
-    return f"<section id='findings'><h2>Findings, costliest first</h2>{items}</section>"
+    tags = f"<p class='note'>{_e(legend(f.pattern for f in found))}</p>"
+    return f"<section id='findings'><h2>Findings, costliest first</h2>{items}{tags}</section>"
 
 
 def _finding(i: int, f: Finding) -> str:
@@ -329,7 +337,8 @@ def _finding(i: int, f: Finding) -> str:
     )
     return (
         f"<article class='finding' data-cause='{_e(f.cause)}'>"
-        f"<h3>{i}. {_e(f.title)} <span class='dim mono'>{_e(f.cause)} · {_e(f.pattern)}</span>"
+        f"<h3>{i}. {_e(f.title)} <span class='dim mono'>{_e(f.cause)} · "
+        f"<span title='{_e(PATTERNS.get(f.pattern, ''))}'>[{_e(f.pattern)}]</span></span>"
         f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
         f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
     )
@@ -1077,6 +1086,8 @@ def _metric_value(value: float | None, unit: str) -> str:
 def _metric_row(m: diff.MetricDiff) -> str:
     c = m.comparison
     change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f}%"
+    if m.unit == "pct" and c.change is not None:
+        change = percentage_change(c.change, c.change_pct)
     interval = (
         "n/a"
         if c.ci_low is None or c.ci_high is None

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
+from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
@@ -339,6 +340,8 @@ def _append_findings(text: Text, findings: list[RunFinding], cause_style: str) -
         text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
         text.append("   fix: ", style="green")
         text.append(f"{f.fix}\n")
+    if findings:
+        text.append(legend(f.pattern for f in findings) + "\n", style="dim")
 
 
 def sweep_document(report: SweepReport) -> dict[str, Any]:

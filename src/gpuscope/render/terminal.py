@@ -19,7 +19,8 @@ from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import Intervals, covered_ns
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.names import short_kernel_names, short_location
+from gpuscope.diagnosis.patterns import legend
+from gpuscope.names import plural, short_kernel_names, short_location
 from gpuscope.render.ranks import render_ranks
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
@@ -98,6 +99,8 @@ def _findings(found: list[Finding]) -> Text:
             text.append(f"  {_ms(loc.lost_ns)} in {gaps}\n", style="dim")
         text.append("   fix: ", style="green")
         text.append(f"{f.fix}\n")
+    if found:
+        text.append(legend(f.pattern for f in found) + "\n", style="dim")
     return text
 
 
@@ -316,7 +319,7 @@ def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     periods = sorted({g.period_ns for g in gpus if g.period_ns})
     every = f", a sample every {periods[0] / 1e9:,.1f} s" if len(periods) == 1 else ""
     table = Table(
-        title=f"Sampled utilisation ({len(gpus)} GPUs{every})",
+        title=f"Sampled utilisation ({plural(len(gpus), 'GPU')}{every})",
         title_justify="left",
     )
     columns = ["GPU", "samples", "util", "p50", "p90", "p99"]

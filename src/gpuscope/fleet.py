@@ -72,6 +72,7 @@ ICSE_CATEGORIES: dict[str, tuple[str, str]] = {
     "insufficient_memory": ("model", "insufficient memory"),
     "cpu_other": ("job", "job logic (host work)"),
     "unknown": ("job", "unexplained"),
+    "warmup": ("job", "start-up (one-time)"),
 }
 
 

@@ -62,6 +62,7 @@ _TITLES = {
     "checkpoint": "the GPU waits while a checkpoint is saved",
     "cpu_other": "the GPU waits while the CPU does other work",
     "unknown": "idle time nothing in the trace explains",
+    "warmup": "one-time start-up (context, module loading, compilation, graph capture)",
     "exposed_communication": "communication runs with no compute to hide it",
     "fp32_gemm": "matmuls run in FP32 on CUDA cores, not on tensor cores",
     "memory_bound": "memory-bound kernels dominate the busy time",

@@ -60,6 +60,13 @@ _FIXES: dict[str, str] = {
         "Nothing recorded on the host explains these gaps: re-profile with "
         "`with_stack=True, record_shapes=True` and CPU activities so gpuscope can attribute them."
     ),
+    "warmup": (
+        "This is one-time start-up, paid once per process: profile the steady state instead. "
+        "Use `torch.profiler.schedule(wait=1, warmup=2, active=3)` so the first steps are not "
+        "recorded, run a few iterations (and every `torch.compile` shape) before profiling, "
+        "profile CUDA-graph replays rather than their capture, and set "
+        "`CUDA_MODULE_LOADING=EAGER` when first-launch module loading must not stall a server."
+    ),
     "collective_wait": (
         "Ranks take turns being late: balance the work per rank (equal batch and sequence lengths,"
         " sharded tables of equal cost), keep per-rank host work (logging, metrics, checkpoints on"

@@ -115,6 +115,7 @@ CAUSE_COLOURS = {
     "checkpoint": "#8c6d31",
     "cpu_other": "#ff9896",
     "unknown": "#b0b0b0",
+    "warmup": "#9edae5",
 }
 _KINDS = [k.name.lower() for k in KernelKind]
 _CAUSE_NAMES = [c.value for c in CAUSES]

@@ -41,6 +41,8 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         + [_counter_device(c) for c in diagnosis.counters],
         "ranks": None if diagnosis.ranks is None else ranks_document(diagnosis.ranks),
         "warnings": list(diagnosis.warnings),
+        # The steady state analysed when start-up was left out; null: the whole trace.
+        "window": msgspec.to_builtins(diagnosis.window),
     }
 
 

@@ -399,6 +399,7 @@ _STATES = {
     "checkpoint": ("K", "#8c6d31"),
     "cpu_other": ("O", "#ff9896"),
     "unknown": ("?", "#b0b0b0"),
+    "warmup": ("W", "#9edae5"),
 }
 
 

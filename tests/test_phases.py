@@ -7,9 +7,9 @@ from functools import cache
 
 import pytest
 
+from corpus import corpus
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.readers import load
-from corpus import corpus
 
 CUDAGRAPH = "wild/a100_cudagraph_capture_replay.json.gz"
 PARTICLE = "wild/a100pcie_particle_transformer_first_iter.json"

@@ -74,8 +74,11 @@ SILENT_COMPILE_MIN_NS = 1_000_000
 #: The steady state holds at least this many steps, or this share of the device's busy time.
 STEADY_MIN_STEPS = 3
 STEADY_MIN_BUSY_SHARE = 0.5
-#: What is left out must be mostly start-up: this share of its idle time inside the phases.
+#: What is left out must be mostly start-up: this share of its idle time inside the phases,
+#: and start-up must matter: at least this share of the device's span (a 50 µs module load in a
+#: one-second trace is not worth a window).
 EXCLUDED_STARTUP_SHARE = 0.5
+EXCLUDED_MIN_SPAN_SHARE = 0.1
 
 
 class WarmupKind(str, Enum):
@@ -345,7 +348,8 @@ def phase_intervals(phases: list[Phase]) -> dict[WarmupKind, Intervals]:
 def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
     """Where the steady state begins: the latest end of a start-up phase such that what follows
     holds at least :data:`STEADY_MIN_STEPS` steps or :data:`STEADY_MIN_BUSY_SHARE` of the
-    device time, and what precedes it is mostly start-up (its idle time mostly inside phases).
+    device time, and what precedes it is mostly start-up (its idle time mostly inside phases,
+    and at least :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
     None when there is no phase, or no such point (start-up and work are interleaved)."""
     if not phases:
         return None
@@ -375,7 +379,8 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
             continue
         before_idle = clip(idle, lo, end)
         startup = intersection(before_idle, all_phases).total_ns
-        if startup >= EXCLUDED_STARTUP_SHARE * before_idle.total_ns and startup > 0:
+        enough = startup >= EXCLUDED_MIN_SPAN_SHARE * (hi - lo)
+        if enough and startup >= EXCLUDED_STARTUP_SHARE * before_idle.total_ns:
             excluded = [p for p in phases if p.start_ns < end and p.end_ns > lo]
             return SteadyWindow(end, hi, excluded)
     return None

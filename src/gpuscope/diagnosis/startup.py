@@ -112,8 +112,12 @@ def window_of(found: list[StartupEvidence]) -> Window | None:
 
 
 def _words(kinds: list[KindStat]) -> str:
-    named = [KIND_WORDS[k.kind] for k in kinds if k.lost_ns > 0] or ["start-up"]
-    return ", ".join(named[:3])
+    named = list(dict.fromkeys(KIND_WORDS[k.kind] for k in kinds if k.lost_ns > 0))
+    return ", ".join(named[:3] or ["start-up"])
+
+
+def _seconds(ns: float) -> str:
+    return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else f"{ns / 1e6:,.1f} ms"
 
 
 def _fix(kinds: list[WarmupKind]) -> str:
@@ -134,7 +138,7 @@ def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Findi
         KindStat(kind, int(v[0] or 0), v[1] if isinstance(v[1], str) else None) for kind, v in kinds
     ]
     evidence = [
-        f"the first {excluded / 1e9:,.2f} s of device time is start-up, left out of the window;"
+        f"the first {_seconds(excluded)} of device time is start-up, left out of the window;"
         f" the device idles {idle / 1e6:,.2f} ms of it"
     ]
     evidence += [
@@ -187,9 +191,9 @@ def revise(
     idle_ns = verdict.idle_pct / 100.0 * steady_span_ns
     if startup:
         excluded = sum(e.excluded_ns for e in startup) / len(startup)
-        kinds = [k for e in startup for k in e.kinds]
+        kinds = sorted((k for e in startup for k in e.kinds), key=lambda k: -k.lost_ns)
         summary = (
-            f"the first {excluded / 1e9:,.2f} s is start-up ({_words(kinds)}): left out;"
+            f"the first {_seconds(excluded)} is start-up ({_words(kinds)}): left out;"
             f" steady state: {summary}"
         )
         revised.insert(0, excluded_finding(startup, steady_span_ns))

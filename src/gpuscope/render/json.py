@@ -153,6 +153,11 @@ def _device(d: DeviceReport) -> dict[str, Any]:
                 "share_pct": _pct(c.share_pct),
                 "gaps": c.gaps,
                 "locations": [asdict(loc) for loc in c.locations],
+                # warmup only: idle time per kind of start-up and the code that triggered it
+                "kinds": [
+                    {"kind": k.kind.value, "lost_ns": k.lost_ns, "location": k.location}
+                    for k in c.kinds
+                ],
             }
             for c in d.idle.causes
         ],

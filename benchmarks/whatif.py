@@ -18,26 +18,27 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from gpuscope import generator as G
+from gpuscope import generator as gen
 from gpuscope.analyses.whatif import build_graph, step_times
 from gpuscope.diagnosis import diagnose
 from gpuscope.readers import load
 
 #: One pathology per fix, sized to show; the fix is applied to the first listed.
-_SHAPES: dict[str, list[tuple[G.Injection, ...]]] = {
-    "data_loader": [(G.SlowDataLoader(ms=40.0),), (G.SlowDataLoader(ms=6.0), G.HostSync())],
-    "host_sync": [(G.HostSync(),), (G.HostSync(host_work_us=4000.0), G.TinyKernels())],
-    "h2d_copy": [(G.PageableH2DCopy(),), (G.PageableH2DCopy(mb=64.0), G.HostSync())],
-    "launch_overhead": [(G.TinyKernels(),), (G.TinyKernels(count=300), G.HostSync())],
-    "allocator": [(G.AllocatorChurn(),), (G.AllocatorChurn(count=8), G.HostSync())],
-    "fp32_gemm": [(G.Fp32Gemm(),), (G.Fp32Gemm(share=0.5), G.HostSync())],
-    "exposed_communication": [(G.ExposedCollective(),), (G.ExposedCollective(ms=8.0),)],
-    "straggler": [(G.Straggler(rank=1, extra_ms=5.0),), (G.Straggler(rank=2, extra_ms=3.0),)],
+_SHAPES: dict[str, list[tuple[gen.Injection, ...]]] = {
+    "data_loader": [(gen.SlowDataLoader(ms=40.0),), (gen.SlowDataLoader(ms=6.0), gen.HostSync())],
+    "host_sync": [(gen.HostSync(),), (gen.HostSync(host_work_us=4000.0), gen.TinyKernels())],
+    "h2d_copy": [(gen.PageableH2DCopy(),), (gen.PageableH2DCopy(mb=64.0), gen.HostSync())],
+    "launch_overhead": [(gen.TinyKernels(),), (gen.TinyKernels(count=300), gen.HostSync())],
+    "allocator": [(gen.AllocatorChurn(),), (gen.AllocatorChurn(count=8), gen.HostSync())],
+    "fp32_gemm": [(gen.Fp32Gemm(),), (gen.Fp32Gemm(share=0.5), gen.HostSync())],
+    "exposed_communication": [(gen.ExposedCollective(),), (gen.ExposedCollective(ms=8.0),)],
+    "straggler": [(gen.Straggler(rank=1, extra_ms=5.0),), (gen.Straggler(rank=2, extra_ms=3.0),)],
 }
-_VARIANTS = [
+_VARIANTS: list[dict[str, Any]] = [
     {},
     {"device": "NVIDIA A100-SXM4-80GB"},
     {"batch_size": 4},
@@ -45,7 +46,7 @@ _VARIANTS = [
 ]
 
 
-def cases(quick: bool) -> list[tuple[str, G.GeneratorConfig, int]]:
+def cases(quick: bool) -> list[tuple[str, gen.GeneratorConfig, int]]:
     """(cause, config, world size: 1 for one rank) covering every fix."""
     found = []
     seeds = [0] if quick else [0, 1]
@@ -53,7 +54,7 @@ def cases(quick: bool) -> list[tuple[str, G.GeneratorConfig, int]]:
         for shape in shapes:
             for v, variant in enumerate(_VARIANTS if not quick else _VARIANTS[:1]):
                 for seed in seeds:
-                    cfg = replace(G.GeneratorConfig(seed=seed * 7 + v, steps=5), **variant)
+                    cfg = replace(gen.GeneratorConfig(seed=seed * 7 + v, steps=5), **variant)
                     cfg = replace(cfg, inject=shape)
                     world = 4 if cause == "straggler" else 1
                     if cause == "straggler" and v > 1:
@@ -62,12 +63,12 @@ def cases(quick: bool) -> list[tuple[str, G.GeneratorConfig, int]]:
     return found
 
 
-def _run(cfg: G.GeneratorConfig, world: int, folder: Path, name: str) -> Path:
+def _run(cfg: gen.GeneratorConfig, world: int, folder: Path, name: str) -> Path:
     if world == 1:
-        return G.generate(cfg).write(folder / f"{name}.json")
+        return gen.generate(cfg).write(folder / f"{name}.json")
     target = folder / name
     target.mkdir()
-    for rank, trace in enumerate(G.generate_job(cfg, world_size=world)):
+    for rank, trace in enumerate(gen.generate_job(cfg, world_size=world)):
         trace.write(target / f"rank{rank}.json")
     return target
 
@@ -83,13 +84,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one variant per shape")
     parser.add_argument("--json", type=Path, help="write every case here")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for i, (cause, cfg, world) in enumerate(cases(args.quick)):
             before = _run(cfg, world, folder, f"b{i}")
-            after = _run(G.apply_fix(cfg, cause), world, folder, f"a{i}")
+            after = _run(gen.apply_fix(cfg, cause), world, folder, f"a{i}")
             result = diagnose(load(before))
             finding = next((f for f in result.findings if f.cause == cause), None)
             truth = _measured_step_ns(after)

@@ -1928,7 +1928,7 @@ def apply_fix(config: GeneratorConfig, cause: str) -> GeneratorConfig:
         if dropped is not None and isinstance(injection, dropped):
             continue
         fix = flagged is not None and isinstance(injection, flagged)
-        inject.append(replace(injection, fixed=True) if fix else injection)  # type: ignore[type-var]
+        inject.append(replace(injection, fixed=True) if fix else injection)  # type: ignore[arg-type]
     return replace(config, inject=tuple(inject))
 
 

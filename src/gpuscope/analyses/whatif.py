@@ -38,10 +38,10 @@ cross-chain edges are then refreshed, until nothing moves (each pass settles one
 the longest dependency path). Without edits the replay reproduces the trace's own schedule.
 
 **Steps.** Work belongs to the profiler step whose host range its launch falls in. A step on the
-device begins when its first work starts and ends when the next step's first work starts (the
-last one: when its last work ends); with no steps recorded the window is one step. The first
-step is start-up (lazy initialisation, allocator warm-up, autotuning) and is left out when there
-are four steps or more.
+device ends when its last work ends and begins where the previous step ended (the first: when
+its first work starts); with no steps recorded the window is one step. Edits move
+work between steps, so a step's own saving is noisy (it gives the range); their mean is the
+change of the steps' whole device span over their number.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
-from gpuscope.model import BUSY_KINDS, CopyDirection, Kind, Trace
+from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
 
 I64 = NDArray[np.int64]
 B = NDArray[np.bool_]
@@ -67,6 +67,9 @@ _SEG = 1 << 44
 RETURN_TOLERANCE_NS = 2_000
 #: The latency between a launch call's start and its kernel's start, when the trace shows none.
 DEFAULT_LAUNCH_LATENCY_NS = 5_000
+#: Work that starts within this of its stream predecessor's end was queued behind it, not
+#: waiting for its launch (back-to-back kernels start 1-5 µs apart).
+QUEUED_GAP_NS = 10_000
 #: A replay settles in at most this many passes (each settles one hop of the longest path).
 MAX_PASSES = 400
 
@@ -80,6 +83,7 @@ _BLOCKING_COPY = re.compile(
     r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH]"
 )
 _COPY_CALL = re.compile(r"^(?:cuda|hip|cu)Memcpy")
+_QUERY = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query|^cu(?:Event|Stream)Query")
 #: Calls that only enqueue work: their median cost is what a launch costs the host.
 _ENQUEUE = re.compile(r"Launch|^(?:cuda|hip)Memcpy\w*Async|^(?:cuda|hip)MemsetAsync")
 
@@ -203,7 +207,7 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     linked = (ev.link[drows] >= 0) & (launcher >= 0) & (launcher < nh)
     launch_dst, launch_src = dnodes[linked], launcher[linked]
     observed = np.maximum(start[launch_dst] - start[launch_src], 0)
-    waited_launch = start[launch_dst] > prev_end_all[launch_dst] + 1_000
+    waited_launch = start[launch_dst] > prev_end_all[launch_dst] + QUEUED_GAP_NS
     event_src, event_dst = _event_edges(ev, host, start, chain, launch_src, launch_dst, rows, trace)
     # The trace decides: work that started before the work it would wait for ended did not wait.
     agrees = start[event_dst] >= end[event_src] - RETURN_TOLERANCE_NS
@@ -225,8 +229,31 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     host_ids = ev.name_id[host_rows]
     enqueues = _named(trace, host_ids, _ENQUEUE)
     call_ns = int(np.median(dur[:nh][enqueues])) if enqueues.any() else 5_000
+    # Polling: a run of event / stream queries on a thread is the host waiting for work to end
+    # (the loop exits on the query that finds it done). The last query is a sync; the polling
+    # before it is waiting, not the host's own work, so it takes no time of its own.
+    query = _named(trace, host_ids, _QUERY)
+    in_chain_prev = np.zeros(nh, dtype=np.bool_)
+    in_chain_prev[1:] = query[:-1] & ~first[1:nh]
+    in_chain_next = np.zeros(nh, dtype=np.bool_)
+    in_chain_next[:-1] = query[1:] & ~first[1:nh]
+    poll_last = query & in_chain_prev & ~in_chain_next
+    polling = query & in_chain_next
+    gap[:nh][query & in_chain_prev] = 0
+    dur[:nh][polling] = 0
     wait_src, wait_dst, wait_tail, wait_copy, own = _waits(
-        ev, trace, host_ids, host_rows, node_of_row, start, end, chain, nh, launch_src, launch_dst
+        ev,
+        trace,
+        host_ids,
+        host_rows,
+        node_of_row,
+        start,
+        end,
+        chain,
+        nh,
+        launch_src,
+        launch_dst,
+        poll_last,
     )
     # A synchronous copy starts once the call has staged (or the stream drained): its delay is
     # counted from the later of the two, so it is both a launch delay and a stream gap.
@@ -298,7 +325,7 @@ def _per_stream_last(chain: I64, dev_nodes: I64, launched: I64, at: I64) -> tupl
 
 
 def _waits(
-    ev,
+    ev: Events,
     trace: Trace,
     host_ids: NDArray[np.int32],
     host_rows: I64,
@@ -309,10 +336,11 @@ def _waits(
     nh: int,
     launch_src: I64,
     launch_dst: I64,
+    poll_last: B,
 ) -> tuple[I64, I64, I64, B, I64]:
     """Blocking calls: (awaited node, call node, tail, waits for its own copy, own copy node)."""
     n = start.size
-    is_sync = _named(trace, host_ids, _SYNC) | _named(trace, host_ids, _FREE)
+    is_sync = _named(trace, host_ids, _SYNC) | _named(trace, host_ids, _FREE) | poll_last
     is_copy = _named(trace, host_ids, _COPY_CALL)
     blocking_name = _named(trace, host_ids, _BLOCKING_COPY)
     hnodes = np.arange(nh)
@@ -358,7 +386,7 @@ def _waits(
 
 
 def _event_edges(
-    ev,
+    ev: Events,
     host: B,
     start: I64,
     chain: I64,
@@ -495,7 +523,7 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64]:
 
 
 def step_times(g: Graph, start: I64, end: I64) -> NDArray[np.float64]:
-    """Each step's device time (ns) under a schedule; start-up left out (see the module doc)."""
+    """Each step's device time (ns) under a schedule (their sum: the steps' device span)."""
     dev = ~g.host & (g.step_of >= 0)
     k = g.step_of[dev]
     if k.size == 0:
@@ -507,10 +535,11 @@ def step_times(g: Graph, start: I64, end: I64) -> NDArray[np.float64]:
     present = np.flatnonzero(last > np.iinfo(np.int64).min)
     if present.size == 0:
         return np.zeros(0)
-    b = first[present]
-    ends = np.append(b[1:], last[present[-1]])
-    times = (ends - b).astype(np.float64)
-    return times[1:] if times.size >= 4 else times
+    # A step ends when its last work ends: the anchor edits move least (a step's first work
+    # can move by a whole step when the host gets ahead).
+    ends = np.maximum.accumulate(last[present])
+    begins = np.append(first[present[0]], ends[:-1])
+    return (ends - begins).astype(np.float64)
 
 
 # --- the edits: one per fix ---------------------------------------------------------------------
@@ -566,6 +595,7 @@ class EditInputs(msgspec.Struct):
 
     activity: NDArray[np.uint8]  # HostActivity per event row
     launch_gap_rows: I64  # device work that ended an idle gap caused by launch overhead
+    launch_gap_ns: I64  # that gap's length
     exposed_comm_rows: I64  # communication kernels with no compute alongside
     fp32_rows: I64
     fp32_bytes: NDArray[np.float64]  # NaN: not known
@@ -594,15 +624,20 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
     elif cause == "h2d_copy":
         _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
     elif cause == "launch_overhead":
-        nodes = _nodes(g, inputs.launch_gap_rows)
+        # Only the host time the GPU waited for goes (a gap's launch-overhead part): the host's
+        # other work before a launch (a data loader, a sync) is another finding's.
+        nodes = g.node_of_row[inputs.launch_gap_rows]
+        idle = inputs.launch_gap_ns[nodes >= 0]
+        nodes = nodes[nodes >= 0]
         at = np.searchsorted(g.launch_dst, nodes)
         ok = (at < g.launch_dst.size) & (
             g.launch_dst[np.minimum(at, g.launch_dst.size - 1)] == nodes
         )
-        at = at[ok]
+        at, idle = at[ok], idle[ok]
         edit.launch_delay[at] = NEG
         calls = g.launch_src[at]
-        edit.gap[calls] = 0
+        cut = np.minimum(edit.gap[calls], idle)
+        np.subtract.at(edit.gap, calls, cut)
         edit.dur[calls] = 0
     elif cause == "exposed_communication":
         nodes = _nodes(g, inputs.exposed_comm_rows)
@@ -653,9 +688,11 @@ def _covered(starts: I64, ends: I64, lo: I64, hi: I64) -> I64:
         inside = np.where(
             k > 0, np.minimum(t, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0
         )
-        return before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(inside, 0)
+        found: I64 = before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(inside, 0)
+        return found
 
-    return np.maximum(upto(hi) - upto(lo), 0)
+    covered: I64 = np.maximum(upto(hi) - upto(lo), 0)
+    return covered
 
 
 def _drop_host_time(g: Graph, inputs: EditInputs, edit: Edit, activity: int) -> None:
@@ -736,10 +773,18 @@ class Prediction(msgspec.Struct, frozen=True):
         return 100.0 * self.saving_ns_per_step / self.step_ns if self.step_ns else 0.0
 
 
+def _step_part(g: Graph, rows: I64, ns: I64) -> int:
+    """The sum of ``ns`` over the rows whose work falls in the steps replayed."""
+    nodes = g.node_of_row[rows]
+    known = nodes >= 0
+    k = g.step_of[nodes[known]]
+    return int(ns[known][k >= 0].sum())
+
+
 class Replayer:
     """The graphs of a job's traces, their baseline replays, and predictions for edit sets."""
 
-    def __init__(self, graphs: list[Graph], inputs: list[EditInputs], stragglers: set[int]):
+    def __init__(self, graphs: list[Graph], inputs: list[EditInputs], stragglers: set[int]) -> None:
         self.graphs = graphs
         self.inputs = inputs
         self.stragglers = stragglers  # graph positions of straggler ranks
@@ -752,20 +797,36 @@ class Replayer:
             return None
         per_rank: list[NDArray[np.float64]] = []
         skip = self.stragglers if "straggler" in causes else set()
+        waiting_removed = 0
         for i, (g, inputs) in enumerate(zip(self.graphs, self.inputs, strict=True)):
             edit = Edit.none(g)
             for cause in causes:
                 apply_edit(g, inputs, cause, edit)
             after = step_times(g, *replay(g, edit))
-            saving = self.baseline[i] - after if after.size == self.baseline[i].size else None
-            if saving is not None and i not in skip:
-                per_rank.append(saving)
+            if after.size != self.baseline[i].size or i in skip:
+                continue
+            per_rank.append(self.baseline[i] - after)
+            if "straggler" in causes:
+                waiting_removed += int(
+                    _step_part(g, inputs.collective_rows, inputs.straggler_cut_ns)
+                )
+            elif "collective_wait" in causes:
+                waiting_removed += int(_step_part(g, inputs.collective_rows, inputs.wait_ns))
         measured = [m for m in self.measured if m.size]
         if not per_rank or not measured:
             return None
         pooled = np.concatenate(per_rank)
         step_ns = float(np.mean([m.mean() for m in measured]))
         saving = float(np.mean([s.mean() for s in per_rank]))
+        total = round(float(pooled.sum()))
+        note = None
+        if waiting_removed:
+            note = (
+                f"the other ranks would wait {waiting_removed / 1e6:,.2f} ms less inside"
+                f" collectives in all; {total / 1e6:,.2f} ms of that shortens their steps: the"
+                " rest of the waiting ran alongside other work, or the work after it waited for"
+                " the host, which keeps its time"
+            )
         low, high = (
             (float(pooled.min()), float(pooled.max()))
             if pooled.size < 10
@@ -783,6 +844,7 @@ class Replayer:
             saving_ns_per_step=saving,
             saving_low_ns_per_step=low,
             saving_high_ns_per_step=high,
-            saving_ns=round(float(pooled.sum())),
+            saving_ns=total,
             steps=max(int(m.size) for m in measured),
+            note=note,
         )

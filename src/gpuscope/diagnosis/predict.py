@@ -17,9 +17,16 @@ from msgspec.structs import replace
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.bounds import KernelKind
 from gpuscope.analyses.intervals import covered_ns
-from gpuscope.analyses.ranks import Participant, RankAnalysis, collective_waits
+from gpuscope.analyses.ranks import Participant, RankAnalysis, WaitCuts, collective_waits
 from gpuscope.analyses.timeline import WorkClass
-from gpuscope.analyses.whatif import ASSUMPTIONS, EditInputs, Prediction, Replayer, build_graph
+from gpuscope.analyses.whatif import (
+    ASSUMPTIONS,
+    EditInputs,
+    Graph,
+    Prediction,
+    Replayer,
+    build_graph,
+)
 from gpuscope.diagnosis.findings import Finding
 from gpuscope.model import Trace
 
@@ -53,7 +60,9 @@ def predict(
     ):
         positions = [i for i, p in enumerate(participants) if p.rank in straggler_ranks]
         cuts = collective_waits(participants, positions)
-    graphs, inputs, late = [], [], set()
+    graphs: list[Graph] = []
+    inputs: list[EditInputs] = []
+    late: set[int] = set()
     for trace in traces:
         reports = [d for d in devices if d.source == trace.source]
         host = hosts.get(id(trace))
@@ -93,21 +102,23 @@ def _inputs(
     reports: list[DeviceReport],
     host: HostIndex,
     participants: list[Participant],
-    cuts: list | None,  # type: ignore[type-arg]
+    cuts: list[WaitCuts] | None,
 ) -> EditInputs:
     ev = trace.events
     launch_code = CAUSES.index(Cause.LAUNCH_OVERHEAD)
-    gap_rows, comm_rows, fp32_rows, fp32_bytes = [], [], [], []
+    gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
     ratio, bandwidth = 2.0, None
     for d in reports:
         work = d.work
         gaps = d.idle.gaps
-        ends = gaps.end_ns[gaps.cause == launch_code]
+        launch = gaps.cause == launch_code
+        ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
         starts = ev.start_ns[work.rows]
         at = np.minimum(np.searchsorted(starts, ends), max(work.rows.size - 1, 0))
         if work.rows.size:
             hit = starts[at] == ends
             gap_rows.append(work.rows[at[hit]])
+            gap_ns.append(lengths[hit])
         comm = work.rows[work.work_class == WorkClass.COMMUNICATION]
         if comm.size:
             alongside = covered_ns(
@@ -128,6 +139,7 @@ def _inputs(
     inputs = EditInputs(
         activity=host.activity,
         launch_gap_rows=np.concatenate(gap_rows) if gap_rows else empty,
+        launch_gap_ns=np.concatenate(gap_ns).astype(np.int64) if gap_ns else empty,
         exposed_comm_rows=np.concatenate(comm_rows) if comm_rows else empty,
         fp32_rows=np.concatenate(fp32_rows).astype(np.int64) if fp32_rows else empty,
         fp32_bytes=np.concatenate(fp32_bytes) if fp32_bytes else np.zeros(0),

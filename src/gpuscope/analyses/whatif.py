@@ -70,8 +70,10 @@ DEFAULT_LAUNCH_LATENCY_NS = 5_000
 #: Work that starts within this of its stream predecessor's end was queued behind it, not
 #: waiting for its launch (back-to-back kernels start 1-5 µs apart).
 QUEUED_GAP_NS = 10_000
-#: A replay settles in at most this many passes (each settles one hop of the longest path).
-MAX_PASSES = 400
+#: A replay gives up after this many passes (each settles one more hop of the longest path):
+#: long zig-zags of tiny kernels between streams (thousands of hops) do not settle in time, and
+#: an unsettled replay (from below) would promise too much.
+MAX_PASSES = 64
 
 _RECORD = re.compile(r"^(?:cuda|hip)EventRecord|^cuEventRecord")
 _WAIT_EVENT = re.compile(r"^(?:cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
@@ -472,11 +474,12 @@ def _steps(
 # --- replaying --------------------------------------------------------------------------------
 
 
-def replay(g: Graph, edit: Edit) -> tuple[I64, I64]:
-    """Every node's (start, end) under ``edit``: the least schedule that meets every edge."""
+def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
+    """Every node's (start, end) under ``edit``: the least schedule that meets every edge, and
+    whether it settled within :data:`MAX_PASSES`."""
     n = g.start.size
     if n == 0:
-        return g.start.copy(), g.end.copy()
+        return g.start.copy(), g.end.copy(), True
     dur, gap = edit.dur, edit.gap
     keep_launch = edit.launch_delay > NEG
     ls, ld, lw = (
@@ -502,6 +505,7 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64]:
     f = np.full(n, NEG, dtype=np.int64)
     prev = np.arange(n) - 1
     s = e = g.start
+    settled = False
     for _ in range(MAX_PASSES):
         b = np.maximum(np.maximum(c + dur, f), NEG)
         x = np.maximum.accumulate(b - local + seg) - seg
@@ -517,9 +521,10 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64]:
         if ws.size:
             np.maximum.at(f2, wd, e[ws] + wt)
         if np.array_equal(c2, c) and np.array_equal(f2, f):
+            settled = True
             break
         c, f = c2, f2
-    return s, e
+    return s, e, settled
 
 
 def step_times(g: Graph, start: I64, end: I64) -> NDArray[np.float64]:
@@ -539,7 +544,8 @@ def step_times(g: Graph, start: I64, end: I64) -> NDArray[np.float64]:
     # can move by a whole step when the host gets ahead).
     ends = np.maximum.accumulate(last[present])
     begins = np.append(first[present[0]], ends[:-1])
-    return (ends - begins).astype(np.float64)
+    times: NDArray[np.float64] = (ends - begins).astype(np.float64)
+    return times
 
 
 # --- the edits: one per fix ---------------------------------------------------------------------
@@ -773,6 +779,11 @@ class Prediction(msgspec.Struct, frozen=True):
         return 100.0 * self.saving_ns_per_step / self.step_ns if self.step_ns else 0.0
 
 
+def _steps_of(g: Graph, edit: Edit) -> tuple[NDArray[np.float64], bool]:
+    start, end, settled = replay(g, edit)
+    return step_times(g, start, end), settled
+
+
 def _step_part(g: Graph, rows: I64, ns: I64) -> int:
     """The sum of ``ns`` over the rows whose work falls in the steps replayed."""
     nodes = g.node_of_row[rows]
@@ -789,7 +800,7 @@ class Replayer:
         self.inputs = inputs
         self.stragglers = stragglers  # graph positions of straggler ranks
         self.measured = [step_times(g, g.start, g.end) for g in graphs]
-        self.baseline = [step_times(g, *replay(g, Edit.none(g))) for g in graphs]
+        self.baseline = [_steps_of(g, Edit.none(g))[0] for g in graphs]
 
     def predict(self, causes: list[str], name: str | None = None) -> Prediction | None:
         causes = [c for c in causes if c in ASSUMPTIONS]
@@ -802,7 +813,9 @@ class Replayer:
             edit = Edit.none(g)
             for cause in causes:
                 apply_edit(g, inputs, cause, edit)
-            after = step_times(g, *replay(g, edit))
+            after, settled = _steps_of(g, edit)
+            if not settled:
+                return None  # a promise the replay could not check: none rather than too much
             if after.size != self.baseline[i].size or i in skip:
                 continue
             per_rank.append(self.baseline[i] - after)

@@ -24,6 +24,11 @@ from gpuscope.commands._common import input_errors_exit, write_json
 )
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
+@click.option(
+    "--no-predict",
+    is_flag=True,
+    help="Do not replay each finding's fix to predict its saving (a little faster).",
+)
 @input_errors_exit
 def diagnose(
     path: Path,
@@ -33,6 +38,7 @@ def diagnose(
     gpu_hour_usd: float | None,
     save: bool,
     label: str | None,
+    no_predict: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -43,6 +49,7 @@ def diagnose(
         gpu_hour_usd=gpu_hour_usd,
         save=save or label is not None,
         label=label,
+        predict=not no_predict,
     )
 
 
@@ -68,6 +75,7 @@ def run_diagnose(
     gpu_hour_usd: float | None = None,
     save: bool = False,
     label: str | None = None,
+    predict: bool = True,
 ) -> None:
     from gpuscope.readers import _scan
 
@@ -79,7 +87,8 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, predict=predict)
+    result = diagnose(load(path, scan=scan), options)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

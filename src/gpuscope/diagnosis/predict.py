@@ -16,6 +16,7 @@ from msgspec.structs import replace
 
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.bounds import KernelKind
+from gpuscope.analyses.host import host_activity
 from gpuscope.analyses.intervals import covered_ns
 from gpuscope.analyses.ranks import Participant, RankAnalysis, WaitCuts, collective_waits
 from gpuscope.analyses.timeline import WorkClass
@@ -63,11 +64,13 @@ def predict(
     graphs: list[Graph] = []
     inputs: list[EditInputs] = []
     late: set[int] = set()
-    for trace in traces:
-        reports = [d for d in devices if d.source == trace.source]
-        host = hosts.get(id(trace))
-        if not reports or host is None:
-            continue
+    # The traces the device reports were computed on (a reader may split or window a job's).
+    by_trace: dict[int, list[DeviceReport]] = {}
+    for d in devices:
+        by_trace.setdefault(id(d.work.trace), []).append(d)
+    for reports in by_trace.values():
+        trace = reports[0].work.trace
+        host = hosts.get(id(trace)) or host_activity(trace)
         if any((d.rank if d.rank is not None else -1) in straggler_ranks for d in reports):
             late.add(len(graphs))
         graphs.append(build_graph(trace))
@@ -147,7 +150,7 @@ def _inputs(
         memory_bytes_per_s=bandwidth,
     )
     if cuts is not None:
-        mine = [c for p, c in zip(participants, cuts, strict=True) if p.source == trace.source]
+        mine = [c for p, c in zip(participants, cuts, strict=True) if p.work.trace is trace]
         if mine:
             inputs.collective_rows = np.concatenate([c.rows for c in mine])
             inputs.wait_ns = np.concatenate([c.wait_ns for c in mine])

@@ -390,6 +390,9 @@ _CBID = {
     "cudaGraphLaunch": 311,
 }
 
+#: Runtime API names the generator writes (tests check each classified one has a HIP twin).
+RUNTIME_NAMES = tuple(_CBID)
+
 # --- kernels ----------------------------------------------------------------------------------
 
 

@@ -22,6 +22,11 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
 @click.option(
@@ -38,6 +43,7 @@ def diagnose(
     gpu_hour_usd: float | None,
     save: bool,
     label: str | None,
+    whole: bool,
     no_predict: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
@@ -49,6 +55,7 @@ def diagnose(
         gpu_hour_usd=gpu_hour_usd,
         save=save or label is not None,
         label=label,
+        whole=whole,
         predict=not no_predict,
     )
 
@@ -75,6 +82,7 @@ def run_diagnose(
     gpu_hour_usd: float | None = None,
     save: bool = False,
     label: str | None = None,
+    whole: bool = False,
     predict: bool = True,
 ) -> None:
     from gpuscope.readers import _early
@@ -87,7 +95,7 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, predict=predict)
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict)
     result = diagnose(load(path, prefetch=prefetch), options)
     if save:
         from gpuscope.analyses.diff import summarize

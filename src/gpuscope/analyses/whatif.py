@@ -53,6 +53,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
+
+try:  # the one-pass solver, where it was compiled (see setup.py)
+    from gpuscope.analyses import _replay
+except ImportError:  # pragma: no cover - the numpy fixpoint does the same, slower
+    _replay = None  # type: ignore[assignment]
 from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
 
 I64 = NDArray[np.int64]
@@ -474,9 +479,10 @@ def _steps(
 # --- replaying --------------------------------------------------------------------------------
 
 
-def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
+def replay(g: Graph, edit: Edit, *, python: bool = False) -> tuple[I64, I64, bool]:
     """Every node's (start, end) under ``edit``: the least schedule that meets every edge, and
-    whether it settled within :data:`MAX_PASSES`."""
+    whether it settled. The C solver (``_replay``, one pass in topological order) runs when it
+    was built; else, or with ``python``, the numpy fixpoint, within :data:`MAX_PASSES`."""
     n = g.start.size
     if n == 0:
         return g.start.copy(), g.end.copy(), True
@@ -495,6 +501,16 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
     free[g.launch_dst[~keep_launch]] = True
     heads = g.first & free
     fixed[heads] = g.start[heads]
+    if _replay is not None and not python:
+        prev = np.arange(n, dtype=np.int64) - 1
+        prev[g.first] = -1
+        s_out, e_out = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        arrays = (prev, gap, dur, fixed, ls, ld, lw, es, ed, ws, wd, wt)
+        solved = _replay.solve(
+            *(np.ascontiguousarray(x, dtype=np.int64) for x in arrays), s_out, e_out
+        )
+        if solved:
+            return s_out, e_out, True
     seg = g.chain * _SEG
     a = gap + dur
     a = np.where(g.first, 0, a)

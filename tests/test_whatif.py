@@ -157,3 +157,15 @@ def test_one_pass_solver_and_numpy_fixpoint_agree(
         twin = replay(g, e, python=True)
         assert fast[2] and twin[2]
         assert np.array_equal(fast[0], twin[0]) and np.array_equal(fast[1], twin[1])
+
+
+def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> None:
+    cfg = replace(_SMALL, steps=5, inject=(gen.HostSync(),))
+    before = _write(cfg, tmp_path, "before")
+    after = _write(gen.apply_fix(cfg, "host_sync"), tmp_path, "after")
+    out = tmp_path / "diff.json"
+    run = CliRunner().invoke(main, ["diff", str(before), str(after), "--json", str(out)])
+    assert run.exit_code == 0, run.output
+    checks = {c["cause"]: c for c in json.loads(out.read_text())["predictions"]}
+    assert abs(checks["host_sync"]["error_pct"]) < 10
+    assert "predicted on before, fixing host_sync" in " ".join(run.output.split())

@@ -866,7 +866,7 @@ class Replayer:
         saving = float(np.mean([s.mean() for s in per_rank]))
         total = round(float(pooled.sum()))
         note = None
-        if waiting_removed:
+        if waiting_removed and len(causes) == 1:
             note = (
                 f"the other ranks would wait {waiting_removed / 1e6:,.2f} ms less inside"
                 f" collectives in all; {total / 1e6:,.2f} ms of that shortens their steps: the"

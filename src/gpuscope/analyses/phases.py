@@ -75,6 +75,9 @@ SILENT_COMPILE_MIN_NS = 1_000_000
 #: The steady state holds at least this many steps, or this share of the device's busy time.
 STEADY_MIN_STEPS = 3
 STEADY_MIN_BUSY_SHARE = 0.5
+#: ... and, without steps, at least this many kernels and copies: a few kernels after a first
+#: launch are not a steady state to describe.
+STEADY_MIN_WORK = 10
 #: What is left out must be mostly start-up: this share of its idle time inside the phases,
 #: and start-up must matter: at least this share of the device's span (a 50 µs module load in a
 #: one-second trace is not worth a window).
@@ -383,8 +386,9 @@ def phase_intervals(phases: list[Phase]) -> dict[WarmupKind, Intervals]:
 def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
     """Where the steady state begins: the latest end of a start-up phase such that what follows
     holds at least :data:`STEADY_MIN_STEPS` steps or :data:`STEADY_MIN_BUSY_SHARE` of the
-    device time, and what precedes it is mostly start-up (its idle time mostly inside phases,
-    and at least :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
+    device time (in :data:`STEADY_MIN_WORK` kernels and copies or more), and what precedes it
+    is mostly start-up (its idle time mostly inside phases, and at least
+    :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
     None when there is no phase, or no such point (start-up and work are interleaved)."""
     if not phases:
         return None
@@ -393,6 +397,7 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
     if device.size == 0:
         return None
     busy = union(ev.start_ns[device], ev.end_ns[device])
+    starts = np.sort(ev.start_ns[device])
     lo, hi = int(busy.start_ns[0]), int(busy.end_ns[-1])
     total = busy.total_ns
     idle = gaps(busy, lo, hi)
@@ -407,8 +412,9 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
             continue
         after = clip(busy, end, hi).total_ns
         steps_after = int(step_starts.size - np.searchsorted(step_starts, end))
+        work_after = int(device.size - np.searchsorted(starts, end))
         steady = (trace.steps and steps_after >= STEADY_MIN_STEPS) or (
-            after >= STEADY_MIN_BUSY_SHARE * total
+            after >= STEADY_MIN_BUSY_SHARE * total and work_after >= STEADY_MIN_WORK
         )
         if not steady:
             continue

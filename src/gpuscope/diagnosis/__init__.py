@@ -14,6 +14,7 @@ import msgspec
 from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.host import HostIndex, host_activity
+from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
 from gpuscope.analyses.timeline import (
     DeviceWork,
@@ -81,6 +82,7 @@ class DeviceReport(msgspec.Struct, frozen=True):
     bounds: KernelBounds
     work: DeviceWork  # the classified device work the figures above come from
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
+    views: DeviceViews | None = None  # device time per module path and per operator
 
 
 class Diagnosis(msgspec.Struct, frozen=True):
@@ -124,8 +126,10 @@ def diagnose_timelines(
     hosts: dict[int, HostIndex] = {}
     for trace in job.traces:
         host = hosts[id(trace)] = host_activity(trace)
-        for device in trace.device_ids:
-            report = _device_report(trace, device, options, host)
+        ids = trace.device_ids
+        scopes = host_scopes(trace) if ids else None
+        for device in ids:
+            report = _device_report(trace, device, options, host, scopes)
             if adjust is not None:
                 report = adjust(report)
             devices.append(report)
@@ -176,8 +180,11 @@ def _ranks(
     return analyse_ranks(participants)
 
 
-def _device_report(trace: Trace, device: int, options: Options, host: HostIndex) -> DeviceReport:
+def _device_report(
+    trace: Trace, device: int, options: Options, host: HostIndex, scopes: HostScopes | None
+) -> DeviceReport:
     work = device_work(trace, device)
+    idle = attribute_idle(work, host)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
     facts = match_device(info.name, num_sms=info.num_sms)
     return DeviceReport(
@@ -194,9 +201,10 @@ def _device_report(trace: Trace, device: int, options: Options, host: HostIndex)
         kernels=kernel_breakdown(work, top=options.top_kernels),
         streams=stream_idle(work),
         steps=step_breakdown(work),
-        idle=attribute_idle(work, host),
+        idle=idle,
         bounds=kernel_bounds(work, facts),
         work=work,
+        views=None if scopes is None else device_views(work, idle, scopes),
     )
 
 

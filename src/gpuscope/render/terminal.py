@@ -20,6 +20,7 @@ from gpuscope.analyses.intervals import Intervals, covered_ns
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.render.ranks import render_ranks
+from gpuscope.render.views import render_views
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -41,6 +42,7 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
     console.print(_verdict(diagnosis.verdict))
     if diagnosis.findings:
         console.print(_findings(diagnosis.findings))
+    render_views(diagnosis, console)
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))

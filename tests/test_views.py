@@ -17,6 +17,7 @@ from gpuscope.analyses.operators import BACKWARD, NO_LAUNCH, DeviceViews, ViewRo
 from gpuscope.diagnosis import DeviceReport
 from gpuscope.generator import GeneratorConfig, HostSync, generate
 from gpuscope.model import Kind, Trace
+from gpuscope.render import html, views_html
 from gpuscope.render.json import views_document
 
 QWEN = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"
@@ -203,3 +204,21 @@ def test_views_document_holds_the_whole_tree_with_paths() -> None:
     paths = {m["path"] for m in doc["modules"]}
     assert "ProfilerStep/Qwen2Model_0/Qwen2DecoderLayer_0/Qwen2Attention_0/Linear_0" in paths
     assert doc["operators"][0].keys() >= {"name", "calls", "total_ns", "self_ns", "idle_ns"}
+
+
+def test_report_links_a_findings_location_to_its_module_row_and_draws_the_icicle(
+    generated: tuple[Path, GeneratorConfig],
+) -> None:
+    path, _ = generated
+    diagnosis = diagnose(load(path))
+    page = html.render(diagnosis)
+    v = _views(diagnosis.devices[0])
+    row = v.location_rows["train.py:57 (train)"]
+    assert f"<a href='#views-m-{row}'>" in page
+    assert f"<tr id='views-m-{row}'>" in page
+    assert "<table class='sortable'>" in page
+    part = views_html.views_part(diagnosis)
+    assert part.figure is not None
+    icicle = part.figure.data[0]
+    assert list(icicle.labels) == [r.name for r in v.module_types]
+    assert icicle.values[0] == pytest.approx(v.module_types[0].total_ns / 1e6)

@@ -228,38 +228,39 @@ def _tree(scopes: HostScopes, rows: NDArray[np.int64], label_of: Callable[[str],
         order = np.lexsort((-end, start))  # a parent before the children that start with it
         rows, start, end = rows[order], start[order], end[order]
     n = rows.size
-    position = np.arange(n, dtype=np.int64)
     # Ranges after this one start no earlier and are not empty: they have not ended yet.
-    level = np.maximum(position - np.searchsorted(np.sort(end), start, side="right"), 0)
+    level = np.arange(n, dtype=np.int64) - np.searchsorted(np.sort(end), start, side="right")
+    level = np.maximum(level, 0)
     small = level.astype(np.int16) if int(level.max()) < 1 << 15 else level
     by_level = np.argsort(small, kind="stable")  # by level, then position
-    keys = level[by_level] * n + by_level
-    at = np.searchsorted(keys, (level - 1) * n + position, side="left") - 1
-    candidate = by_level[np.maximum(at, 0)]
-    parent = np.where(
-        (level > 0) & (at >= 0) & (level[candidate] == level - 1) & (end[candidate] >= end),
-        candidate,
-        -1,
-    )
+    bounds = np.searchsorted(level[by_level], np.arange(int(level.max()) + 2))
     label = _labels(scopes.trace.names, ev.name_id[rows], label_of)
-    # Paths interned level by level: a parent's node is known before its children's.
+    width = len(label.labels)
+    parent = np.full(n, -1, dtype=np.int64)
     node = np.full(n, -1, dtype=np.int64)
     index: dict[tuple[int, int], int] = {}
     node_parent: list[int] = []
     node_label: list[int] = []
     node_depth: list[int] = []
-    bounds = np.searchsorted(keys, np.arange(int(level.max()) + 2) * n)
+    above = by_level[:0]
+    # Level by level: each range's parent is the last range one level up that began before it;
+    # paths are interned as they go (a parent's node is known before its children's).
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         members = by_level[lo:hi]
-        if members.size == 0:
-            continue
+        if above.size and members.size:
+            at = np.searchsorted(above, members) - 1
+            candidate = above[np.maximum(at, 0)]
+            ok = (at >= 0) & (end[candidate] >= end[members])
+            parent[members] = np.where(ok, candidate, -1)
+        above = members
         up = parent[members]
         up_node = np.where(up >= 0, node[np.maximum(up, 0)], -1)
-        key = (up_node + 1) * len(label.labels) + label.of_range[members]
-        unique, inverse = np.unique(key, return_inverse=True)
+        unique, inverse = np.unique(
+            (up_node + 1) * width + label.of_range[members], return_inverse=True
+        )
         ids = np.empty(unique.size, dtype=np.int64)
         for j, k in enumerate(unique.tolist()):
-            pair = (k // len(label.labels) - 1, k % len(label.labels))
+            pair = (k // width - 1, k % width)
             found = index.get(pair)
             if found is None:
                 found = index[pair] = len(node_parent)

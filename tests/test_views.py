@@ -219,6 +219,14 @@ def test_report_links_a_findings_location_to_its_module_row_and_draws_the_icicle
     assert "<table class='sortable'>" in page
     part = views_html.views_part(diagnosis)
     assert part.figure is not None
-    icicle = part.figure.data[0]
-    assert list(icicle.labels) == [r.name for r in v.module_types]
-    assert icicle.values[0] == pytest.approx(v.module_types[0].total_ns / 1e6)
+    bars = part.figure.data[0]
+    shown = [r for r in v.module_types if r.total_ns > 0]
+    assert list(bars.text) == [r.name for r in shown]
+    assert bars.x[0] == pytest.approx(shown[0].total_ns / 1e6)
+    # Each bar lies under its parent's: the icicle nests as the tree does.
+    at = {id(r): k for k, r in enumerate(shown)}
+    for k, r in enumerate(shown):
+        if r.parent >= 0:
+            p = at[id(v.module_types[r.parent])]
+            assert bars.base[p] - 1e-9 <= bars.base[k]
+            assert bars.base[k] + bars.x[k] <= bars.base[p] + bars.x[p] + 1e-9

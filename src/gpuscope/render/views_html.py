@@ -113,32 +113,59 @@ def _ms(ns: float) -> str:
 
 
 def icicle(views: DeviceViews) -> go.Figure:
-    """The module tree, instances of a class merged, as an icicle sized by GPU time."""
+    """The module tree, instances of a class merged, as an icicle sized by GPU time: one row of
+    bars per depth, each bar under its parent and as wide as its GPU time. Drawn with bars, as
+    the timeline is, so that it needs no other part of plotly."""
     rows = views.module_types
-    ids = [f"m{i}" for i in range(len(rows))]
+    offset = [0] * len(rows)
+    filled: dict[int, int] = {}  # parent row (-1: the top) -> GPU time already laid under it
     paths: list[str] = []
-    for r in rows:
+    for i, r in enumerate(rows):
         paths.append(r.name if r.parent < 0 else f"{paths[r.parent]}/{r.name}")
+        start = 0 if r.parent < 0 else offset[r.parent]
+        offset[i] = start + filled.get(r.parent, 0)
+        filled[r.parent] = filled.get(r.parent, 0) + r.total_ns
+    shown = [i for i, r in enumerate(rows) if r.total_ns > 0]
+    busy = views.busy_ns or 1
     hover = [
-        f"{_plot(p)}<br>GPU time {_ms(r.total_ns)} ({100.0 * r.total_ns / views.busy_ns:.1f}%)"
-        f"<br>self {_ms(r.self_ns)} · calls {r.calls:,} · idle caused {_ms(r.idle_ns)}"
-        for r, p in zip(rows, paths, strict=True)
+        f"{_plot(paths[i])}<br>GPU time {_ms(rows[i].total_ns)} "
+        f"({100.0 * rows[i].total_ns / busy:.1f}%)<br>self {_ms(rows[i].self_ns)} · calls "
+        f"{rows[i].calls:,} · idle caused {_ms(rows[i].idle_ns)}"
+        for i in shown
     ]
-    figure = go.Figure(
-        go.Icicle(
-            ids=ids,
-            labels=[_plot(r.name, _LABEL_CHARS) for r in rows],
-            parents=["" if r.parent < 0 else ids[r.parent] for r in rows],
-            values=[r.total_ns / 1e6 for r in rows],
-            branchvalues="total",
-            hovertext=hover,
-            hoverinfo="text",
-            tiling={"orientation": "v"},
-            maxdepth=6,
-        )
+    root_of: list[int] = []
+    for i, r in enumerate(rows):
+        root_of.append(i if r.parent < 0 else root_of[r.parent])
+    bars = go.Bar(
+        orientation="h",
+        y=[rows[i].depth for i in shown],
+        x=[rows[i].total_ns / 1e6 for i in shown],
+        base=[offset[i] / 1e6 for i in shown],
+        text=[_plot(rows[i].name, _LABEL_CHARS) for i in shown],
+        textposition="inside",
+        insidetextanchor="middle",
+        hovertext=hover,
+        hovertemplate="%{hovertext}<extra></extra>",
+        marker={
+            "color": [_PALETTE[root_of[i] % len(_PALETTE)] for i in shown],
+            "line": {"color": "#ffffff", "width": 1},
+        },
     )
-    figure.update_layout(margin={"t": 10, "l": 10, "r": 10, "b": 10}, height=420)
+    depth = max((rows[i].depth for i in shown), default=0)
+    figure = go.Figure(bars)
+    figure.update_layout(
+        margin={"t": 10, "l": 10, "r": 10, "b": 40},
+        height=min(70 + 44 * (depth + 1), 520),
+        bargap=0.04,
+        showlegend=False,
+        xaxis={"title": {"text": "GPU time (ms)"}},
+        yaxis={"autorange": "reversed", "showticklabels": False},
+        uniformtext={"minsize": 9, "mode": "hide"},
+    )
     return figure
+
+
+_PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"]
 
 
 def _plot(text: str, limit: int | None = None) -> str:

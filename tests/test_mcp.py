@@ -123,7 +123,9 @@ def test_mcp_without_the_sdk_says_how_to_install_it(monkeypatch: pytest.MonkeyPa
 
     from gpuscope.cli import main
 
-    monkeypatch.setitem(sys.modules, "mcp", None)  # as if the extra were not installed
+    # As if the extra were not installed (an earlier test may have imported the SDK).
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] or ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)
     result = CliRunner().invoke(main, ["mcp"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [

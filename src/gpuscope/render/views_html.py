@@ -18,7 +18,8 @@ from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.diagnosis import Diagnosis
 
 FIGURE_ID = "chart-modules"
-#: Rows of the operator table; the module table shows every row of the tree.
+#: Rows of the tables (the module tree in tree order); the JSON holds them all.
+MODULE_ROWS = 2000
 OPERATOR_ROWS = 200
 _LABEL_CHARS = 60
 
@@ -47,7 +48,12 @@ def views_part(diagnosis: Diagnosis) -> ViewsPart:
         "inside it. Busy time only: where streams overlap, each nanosecond counts once, so the "
         f"roots sum to the device's busy time.{where}"
     )
-    links = {loc: f"#views-m-{row}" for loc, row in views.location_rows.items()}
+    links = {
+        loc: f"#views-m-{row}" for loc, row in views.location_rows.items() if row < MODULE_ROWS
+    }
+    tree = _tree_rows(views)
+    if len(tree) > MODULE_ROWS:
+        note += f" The table shows the first {MODULE_ROWS:,} of {len(tree):,} paths (the JSON all)."
     operator_rows = views.operators[:OPERATOR_ROWS]
     links.update(
         {r.name: f"#views-o-{i}" for i, r in enumerate(operator_rows) if r.name not in links}
@@ -56,7 +62,7 @@ def views_part(diagnosis: Diagnosis) -> ViewsPart:
         f"<section id='views'><h2>Where the GPU time goes</h2><p class='note'>{_e(note)}</p>"
         f'<div class="chart" id="{FIGURE_ID}"></div>'
         f"<h3>By {_UNIT.get(views.module_source, 'range')} path</h3>"
-        f"{_table('views-m', _tree_rows(views), views.busy_ns, path=True)}"
+        f"{_table('views-m', tree[:MODULE_ROWS], views.busy_ns, path=True)}"
         "<h3>By operator</h3>"
         f"{_table('views-o', [(r, r.name) for r in operator_rows], views.busy_ns, path=False)}"
         "</section>"

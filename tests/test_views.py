@@ -230,3 +230,15 @@ def test_report_links_a_findings_location_to_its_module_row_and_draws_the_icicle
             p = at[id(v.module_types[r.parent])]
             assert bars.base[p] - 1e-9 <= bars.base[k]
             assert bars.base[k] + bars.x[k] <= bars.base[p] + bars.x[p] + 1e-9
+
+
+def test_nsys_views_come_from_nvtx_ranges_and_emit_nvtx_operators() -> None:
+    report = diagnose(load(corpus("nsys/nsys-ai/mfu_2gpu_before.sqlite"))).devices[0]
+    v = _views(report)
+    assert v.module_source == "ranges"  # NVTX ranges
+    _assert_partitions(v)
+    rows = {r.name: r for r in _roots(v.modules)}
+    # FlashAttention's autograd Function opens an NVTX range around its kernel.
+    flash = rows["FlashAttnFunc"]
+    assert flash.calls == flash.launches == 33
+    assert {r.name: r for r in v.operators}["flash_attn::_flash_attn_forward"].self_ns > 0

@@ -29,6 +29,7 @@ COMMANDS = {
     "fleet": ("fleet", "fleet"),
     "fleet-report": ("fleet", "fleet_report"),
     "watch": ("watch", "watch"),
+    "mcp": ("mcp", "mcp"),
 }
 
 

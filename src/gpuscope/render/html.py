@@ -349,11 +349,7 @@ def _finding(
             f" {_e(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
-<<<<<<< HEAD
-        f"<tr><td class='mono kernel'>{_name(loc.location, short_location(loc.location, 100))}</td>"
-=======
         f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
->>>>>>> main
         f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
         for loc in f.locations
     )
@@ -375,9 +371,10 @@ def _finding(
 def _linked(location: str, links: dict[str, str]) -> str:
     """A finding's location, linked to its row of the module or operator view when it has one."""
     anchor = links.get(location)
+    name = _name(location, short_location(location, 100))  # the whole location on hover
     if anchor is None:
-        return _name(location)
-    return f"<a href='{_e(anchor)}'>{_name(location)}</a>"
+        return name
+    return f"<a href='{_e(anchor)}'>{name}</a>"
 
 
 def _code_spans(text: str) -> str:

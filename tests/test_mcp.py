@@ -128,6 +128,8 @@ def test_mcp_without_the_sdk_says_how_to_install_it(monkeypatch: pytest.MonkeyPa
         monkeypatch.setitem(sys.modules, name, None)
     result = CliRunner().invoke(main, ["mcp"])
     assert result.exit_code == 2
+    root = Path(__file__).resolve().parents[1]  # installed from its checkout: the line names it
     assert result.output.strip().splitlines() == [
-        "gpuscope: error: gpuscope mcp needs the MCP Python SDK (mcp): pip install 'gpuscope[mcp]'"
+        "gpuscope: error: gpuscope mcp needs the MCP Python SDK (mcp):"
+        f" pip install -e '{root}[mcp]'"
     ]

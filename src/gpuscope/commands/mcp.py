@@ -1,8 +1,8 @@
 """``gpuscope mcp``: gpuscope as tools for a coding agent, over the Model Context Protocol.
 
-The server speaks MCP over stdio with the official SDK (the ``mcp`` extra: ``pip install
-'gpuscope[mcp]'``). Its tools are :class:`gpuscope.commands._agent.Session`'s answers; bad input
-comes back as a tool error (``isError``) carrying the command line's one-line message
+The server speaks MCP over stdio with the official SDK (the ``mcp`` extra: ``pip install -e
+'.[mcp]'`` from the checkout). Its tools are :class:`gpuscope.commands._agent.Session`'s answers;
+bad input comes back as a tool error (``isError``) carrying the command line's one-line message
 (``gpuscope: error: PATH: what is wrong``), never as a crash of the server. stdout is the
 protocol's channel: nothing else may write to it. See ``docs/mcp.md``.
 """

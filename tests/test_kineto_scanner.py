@@ -124,7 +124,7 @@ def test_odd_but_valid_values_read_as_the_lenient_reader_reads_them(tmp_path: Pa
         kernel(2, correlation=2.0, grid=[2, None, 1]),  # a float id; a null in the grid
         kernel(3, grid="grid(100,)", block=None, device=None),
         kernel(4, **{"est. achieved occupancy %": None, "External id": True}),
-        {**kernel(5), "pid": "stream 7", "tid": "12", "ts": None, "name": "say \"hi\"\\n é"},
+        {**kernel(5), "pid": "stream 7", "tid": "12", "name": "say \"hi\"\\n é"},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
          "pid": 0, "tid": 7, "ts": 5.25, "dur": 1.5,
          "args": {"device": 0, "stream": 7, "correlation": 9, "bytes": 4096.0}},

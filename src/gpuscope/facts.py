@@ -136,6 +136,10 @@ def all_facts() -> list[GpuFacts]:
     return [facts for _, facts in _table()]
 
 
+#: The part of a device name matched against the table.
+MAX_DEVICE_NAME_CHARS = 256
+
+
 def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | None:
     """The facts for a device name as a trace reports it, or ``None`` when not known for sure.
 
@@ -143,7 +147,9 @@ def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | 
     docstring for how it confirms a name match and how it identifies generically named AMD GPUs.
     """
     sms = num_sms if num_sms is not None and num_sms > 0 else None
-    text = (name or "").strip()
+    # A bounded prefix: device names are tens of characters, and a corrupt trace's name of
+    # megabytes would take each of the table's patterns minutes to search.
+    text = (name or "")[:MAX_DEVICE_NAME_CHARS].strip()
     if not text or _GENERIC_AMD_NAME.match(text) or _MIG_NAME.search(text):
         return None
     for pattern, facts in _table():

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuscope._files import atomic_write
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ def write(table: FleetTable, path: str | Path) -> None:
             "jobs": [asdict(j) for j in table.jobs],
             "findings": [asdict(f) for f in table.findings],
         }
-        Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())
         return
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
     import pyarrow.parquet as pq  # type: ignore[import-untyped]  # noqa: PLC0415
@@ -385,7 +386,9 @@ def write(table: FleetTable, path: str | Path) -> None:
         (table.findings, FindingRow, findings_path(path)),
     ):
         columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
-        pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), target)
+        sink = pa.BufferOutputStream()  # in memory, then replaced in one step: a job killed
+        pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), sink)  # mid-write keeps
+        atomic_write(target, sink.getvalue().to_pybytes())  # the table it had
 
 
 def _arrow_schema(cls: type) -> Any:

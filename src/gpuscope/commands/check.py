@@ -9,22 +9,29 @@ from typing import NoReturn
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, input_errors_exit
+from gpuscope.commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    GROWTH_PERCENT,
+    PERCENT,
+    PRICE,
+    input_errors_exit,
+)
 
 
 @click.command()
 @click.argument("target")
-@click.option("--max-idle-pct", type=float, help="Fail when the GPU is idle more than this.")
+@click.option("--max-idle-pct", type=PERCENT, help="Fail when the GPU is idle more than this.")
 @click.option(
-    "--max-cost-usd-per-gpu-hour", type=float, help="Fail when the waste costs more than this."
+    "--max-cost-usd-per-gpu-hour", type=PRICE, help="Fail when the waste costs more than this."
 )
 @click.option("--baseline", help="Trace, folder or saved run id to compare step time with.")
 @click.option(
     "--max-regression-pct",
-    type=float,
+    type=GROWTH_PERCENT,
     help="With --baseline: fail when step time grows more than this (and beyond noise).",
 )
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @input_errors_exit
 def check(
     target: str,

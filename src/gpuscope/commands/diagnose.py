@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, write_json
 
 
 @click.command()
@@ -17,10 +17,16 @@ from gpuscope.commands._common import input_errors_exit, write_json
     type=click.Path(path_type=Path),
     help="Write the diagnosis as JSON ('-': stdout).",
 )
-@click.option("--top", default=10, show_default=True, help="Kernels to list per device.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Kernels to list per device.",
+)
 @click.option("--all-devices", is_flag=True, help="Detail every device, not just the extremes.")
 @click.option(
-    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+    "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
@@ -80,17 +86,20 @@ def run_diagnose(
     from gpuscope.render import terminal
 
     result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
+    # corrupt, read-only) then costs the save alone, with its own line and exit 2.
+    to_stdout = False
+    if json_out is not None:
+        from gpuscope.render import json as json_renderer
+
+        to_stdout = write_json(json_out, json_renderer.dumps(result))
+    if not to_stdout:
+        from gpuscope.render import console
+
+        terminal.render(result, console(), all_devices=all_devices)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run
 
         run_id = save_run(summarize(result), path, label)
         click.echo(f"gpuscope: saved as run {run_id}", err=True)
-    if json_out is not None:
-        from gpuscope.render import json as json_renderer
-
-        if write_json(json_out, json_renderer.dumps(result)):
-            return
-    from gpuscope.render import console
-
-    terminal.render(result, console(), all_devices=all_devices)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -26,8 +26,14 @@ if TYPE_CHECKING:
     type=click.Path(path_type=Path),
     help="Write the diff as JSON ('-': stdout).",
 )
-@click.option("--top", default=10, show_default=True, help="Kernel changes to list.")
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour (for traces).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Kernel changes to list.",
+)
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (for traces).")
 @input_errors_exit
 def diff(
     before: str, after: str, json_out: Path | None, top: int, gpu_hour_usd: float | None
@@ -48,18 +54,21 @@ def diff(
 
 def summary_of(ref: str, gpu_hour_usd: float | None = None) -> tuple[RunSummary, str]:
     """The summary of a trace file or folder, or of a saved run given by its id; and a name."""
+    import os.path
+
     from gpuscope.analyses.diff import summarize
     from gpuscope.errors import InputError
 
     path = Path(ref)
-    if not path.exists() and ref.lstrip("#").isdigit():
+    exists = os.path.exists(path)  # False, not an error, for a name too long to exist
+    if not exists and ref.lstrip("#").isdigit():
         from gpuscope.history import History
 
-        with History() as history:
+        with History(readonly=True) as history:
             run = history.get(int(ref.lstrip("#")))
         name = f"run {run.id}" + (f" ({run.label})" if run.label else "")
         return run.summary, name
-    if not path.exists():
+    if not exists:
         raise InputError(path, "no such file, folder or saved run id")
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_output
+from gpuscope.commands._common import PRICE, input_errors_exit, write_output
 
 
 @click.command()
@@ -26,7 +26,7 @@ from gpuscope.commands._common import input_errors_exit, write_output
     help="The HTML file to write.",
 )
 @click.option(
-    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+    "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
 @input_errors_exit
 def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) -> None:

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import PERCENT, PRICE, Number, input_errors_exit, write_json
 
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--units-per-step",
-    type=float,
+    type=Number(above=True),
     help="Work one GPU does per step (e.g. its batch size); default: one GPU-step.",
 )
 @click.option(
@@ -24,11 +24,12 @@ from gpuscope.commands._common import input_errors_exit, write_json
 )
 @click.option(
     "--threshold",
+    type=PERCENT,
     default=80.0,
     show_default=True,
     help="Scaling efficiency (%) below which gpuscope reports a finding.",
 )
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON ('-')."
 )

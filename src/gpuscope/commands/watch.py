@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT
+from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -22,17 +22,17 @@ GIB = 2**30
 
 
 @click.command()
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
+@click.option("--interval", type=Number(0.05), default=1.0, show_default=True)
 @click.option(
     "--idle-threshold-pct",
-    type=click.FloatRange(0, 100),
+    type=PERCENT,
     default=5.0,
     show_default=True,
     help="At or below this utilisation a GPU counts as idle.",
 )
 @click.option(
     "--idle-after-s",
-    type=click.FloatRange(min=0),
+    type=Number(0.0),
     default=60.0,
     show_default=True,
     help="Flag a held GPU idle this long.",
@@ -104,6 +104,7 @@ def _loop(
 def table(samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> Table:
     """One row per GPU; n/a where NVML cannot say; IDLE where a held GPU idles too long."""
     from rich.table import Table
+    from rich.text import Text
 
     flagged = {a.index: a for a in alerts}
     out = Table(title="gpuscope watch", title_justify="left")
@@ -118,7 +119,7 @@ def table(samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> Table:
             _pct(s.sm_active_pct),
             _memory(s),
             ", ".join(f"{p.pid} {p.name or '?'}" for p in s.processes) or "-",
-            f"[bold red]IDLE {alert.idle_s:.0f} s while held[/]" if alert else "",
+            Text(f"IDLE {alert.idle_s:.0f} s while held", style="bold red") if alert else "",
         )
     return out
 

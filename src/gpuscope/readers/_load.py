@@ -13,10 +13,11 @@ from typing import Any
 
 import msgspec
 
+from gpuscope._files import note_input_path
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
 from gpuscope.readers import _early, _scan
-from gpuscope.readers._io import head_bytes
+from gpuscope.readers._io import head_bytes, is_folder
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
 
@@ -86,7 +87,7 @@ def load(path: str | Path, *, scan: Scan | None = None) -> Job:
     ``scan`` is the file's Kineto scan already started by :func:`gpuscope.readers._scan.start`.
     """
     path = Path(path)
-    if path.is_dir():
+    if is_folder(path):
         return _load_folder(path)
     return load_file(path, scan=scan)
 
@@ -99,6 +100,7 @@ def load_file(path: Path, *, scan: Scan | None = None) -> Job:
             "an Nsight Systems report; export it first: nsys export --type sqlite "
             f"--output {path.with_suffix('.sqlite').name} {path.name}",
         )
+    note_input_path(path)  # no output of the command may overwrite it (see gpuscope._files)
     early = _early.take(path)  # read already, in a child process (see the console script)
     if early is not None:
         return early
@@ -147,7 +149,12 @@ def require_device_activity(path: Path, trace: Trace) -> None:
 
 
 def _load_folder(folder: Path) -> Job:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    try:
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    except OSError as error:
+        raise InputError(folder, f"cannot be read ({error.strerror or error})") from None
+    for file in files:  # read by worker processes, perhaps: noted here
+        note_input_path(file)
     parts: list[Job] = []
     skipped: list[str] = []
     for file, outcome in zip(files, _read_all(files), strict=True):

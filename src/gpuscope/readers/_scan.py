@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, InputError
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes
+from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, check_regular, head_bytes
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
@@ -210,9 +210,13 @@ def start(path: Path) -> Scan | None:
     The scan goes on while the caller does other work (importing the analyses). A scan of the
     same file already started by :func:`start_early` is handed over instead.
     """
-    if _kscan is None or not path.is_file():
+    if _kscan is None:
         return None
-    early = _early.pop(path.resolve(), None)
+    try:
+        check_regular(path)
+        early = _early.pop(path.resolve(), None)
+    except (InputError, OSError):
+        return None  # the normal read says what is wrong with it
     if early is not None:
         return early
     try:

@@ -151,7 +151,7 @@ _DECODER = msgspec.json.Decoder(_Document)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args])
-_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs])  # type: ignore[valid-type]
+_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs], float_hook=float)  # type: ignore[valid-type]
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
@@ -162,7 +162,9 @@ _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 _OCCUPANCY = attrgetter("occupancy_pct")
 _SKIP = 255
-_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument)
+# float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
+# then refused as a value (see _bad_times), rather than failing the whole document.
+_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument, float_hook=float)
 _EMPTY_ARGS = _Args()
 
 # Categories, matched case-insensitively (2021 traces capitalise them).
@@ -212,8 +214,8 @@ def read_file(path: Path, scan: Scan | None = None) -> Trace:
             if scan is not None:
                 return _read_scanned(path, scan)
             return _read_streamed(path)
-        except (NotScannableError, _NotStreamableError, msgspec.DecodeError):
-            pass
+        except (NotScannableError, _NotStreamableError, msgspec.DecodeError, RecursionError):
+            pass  # the whole document decoded at once says what is wrong with it, if anything
     content = read_bytes(path)
     return read(path, content.data, truncated_stream=content.truncated)
 
@@ -275,6 +277,8 @@ def _read_streamed(path: Path) -> Trace:
     if stream.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(stream.metadata_document())
+    if not _top_level_events(stream.header, meta):
+        raise _NotStreamableError
     return columns.finish(path, meta, lost_tail=stream.truncated)
 
 
@@ -289,7 +293,26 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(state.metadata_document())
+    if not _top_level_events(state.header, meta):
+        raise NotScannableError
     return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # unrolled: fast on long strings
+
+
+def _top_level_events(header: bytes, meta: Any) -> bool:
+    """Whether the events array found first is the document's own ``traceEvents``: the key at
+    the top level (one bracket open before it, strings aside), and no other ``traceEvents`` key
+    after it (a JSON parser keeps the last of duplicate keys). A ``traceEvents`` nested in a
+    metadata object before the real one, or a second one, goes to the whole-document reader."""
+    if meta.traceEvents is not None:
+        return False
+    if b"[" not in header and header.count(b"{") == 1:
+        return True  # the usual header: device properties come after the events, or none
+    bare = _JSON_STRING.sub(b"", header)
+    depth = bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]")
+    return depth == 1
 
 
 class _EventText(TextState):
@@ -398,10 +421,19 @@ def _flows_of(data: bytes) -> list[Any]:
 def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
     try:
         return _decode_any(data), truncated_stream
+    except RecursionError:  # valid JSON, but arrays or objects nested thousands deep
+        raise CorruptInputError(path, "JSON nested too deep to read") from None
     except msgspec.DecodeError as error:
-        if not data.lstrip().startswith(b"{") or b'"traceEvents"' not in data[:65536]:
-            raise CorruptInputError(path, f"not valid JSON ({error})") from None
         message = str(error)
+        # Cut off mid-write only when the decoder ran out of input: an error anywhere else is a
+        # corrupt document, and keeping the events before it would be a silent loss.
+        cut_off = "truncated" in message
+        if (
+            not cut_off
+            or not data.lstrip().startswith(b"{")
+            or b'"traceEvents"' not in data[:65536]
+        ):
+            raise CorruptInputError(path, f"not valid JSON ({error})") from None
     repaired = _repair_truncated(data)
     if repaired is None:
         raise CorruptInputError(path, f"not valid JSON and no whole event to keep ({message})")
@@ -428,7 +460,7 @@ def _repair_truncated(data: bytes) -> Any | None:
     for cut in reversed(boundaries[-64:]):
         try:
             return _decode_any(data[: cut + 1] + b"]}")
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
     return None
 
@@ -451,6 +483,8 @@ class _Columns:
         self.old_schema = False
         self.float_ts = False
         self.flows: list[Any] = []
+        #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
+        self.skipped: dict[str, int] = {}
 
     def add(self, raw_events: list[Any], flows: Callable[[], list[Any]]) -> None:
         """Add a piece of the document's events; ``flows`` decodes the same piece's flow events,
@@ -471,6 +505,14 @@ class _Columns:
         if not rows:
             return
         kinds = codes[keep]
+        bad = _bad_times(
+            [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not self.lenient
+        )
+        if bad is not None:
+            rows = list(compress(rows, (~bad).tolist()))
+            kinds = kinds[~bad]
+            if not rows:
+                return
         if "mtia_ccp_events" in self.kind_of:
             _mark_mtia_dma(rows, kinds)
         columns = self._columns(rows, kinds)
@@ -493,6 +535,12 @@ class _Columns:
         cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
         codes = codes_of_cat[cat]
         keep = codes != _SKIP
+        # The scanner hands over any time that is not a number in range; a negative duration
+        # is skipped and counted here as the msgspec reader does (see _bad_times).
+        negative = keep & (np.frombuffer(memoryview(raw["dur_ns"]), dtype=np.int64) < 0)
+        if negative.any():
+            _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
+            keep &= ~negative
         if not keep.any():
             return
         kept = np.flatnonzero(keep)
@@ -529,7 +577,7 @@ class _Columns:
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
             "start_ns": column("ts_ns"),
-            "dur_ns": np.maximum(column("dur_ns"), 0),
+            "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
             "occupancy_pct": column("occupancy", np.float64).astype(np.float32),
         }
@@ -583,7 +631,7 @@ class _Columns:
             "kind": kinds,
             "name_id": self._intern(list(map(_NAME, rows))),
             "start_ns": _to_ns(ts_us),
-            "dur_ns": np.maximum(_to_ns(dur), 0),
+            "dur_ns": _to_ns(dur),
             **self._arg_columns(
                 kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
             ),
@@ -625,14 +673,26 @@ class _Columns:
         }
 
     def _intern(self, raw_names: list[Any]) -> np.ndarray:
+        if not all(type(n) is str for n in raw_names):  # the lenient reader's odd names
+            raw_names = [self._odd_name(n) for n in raw_names]
         index = self.index
         for name in dict.fromkeys(raw_names):
             if name not in index:
-                text = name if isinstance(name, str) else str(name)
+                text = name
+                if len(text) > MAX_NAME_CHARS:
+                    text = text[:MAX_NAME_CHARS] + "…"
+                    _count(self.skipped, _LONG_NAME, 1)
                 index[name] = index.setdefault(text, len(self.names))
                 if index[name] == len(self.names):
                     self.names.append(text)
         return np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
+
+    def _odd_name(self, name: Any) -> str:
+        """A name that is not a JSON string (a number, a list, an object) reads as ``?``."""
+        if isinstance(name, str):
+            return name
+        _count(self.skipped, _NOT_A_STRING, 1)
+        return "?"
 
     @property
     def names(self) -> list[str]:
@@ -680,6 +740,8 @@ class _Columns:
                 f"{path}: kernels were recorded by CUPTI range profiling (replayed for counters):"
                 " their durations are not real-time, so busy and idle figures are not either"
             )
+        for reason, count in self.skipped.items():
+            trace.warnings.append(f"{path}: {count:,} {reason}")
         if lost_tail:
             trace.warnings.append(
                 f"{path}: the file ends mid-write (the profiler did not finish it); read "
@@ -695,7 +757,10 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
     """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
-    dma = [e.cat == "mtia_ccp_events" and e.name.startswith("dma") for e in rows]
+    dma = [
+        e.cat == "mtia_ccp_events" and isinstance(e.name, str) and e.name.startswith("dma")
+        for e in rows
+    ]
     kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
 
 
@@ -711,15 +776,19 @@ def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.n
     values = list(map(attrgetter(field), chosen))
     try:
         return np.array(values, dtype=np.int64)
-    except TypeError:  # a JSON null among the ints
-        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+    except (TypeError, OverflowError):  # a JSON null among the ints, or one beyond 64 bits
+        return np.array([v if _in_int64(v) else -1 for v in values], dtype=np.int64)
+
+
+def _in_int64(value: Any) -> bool:
+    return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
 
 
 def _ids(values: list[Any]) -> np.ndarray:
     """pid/tid columns: plain ints, except in traces that write them as strings."""
     try:
         return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return np.array([_int_id(v) for v in values], dtype=np.int64)
 
 
@@ -751,13 +820,65 @@ def _product(dims: list[int] | None) -> int:
 
 def _int_id(value: Any) -> int:
     """Process and thread ids: ints, or strings such as ``"24572"`` / ``"stream 7"`` (2021)."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        digits = value.rsplit(" ", 1)[-1]
-        if digits.lstrip("-").isdigit():
-            return int(digits)
-    return -1
+    if isinstance(value, str) and _ID_DIGITS.fullmatch(digits := value.rsplit(" ", 1)[-1]):
+        value = int(digits)
+    return value if _in_int64(value) and not isinstance(value, bool) else -1
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_ID_DIGITS = re.compile(r"-?[0-9]+")
+#: The largest time in microseconds whose nanoseconds fit in 64 bits (as the scanner checks).
+_MAX_TIME_US = 9.0e15
+_BAD_TIME = "events with a ts or dur that is not a number in range were skipped"
+#: Kernel names of C++ templates run to a few thousand characters; a name of megabytes is a
+#: corrupt or hostile file, and matching patterns over it would take minutes.
+MAX_NAME_CHARS = 1 << 16
+_NEGATIVE_DURATION = "events with a negative duration were skipped"
+_LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
+_NOT_A_STRING = "events with a name that is not a string are named '?'"
+
+
+def _count(skipped: dict[str, int], reason: str, n: int) -> None:
+    skipped[reason] = skipped.get(reason, 0) + n
+
+
+def _bad_times(
+    ts: list[Any], dur: list[Any], skipped: dict[str, int], *, typed: bool
+) -> np.ndarray | None:
+    """Rows whose time cannot be used, counted into ``skipped`` by reason; None when all can.
+
+    A timestamp that is not a number (a string, null, a list), out of range (``1e400``, beyond
+    64-bit nanoseconds) or a negative duration is a writer's bug or a corrupt file: taking it as
+    0 would move the event to the clock's origin and stretch the timeline by decades, so the
+    event is skipped and the count reported instead. ``typed``: the values are msgspec's ints
+    and floats (no bools, strings or nulls), so numpy converts them in one pass.
+    """
+    if typed:
+        t = np.array(ts, dtype=np.float64)
+        d = np.array(dur, dtype=np.float64)
+    else:
+        t = np.array([_time_or_nan(v) for v in ts], dtype=np.float64)
+        d = np.array([_time_or_nan(v) for v in dur], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        unusable = ~(np.abs(t) <= _MAX_TIME_US) | ~(np.abs(d) <= _MAX_TIME_US)
+        negative = ~unusable & (d < 0)
+    if not unusable.any() and not negative.any():
+        return None
+    if unusable.any():
+        _count(skipped, _BAD_TIME, int(unusable.sum()))
+    if negative.any():
+        _count(skipped, _NEGATIVE_DURATION, int(negative.sum()))
+    bad: np.ndarray = unusable | negative
+    return bad
+
+
+def _time_or_nan(value: Any) -> float:
+    if type(value) not in (int, float):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("nan")
 
 
 def _num(value: Any) -> float:
@@ -769,9 +890,10 @@ def _num(value: Any) -> float:
 
 def _opt_int(value: Any) -> int | None:
     try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
+        number = None if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         return None
+    return number if number is None or _INT64_MIN <= number <= _INT64_MAX else None
 
 
 def _coerce_args(a: Any) -> Any:
@@ -916,7 +1038,7 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
 
 def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
     props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
-    props = [p for p in (props or []) if isinstance(p, dict)]
+    props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
     used = sorted({int(d) for d in distinct(table.device) if d >= 0})
     rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
     by_id = {_opt_int(p.get("id")): p for p in props}

@@ -193,7 +193,10 @@ def _check_not_truncated(path: Path) -> None:
 def _open(path: Path) -> Iterator[sqlite3.Connection]:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     with closing(sqlite3.connect(uri, uri=True)) as db:
-        db.execute("PRAGMA mmap_size = 1073741824")
+        # No memory map: an export cut short while it is read (a re-export over it) would kill
+        # the process with SIGBUS on the missing pages; read() calls return an error instead,
+        # a CorruptInputError. Measured no slower on the corpus exports.
+        db.execute("PRAGMA mmap_size = 0")
         yield db
 
 

@@ -19,6 +19,7 @@ from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import Intervals, covered_ns
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.render import sanitised
 from gpuscope.render.ranks import render_ranks
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
@@ -36,6 +37,7 @@ _SPLIT_COLOURS = {
 
 
 def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False) -> None:
+    diagnosis = sanitised(diagnosis)  # names from the trace: no escape sequences, bounded
     for warning in diagnosis.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
     console.print(_verdict(diagnosis.verdict))

@@ -38,7 +38,12 @@ GIB = 2**30
     help="Flag a held GPU idle this long.",
 )
 @click.option("--prometheus", "port", type=click.IntRange(0, 65535), help="Serve /metrics.")
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address for --prometheus.")
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --prometheus (empty: localhost; an IPv6 address such as ::1 works too).",
+)
 @click.option("--once", is_flag=True, help="Sample once, print, exit.")
 def watch(
     interval: float,
@@ -49,8 +54,22 @@ def watch(
     once: bool,
 ) -> None:
     """Watch local GPUs: utilisation, SM activity, memory, processes, idle-but-held alerts."""
-    from gpuscope.watch import IdleTracker, MetricsServer, NvmlUnavailableError, Sampler, load_nvml
+    from gpuscope.watch import (
+        IdleTracker,
+        MetricsServer,
+        NvmlUnavailableError,
+        Sampler,
+        ServeError,
+        listen_address,
+        load_nvml,
+    )
 
+    if port is not None:
+        try:  # a bad address is said before NVML loads: it is the user's to fix either way
+            listen_address(bind, port)
+        except ServeError as error:
+            click.echo(f"gpuscope: error: {error}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
     try:
         nvml = load_nvml()
     except NvmlUnavailableError as error:
@@ -58,9 +77,16 @@ def watch(
         sys.exit(EXIT_BAD_INPUT)
     sampler = Sampler(nvml)
     tracker = IdleTracker(idle_threshold_pct, idle_after_s)
-    server = MetricsServer(port, bind) if port is not None else None
+    try:
+        server = MetricsServer(port, bind) if port is not None else None
+    except ServeError as error:
+        nvml.nvmlShutdown()
+        click.echo(f"gpuscope: error: {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     if server is not None:
-        click.echo(f"serving http://{bind}:{server.port}/metrics", err=True)
+        host = bind.strip() or "127.0.0.1"
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        click.echo(f"serving http://{host}:{server.port}/metrics", err=True)
     try:
         _loop(sampler, tracker, server, interval, once)
     except KeyboardInterrupt:

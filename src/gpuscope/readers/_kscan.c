@@ -261,6 +261,21 @@ static inline uint64_t digits_value(uint64_t w) {
 }
 #endif
 
+/* Four hex digits as a number, or -1. */
+static int hex4(const char *h) {
+    int value = 0;
+    for (int k = 0; k < 4; k++) {
+        char ch = h[k];
+        int digit = ch >= '0' && ch <= '9'   ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                             : -1;
+        if (digit < 0) return -1;
+        value = value * 16 + digit;
+    }
+    return value;
+}
+
 /* A string at c->p (on its opening quote): its raw content span, and whether it has escapes. */
 static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
     const char *start = c->p + 1, *q = start;
@@ -296,15 +311,19 @@ static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *esc
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
             q += 2;
             break;
-        case 'u':
+        case 'u': {
             if (c->end - q < 6) return INCOMPLETE;
-            for (int k = 2; k < 6; k++) {
-                char h = q[k];
-                if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-                    return BAD;
-            }
+            int unit = hex4(q + 2);
+            if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF)) return BAD;
             q += 6;
+            if (unit >= 0xD800 && unit <= 0xDBFF) { /* a surrogate pair, or invalid as msgspec */
+                if (c->end - q < 6) return INCOMPLETE; /* says: never half a character */
+                int low = q[0] == '\\' && q[1] == 'u' ? hex4(q + 2) : -1;
+                if (low < 0xDC00 || low > 0xDFFF) return BAD;
+                q += 6;
+            }
             break;
+        }
         default:
             return BAD;
         }

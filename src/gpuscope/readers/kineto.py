@@ -426,8 +426,9 @@ def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]
     except msgspec.DecodeError as error:
         message = str(error)
         # Cut off mid-write only when the decoder ran out of input: an error anywhere else is a
-        # corrupt document, and keeping the events before it would be a silent loss.
-        cut_off = "truncated" in message
+        # corrupt document, and keeping the events before it would be a silent loss. (msgspec
+        # also says "truncated" of a lone UTF-16 surrogate escape, which is no cut.)
+        cut_off = "truncated" in message and _LONE_SURROGATE.search(data) is None
         if (
             not cut_off
             or not data.lstrip().startswith(b"{")
@@ -438,6 +439,9 @@ def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]
     if repaired is None:
         raise CorruptInputError(path, f"not valid JSON and no whole event to keep ({message})")
     return repaired, True
+
+
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
 
 
 def _decode_any(data: bytes) -> Any:
@@ -530,6 +534,10 @@ class _Columns:
         self.events += events
         if n == 0:
             return
+        # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
+        # UnicodeDecodeError, and the msgspec reader says what is wrong with the document.
+        b"".join(raw_names).decode()
+        b"".join(raw_cats).decode()
         cats = [_raw_string(c) for c in raw_cats]
         codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
         cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)

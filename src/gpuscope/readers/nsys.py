@@ -389,7 +389,7 @@ def _device_columns(
     start, dur, device, stream, corr, gpid = got[:6]
     columns = {
         "start_ns": start,
-        "dur_ns": np.maximum(dur, 0),
+        "dur_ns": dur,  # an end before the start is dropped and counted (_implausible)
         "device": device,
         "stream": stream,
         "correlation": corr,
@@ -523,7 +523,7 @@ def _runtime(export: _Export) -> Events | None:
         "kind": np.full(start.shape, Kind.RUNTIME, dtype=np.uint8),
         "name_id": export.string_ids(name_ids),
         "start_ns": start,
-        "dur_ns": np.maximum(dur, 0),
+        "dur_ns": dur,
         "pid": (gtid >> 24) & _ID_MASK,
         "tid": gtid & _ID_MASK,
         "correlation": corr,
@@ -761,6 +761,9 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     os_runtime = _os_runtime(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
+    events, notes = _implausible(path, events)
+    if not events.of_kind(*BUSY_KINDS).any():
+        raise EmptyTraceError(path, "no GPU activity left once implausible times are dropped")
     order = np.argsort(events.start_ns, kind="stable")
     busy = events.of_kind(*BUSY_KINDS)
     infos = _device_infos(export)
@@ -774,8 +777,37 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         _attach_metrics(trace, metrics)
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
+        trace.warnings.extend(notes)
         traces.append(trace)
     return Job(source=str(path), traces=traces)
+
+
+#: The farthest an event may start or end from the export's median start: nsys records seconds
+#: to hours; an end at 2^62 ns (146 years) is a corrupt row, and kept it would make the GPU
+#: "busy" for a century.
+MAX_DISTANCE_NS = 31 * 86_400 * 1_000_000_000
+
+
+def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
+    """Events that end before they start, or lie decades from the rest, dropped and counted."""
+    start, dur = events.start_ns, events.dur_ns
+    middle = int(np.median(start)) if len(start) else 0
+    backwards = dur < 0
+    with np.errstate(over="ignore"):
+        far = (np.abs(start - middle) > MAX_DISTANCE_NS) | (dur > MAX_DISTANCE_NS) & ~backwards
+    notes = []
+    if backwards.any():
+        notes.append(
+            f"{path}: dropped {int(backwards.sum()):,} event(s) that end before they start"
+        )
+    if far.any():
+        notes.append(
+            f"{path}: dropped {int(far.sum()):,} event(s) timed more than 31 days from the rest"
+            " of the export (corrupt times)"
+        )
+    if not notes:
+        return events, []
+    return events.take(np.flatnonzero(~(backwards | far))), notes
 
 
 def _no_device_work_reason(runtime: Events | None) -> str:

@@ -77,7 +77,52 @@ class _Gpu:
         self.rows.append(values)
 
 
+#: The farthest a sample's time may lie from the recording's median time: a sampler runs for
+#: hours or days; a row decades away is a corrupt clock or a garbled line.
+MAX_DISTANCE_NS = 31 * 86_400 * 1_000_000_000
+_PERCENTAGES = (UTIL, SM_ACTIVE, DRAM_ACTIVE)
+
+
+def _drop_implausible(path: Path, gpus: dict[int, _Gpu], warnings: list[str]) -> None:
+    """Samples whose time is far from the rest (a 54-year "gap" from one corrupt timestamp)
+    are dropped, and values no GPU reports (a percentage beyond 0-100, negative or infinite
+    memory or power, from a garbled scrape) become missing; each counted in a warning, never
+    kept as they are nor turned into 0."""
+    times = [t for g in gpus.values() for t in g.times_ns]
+    if not times:
+        return
+    middle = int(np.median(np.asarray(times, dtype=np.int64)))
+    far = 0
+    for gpu in gpus.values():
+        kept = [abs(t - middle) <= MAX_DISTANCE_NS for t in gpu.times_ns]
+        if not all(kept):
+            far += kept.count(False)
+            gpu.times_ns = [t for t, k in zip(gpu.times_ns, kept, strict=True) if k]
+            gpu.rows = [r for r, k in zip(gpu.rows, kept, strict=True) if k]
+    if far:
+        warnings.append(
+            f"{path}: dropped {far} sample(s) timed more than 31 days from the rest of the"
+            " recording (a corrupt timestamp)"
+        )
+    bad = 0
+    for gpu in gpus.values():
+        for row in gpu.rows:
+            for key, value in row.items():
+                if math.isnan(value):
+                    continue
+                limit = 100.0 if key in _PERCENTAGES else math.inf
+                if not (0.0 <= value <= limit) or not math.isfinite(value):
+                    row[key] = math.nan
+                    bad += 1
+    if bad:
+        warnings.append(
+            f"{path}: ignored {bad} value(s) out of range (a percentage outside 0-100, or a"
+            " negative or infinite amount)"
+        )
+
+
 def _sample_set(path: Path, fmt: str, gpus: dict[int, _Gpu], warnings: list[str]) -> SampleSet:
+    _drop_implausible(path, gpus, warnings)
     if not any(g.times_ns for g in gpus.values()):
         raise EmptyTraceError(path, "no GPU samples in the file")
     seen = {k for g in gpus.values() for row in g.rows for k, v in row.items() if not math.isnan(v)}

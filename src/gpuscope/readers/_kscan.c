@@ -688,6 +688,7 @@ static int read_real(Cursor *c, double *out) {
         int64_t integer;
         int is_float, r = lex_number(c, &integer, out, &is_float);
         if (r == OK && !is_float) *out = (double)integer;
+        if (r == OK && !isfinite(*out)) *out = NAN; /* 1e400: unknown, as Python reads it */
         return r;
     }
     *out = NAN;

@@ -16,6 +16,7 @@ that keep only the fields gpuscope uses, turned into numpy columns one pass per 
 from __future__ import annotations
 
 import gc
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -499,6 +500,8 @@ class _Columns:
         else:
             complete = [e for e in raw_events if type(e) is _Event]
         categories = list(map(_CATEGORY, complete))
+        if self.lenient:  # a category that is not a string (a list, an object) is no kind
+            categories = [c if isinstance(c, str) else None for c in categories]
         for cat in set(categories) - self.kind_of.keys():
             self._kind_code(cat)
         codes = np.fromiter(
@@ -919,8 +922,9 @@ def _coerce_args(a: Any) -> Any:
             pass
         elif field_name in {"collective_name", "dtype", "pg_name"}:
             value = value if isinstance(value, str) else None
-        elif field_name == "occupancy_pct":
-            value = float(value) if isinstance(value, (int, float)) else float("nan")
+        elif field_name == "occupancy_pct":  # beyond a double, or not a number: unknown
+            value = _time_or_nan(value) if not isinstance(value, bool) else float("nan")
+            value = value if math.isfinite(value) else float("nan")
         else:  # ints: what int() makes of the value, else the field's own default
             number = _opt_int(value)
             value = getattr(_EMPTY_ARGS, field_name) if number is None else number

@@ -160,6 +160,10 @@ def read(path: Path) -> Job:
             return _read(path, db)
     except sqlite3.Error as error:
         raise CorruptInputError(path, f"not a readable SQLite database ({error})") from None
+    except UnicodeDecodeError:  # a damaged page: text that is not UTF-8 where SQLite keeps text
+        raise CorruptInputError(
+            path, "not a readable SQLite database (text that is not UTF-8)"
+        ) from None
 
 
 def _check_not_truncated(path: Path) -> None:

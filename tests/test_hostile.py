@@ -558,3 +558,18 @@ def test_watch_connections_time_out() -> None:
 def test_a_generated_trace_reads_without_warnings(tmp_path: Path) -> None:
     path = generate(GeneratorConfig(steps=2, layers=1)).write(tmp_path / "g.json")
     assert load(path).traces[0].warnings == []
+
+
+@needs_scanner
+def test_a_file_cut_just_after_an_event_keeps_it_both_ways(tmp_path: Path) -> None:
+    text = ",\n".join(json.dumps(e) for e in events(6))
+    cut = '{"traceEvents": [\n' + text.rsplit(",\n", 1)[0] + ",\n"  # ends "},\n"
+    scanned, python = both_ways(write_doc(tmp_path / "cut.json", cut))
+    assert_same(scanned, python)
+    assert isinstance(scanned, Trace) and len(scanned.events) == 11
+
+
+def test_an_integer_beyond_a_double_in_a_time_is_skipped(tmp_path: Path) -> None:
+    text = document(events()).replace('"dur": 5', '"dur": ' + "1" + "0" * 400, 1)
+    trace = load(write_doc(tmp_path / "big.json", text)).traces[0]
+    assert any("not a number in range" in w for w in trace.warnings)

@@ -390,7 +390,15 @@ class _EventText(TextState):
                     self.tail = buffer[position + 1 :]
                     return candidate
             position = buffer.find(b"]", position + 1)
-        self.truncated = True  # the last event was cut off mid-write
+        self.truncated = True  # the last event was cut off mid-write, or just after its end:
+        last = buffer.rstrip()  # then it is whole and kept, as the scanner keeps it
+        last = last[:-1].rstrip() if last.endswith(b",") else last
+        if last.endswith(b"}"):
+            try:
+                _EVENTS_DECODER.decode(b"[" + last + b"]")
+            except msgspec.DecodeError:
+                return b""
+            return last
         return b""
 
 
@@ -462,6 +470,11 @@ def _repair_truncated(data: bytes) -> Any | None:
         return None
     tail_from = max(start, len(data) - (8 << 20))
     boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, tail_from)]
+    # A file cut just after an event (``},``) keeps that event too, as the scanner does.
+    end = data.rstrip()
+    end = end[:-1].rstrip() if end.endswith(b",") else end
+    if end.endswith(b"}") and len(end) > start:
+        boundaries.append(len(end) - 1)
     for cut in reversed(boundaries[-64:]):
         try:
             return _decode_any(data[: cut + 1] + b"]}")
@@ -864,10 +877,12 @@ def _bad_times(
     event is skipped and the count reported instead. ``typed``: the values are msgspec's ints
     and floats (no bools, strings or nulls), so numpy converts them in one pass.
     """
-    if typed:
-        t = np.array(ts, dtype=np.float64)
-        d = np.array(dur, dtype=np.float64)
-    else:
+    try:  # ints beyond a double (a 400-digit ts) take the slow path
+        t = np.array(ts, dtype=np.float64) if typed else None
+        d = np.array(dur, dtype=np.float64) if typed else None
+    except OverflowError:
+        t = d = None
+    if t is None or d is None:
         t = np.array([_time_or_nan(v) for v in ts], dtype=np.float64)
         d = np.array([_time_or_nan(v) for v in dur], dtype=np.float64)
     with np.errstate(invalid="ignore"):

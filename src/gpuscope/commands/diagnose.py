@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import PRICE, input_errors_exit, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_json
 
 
 @click.command()
@@ -28,8 +28,18 @@ from gpuscope.commands._common import PRICE, input_errors_exit, write_json
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
+@click.option(
+    "--no-predict",
+    is_flag=True,
+    help="Do not replay each finding's fix to predict its saving (a little faster).",
+)
 @input_errors_exit
 def diagnose(
     path: Path,
@@ -39,6 +49,8 @@ def diagnose(
     gpu_hour_usd: float | None,
     save: bool,
     label: str | None,
+    whole: bool,
+    no_predict: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -49,6 +61,8 @@ def diagnose(
         gpu_hour_usd=gpu_hour_usd,
         save=save or label is not None,
         label=label,
+        whole=whole,
+        predict=not no_predict,
     )
 
 
@@ -74,18 +88,21 @@ def run_diagnose(
     gpu_hour_usd: float | None = None,
     save: bool = False,
     label: str | None = None,
+    whole: bool = False,
+    predict: bool = True,
 ) -> None:
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
     # A Kineto file is inflated and scanned on a thread of its own (outside the GIL) while numpy,
     # the analyses and the renderers import; the read then only assembles the columns. The
     # console script has usually started it already (see gpuscope.console).
-    scan = _scan.start(path)
+    prefetch = _early.begin(path, prefetched())
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict)
+    result = diagnose(load(path, prefetch=prefetch), options)
     # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
     # corrupt, read-only) then costs the save alone, with its own line and exit 2.
     to_stdout = False

@@ -798,20 +798,16 @@ def _judge(where: str, key: str, value: Any) -> list[str]:
         return []
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{where} = {value}"]
+    timestamp = "start" in key or "end" in key  # a position on the trace's clock, not a length
     if (
         key.endswith(("_ns", "_s", "_usd", "_bytes"))
         and value < 0
+        and not timestamp
         and "delta" not in key
         and "change" not in key
     ):
         return [f"{where} = {value} (negative)"]
-    if (
-        key.endswith("_ns")
-        and value > MAX_SPAN_NS
-        and "base_time" not in key
-        and "start" not in key
-        and "end" not in key
-    ):
+    if key.endswith("_ns") and value > MAX_SPAN_NS and "base_time" not in key and not timestamp:
         return [f"{where} = {value} (over ten years)"]
     if (
         key.endswith("_pct")

@@ -801,9 +801,12 @@ def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.n
     chosen = args if rows is None else [args[r] for r in rows.tolist()]
     values = list(map(attrgetter(field), chosen))
     try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, OverflowError):  # a JSON null among the ints, or one beyond 64 bits
-        return np.array([v if _in_int64(v) else -1 for v in values], dtype=np.int64)
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:
+            return column
+    except (TypeError, ValueError, OverflowError):  # a null among the ints, one beyond 64 bits
+        pass
+    return np.array([v if _in_int64(v) else -1 for v in values], dtype=np.int64)
 
 
 def _in_int64(value: Any) -> bool:
@@ -813,9 +816,12 @@ def _in_int64(value: Any) -> bool:
 def _ids(values: list[Any]) -> np.ndarray:
     """pid/tid columns: plain ints, except in traces that write them as strings."""
     try:
-        return np.array(values, dtype=np.int64)
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:  # not ``"pid": [1, 2]`` everywhere (a column of lists)
+            return column
     except (TypeError, ValueError, OverflowError):
-        return np.array([_int_id(v) for v in values], dtype=np.int64)
+        pass
+    return np.array([_int_id(v) for v in values], dtype=np.int64)
 
 
 def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:

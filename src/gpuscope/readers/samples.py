@@ -88,7 +88,7 @@ def _drop_implausible(path: Path, gpus: dict[int, _Gpu], warnings: list[str]) ->
     are dropped, and values no GPU reports (a percentage beyond 0-100, negative or infinite
     memory or power, from a garbled scrape) become missing; each counted in a warning, never
     kept as they are nor turned into 0."""
-    times = [t for g in gpus.values() for t in g.times_ns]
+    times = [t for g in gpus.values() for t in g.times_ns if abs(t) < 2**63]
     if not times:
         return
     middle = int(np.median(np.asarray(times, dtype=np.int64)))
@@ -208,7 +208,7 @@ def parse_time_ns(value: Any) -> int | None:
 
 
 def _epoch_ns(value: float) -> int | None:
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0 or value > 9e18:  # beyond 64-bit nanoseconds
         return None
     if value < 1e11:  # seconds
         return round(value * 1e9)

@@ -636,8 +636,11 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
         idle = inputs.launch_gap_ns[nodes >= 0]
         nodes = nodes[nodes >= 0]
         at = np.searchsorted(g.launch_dst, nodes)
+        if g.launch_dst.size == 0:  # no launch linked to device work (an export without kernels)
+            at = at[:0]
+            nodes, idle = nodes[:0], idle[:0]
         ok = (at < g.launch_dst.size) & (
-            g.launch_dst[np.minimum(at, g.launch_dst.size - 1)] == nodes
+            g.launch_dst[np.minimum(at, max(g.launch_dst.size - 1, 0))] == nodes
         )
         at, idle = at[ok], idle[ok]
         edit.launch_delay[at] = NEG

@@ -28,17 +28,28 @@ if TYPE_CHECKING:
 )
 @click.option("--top", default=10, show_default=True, help="Kernel changes to list.")
 @click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour (for traces).")
+@click.option(
+    "--items-per-step",
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Samples or tokens one step processes: adds items per second to iterations per second.",
+)
 @input_errors_exit
 def diff(
-    before: str, after: str, json_out: Path | None, top: int, gpu_hour_usd: float | None
+    before: str,
+    after: str,
+    json_out: Path | None,
+    top: int,
+    gpu_hour_usd: float | None,
+    items_per_step: float | None,
 ) -> None:
-    """Compare two runs: step time, GPU busy, lost time per cause, cost, kernels, findings."""
+    """Compare two runs: step time and throughput, GPU busy, lost time per cause, cost, kernels,
+    findings. Per-step medians, compared by a rank test (docs/ci-gate.md)."""
     from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.render import diff as render
 
     old, old_name = summary_of(before, gpu_hour_usd)
     new, new_name = summary_of(after, gpu_hour_usd)
-    result = diff_runs(old, new, top_kernels=top)
+    result = diff_runs(old, new, top_kernels=top, items_per_step=items_per_step)
     if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
         return
     from gpuscope.render import console

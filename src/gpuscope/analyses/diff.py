@@ -28,11 +28,14 @@ Contract:
   t-test; it moves a rank by one. A diff calls a change significant when the two-sided p is
   within 1 - CONFIDENCE; when the sides are too small for any order of the values to reach it
   (three against three), ``significant`` is None and the note says how many steps would.
-* The gate (:func:`check`, :func:`regression`) asks a one-sided question: is the step time over
-  the baseline's by more than the bound, at :data:`CONFIDENCE`? Over when the shift's lower
-  confidence bound is above the bound; inconclusive when the estimate is above it but its lower
-  bound is not, or when the steps are too few to tell, with the steps a side that would settle
-  it; within otherwise. docs/ci-gate.md explains the choice.
+* Slow outlier steps (:func:`typical_steps`: more than :data:`SLOW_STEP_SDS` robust standard
+  deviations above their side's median, at most a fifth of a side) are left out of the step-time
+  and throughput comparisons and said so; lost time per cause keeps every step.
+* The gate (:func:`check`, :func:`regression`) asks whether the step time is over the baseline's
+  by more than the bound: over when the shift's whole :data:`CONFIDENCE` interval lies above the
+  bound (the same interval the diff prints); inconclusive when the estimate is above the bound
+  but its interval is not, or when the steps are too few to reach the confidence, with the steps
+  a side that would settle it; within otherwise. docs/ci-gate.md explains the choice.
 * Names carrying unique ids (``ProfilerStep#123``, NVTX ``seq = 17``, ``0x7f...`` addresses)
   are matched by their stable part (:func:`stable_name`).
 """
@@ -58,6 +61,11 @@ CONFIDENCE = 0.95
 SIGNIFICANCE_LEVEL = 1.0 - CONFIDENCE
 #: Sides up to this many values use the exact Mann-Whitney distribution, larger ones the normal.
 EXACT_MAX = 50
+#: A step this many robust standard deviations above its side's median is a slow outlier...
+SLOW_STEP_SDS = 5.0
+#: ... when it is also this much (%) over the median: a stall worth leaving out is a real share
+#: of a step, not the jitter of runs whose steps barely vary.
+SLOW_STEP_MIN_PCT = 10.0
 #: Steps to settle a question are reported up to this many ("more than" beyond).
 MAX_STEPS_TO_SETTLE = 1000
 #: Kernel changes listed in a diff, and the smallest change listed (% of the kernel's time
@@ -439,6 +447,49 @@ def robust_sd(b: Sequence[float] | np.ndarray, a: Sequence[float] | np.ndarray) 
     return 1.4826 * float(np.median(np.abs(residuals)))
 
 
+def typical_steps(
+    before: Sequence[float], after: Sequence[float]
+) -> tuple[list[float], list[float], int, int]:
+    """Both sides' step times without their slow outliers, and how many each side lost.
+
+    A step more than :data:`SLOW_STEP_SDS` robust standard deviations (:func:`robust_sd`, pooled
+    over both sides) and :data:`SLOW_STEP_MIN_PCT` above its own side's median did not run the
+    loop's usual work at the usual pace: a checkpoint, a GC pause, an evaluation, the profiler
+    starting. Only slow steps: a stall adds time, nothing makes the same work faster. At most a
+    fifth of a side (one step below ten) is left out, and enough steps stay for the test to reach
+    its confidence, else nothing is: many slow steps are the run's usual pace. Step time is
+    compared on what is left, so one checkpoint does not decide a gate; lost time per cause is
+    compared on every step, so the checkpoint still shows there."""
+    noise = robust_sd(before, after)
+    kept: list[list[float]] = []
+    dropped: list[int] = []
+    for values in (before, after):
+        x = np.asarray(values, dtype=np.float64)
+        keep = x
+        if noise > 0.0 and x.size:
+            median = float(np.median(x))
+            limit = max(median + SLOW_STEP_SDS * noise, median * (1.0 + SLOW_STEP_MIN_PCT / 100.0))
+            keep = x[x <= limit]
+            if x.size - keep.size > max(1, x.size // 5) or keep.size < 3:
+                keep = x
+        kept.append(keep.tolist())
+        dropped.append(int(x.size - keep.size))
+    if (dropped[0] or dropped[1]) and not reachable(
+        len(kept[0]), len(kept[1]), SIGNIFICANCE_LEVEL / 2.0
+    ):
+        return list(before), list(after), 0, 0  # leaving them out would leave too few to tell
+    return kept[0], kept[1], dropped[0], dropped[1]
+
+
+def _left_out_note(before: int, after: int) -> str | None:
+    parts = [
+        f"{n} slow step{'s' if n > 1 else ''} {side}"
+        for n, side in ((before, "before"), (after, "after"))
+        if n
+    ]
+    return f"left out as outliers: {' and '.join(parts)}" if parts else None
+
+
 def steps_to_settle(noise_sd: float, margin: float, tail: float = 1.0 - CONFIDENCE) -> int:
     """Steps a side with which a one-sided rank test at ``tail`` would tell a shift ``margin``
     away from the bound with 80% power: the normal sample size for a difference of means,
@@ -569,6 +620,13 @@ def _metric_diffs(
         b = before.per_step.get(name, [])
         a = after.per_step.get(name, [])
         comparison = compare(b, a)
+        typical_b, typical_a = b, a
+        if name == STEP_TIME and b and a:
+            typical_b, typical_a, left_b, left_a = typical_steps(b, a)
+            if left_b or left_a:
+                comparison = replace(
+                    compare(typical_b, typical_a), note=_left_out_note(left_b, left_a)
+                )
         if (not b or not a) and name in before.window and name in after.window:
             comparison = _compare_windows(before.window[name], after.window[name])
         elif (not b and before.steps) or (not a and after.steps):
@@ -577,7 +635,7 @@ def _metric_diffs(
             comparison = replace(comparison, note=f"not available {side}: {reason}")
         result.append(MetricDiff(name, unit, better, b, a, comparison))
         if name == STEP_TIME:
-            result += _throughput(b, a, items_per_step)
+            result += _throughput(typical_b, typical_a, items_per_step)
     return result
 
 
@@ -679,23 +737,29 @@ class Regression:
     max_pct: float
     verdict: str  # "over" | "within" | "inconclusive"
     steps_needed: int | None  # a side, when inconclusive
+    before_steps: int = 0  # compared, after slow outliers are left out
+    after_steps: int = 0
+    before_left_out: int = 0  # slow outlier steps (typical_steps)
+    after_left_out: int = 0
 
 
 def regression(before: Sequence[float], after: Sequence[float], max_pct: float) -> Regression:
     """Is the step time over the baseline's by more than ``max_pct``, at :data:`CONFIDENCE`?
 
-    * over: the one-sided lower confidence bound of the shift is above the bound;
+    * over: the shift's whole interval at :data:`CONFIDENCE` (the diff's two-sided interval: its
+      lower end is a 97.5% one-sided bound) lies above the bound;
     * inconclusive: the estimate is above the bound but its lower bound is not, or the steps are
       too few for the rank test to reach the confidence at all (``steps_needed`` says how many
       a side would settle it, from the measured noise and the distance to the bound);
     * within: the estimate is within the bound (a gate stays quiet unless a regression shows).
     """
-    b = np.asarray(before, dtype=np.float64)
-    a = np.asarray(after, dtype=np.float64)
+    kept_b, kept_a, left_b, left_a = typical_steps(before, after)
+    b = np.asarray(kept_b, dtype=np.float64)
+    a = np.asarray(kept_a, dtype=np.float64)
     base = float(np.median(b))
     differences = np.sort(np.subtract.outer(a, b).ravel())
     shift = float(np.median(differences))
-    tail = 1.0 - CONFIDENCE
+    tail = (1.0 - CONFIDENCE) / 2.0  # the diff's two-sided interval: its lower end
     low, _ = shift_interval(differences, b.size, a.size, tail)
     _, high = shift_interval(differences, b.size, a.size, tail)
     to_pct = 100.0 / base
@@ -710,7 +774,20 @@ def regression(before: Sequence[float], after: Sequence[float], max_pct: float) 
         verdict, steps = "inconclusive", max(needed, min(b.size, a.size) + 1)
     else:
         verdict, steps = "within", None
-    return Regression(base, float(np.median(a)), change_pct, lower, upper, max_pct, verdict, steps)
+    return Regression(
+        base,
+        float(np.median(a)),
+        change_pct,
+        lower,
+        upper,
+        max_pct,
+        verdict,
+        steps,
+        int(b.size),
+        int(a.size),
+        left_b,
+        left_a,
+    )
 
 
 def check(summary: RunSummary, bounds: Bounds, baseline: RunDiff | None = None) -> CheckOutcome:
@@ -741,31 +818,31 @@ def check(summary: RunSummary, bounds: Bounds, baseline: RunDiff | None = None) 
             )
         else:
             r = regression(before, after, bounds.max_regression_pct)
-            line = regression_line(r, len(before), len(after))
+            line = regression_line(r)
             {"over": broken, "within": kept, "inconclusive": inconclusive}[r.verdict].append(line)
     ok = not broken and not unavailable and not inconclusive
     return CheckOutcome(ok, broken, kept, unavailable, inconclusive)
 
 
-def regression_line(r: Regression, before_steps: int, after_steps: int) -> str:
+def regression_line(r: Regression) -> str:
     confidence = f"{100 * CONFIDENCE:g}%"
     line = (
         f"step time {r.after_median_ns / 1e6:,.2f} ms vs baseline {r.before_median_ns / 1e6:,.2f}"
-        f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {after_steps} and"
-        f" {before_steps} steps"
+        f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {r.after_steps} and"
+        f" {r.before_steps} steps"
     )
-    if r.verdict == "over" and r.lower_pct is not None:
-        line += f", at least {r.lower_pct:+.1f}% at {confidence} confidence"
-    elif r.verdict == "within" and r.upper_pct is not None:
-        line += f", at most {r.upper_pct:+.1f}% at {confidence} confidence"
-    elif r.lower_pct is not None and r.upper_pct is not None:
-        line += f", {r.lower_pct:+.1f}% to {r.upper_pct:+.1f}% at {confidence} confidence"
+    left_out = _left_out_note(r.before_left_out, r.after_left_out)
+    if left_out:
+        line += f", {left_out.replace(' before', ' baseline').replace(' after', ' run')}"
+    if r.lower_pct is not None and r.upper_pct is not None:
+        line += f"; {confidence} interval {r.lower_pct:+.1f}% to {r.upper_pct:+.1f}%"
     if r.verdict == "inconclusive":
         if r.lower_pct is None:
             line += f"; too few steps to reach {confidence} confidence"
         else:
-            line += "; not beyond noise"
-        line += f"; about {r.steps_needed} steps a side would settle it"
+            line += "; over the bound, but not beyond noise"
         if r.steps_needed is not None and r.steps_needed >= MAX_STEPS_TO_SETTLE:
-            line = line.replace(f"about {r.steps_needed}", f"more than {MAX_STEPS_TO_SETTLE}")
+            line += f"; more than {MAX_STEPS_TO_SETTLE} steps a side would settle it"
+        else:
+            line += f"; about {r.steps_needed} steps a side would settle it"
     return line + ")"

@@ -315,7 +315,9 @@ def find_steps(trace: Trace) -> FoundSteps:
     taken out (``blocks.3`` and ``blocks.4`` are one range opened by each FSDP block); one that
     overlaps itself is recursion, not a loop. Each repetition starts an iteration that lasts until
     the next one starts (the work a block launches after its ``pre_forward`` range closes is still
-    that block's), so ``c`` repetitions give ``c - 1`` whole steps.
+    that block's), so ``c`` repetitions give ``c - 1`` whole steps, and ``c`` when the ranges
+    cover most of the loop (a ``train_step`` range wraps its iteration, so the last one ends where
+    it closes). Fewer than :data:`MIN_REPEATS` steps are no loop.
     """
     if trace.steps:
         return FoundSteps(list(trace.steps), PROFILER_STEPS)
@@ -331,8 +333,8 @@ def find_steps(trace: Trace) -> FoundSteps:
         members.setdefault((family[name_id], tid), []).append(row)
     best: tuple[int, int, str, NDArray[np.int64]] | None = None
     for (name, _tid), chosen in members.items():
-        if len(chosen) <= MIN_REPEATS:
-            continue  # c repetitions make c - 1 steps; fewer than MIN_REPEATS is no loop
+        if len(chosen) < MIN_REPEATS:
+            continue
         picked = np.array(chosen, dtype=np.int64)
         starts, ends = ev.start_ns[picked], ev.end_ns[picked]
         if np.any(starts[1:] < ends[:-1]):
@@ -349,6 +351,16 @@ def find_steps(trace: Trace) -> FoundSteps:
         Step(trace.name(int(row)), number, starts[number], starts[number + 1])
         for number, row in enumerate(picked[:-1].tolist())
     ]
+    durations = ev.dur_ns[picked]
+    if 2 * int(durations[:-1].sum()) >= starts[-1] - starts[0]:
+        # The range wraps the iteration (a ``train_step`` range): the last one ends where it ends.
+        steps.append(
+            Step(
+                trace.name(int(picked[-1])), len(steps), starts[-1], starts[-1] + int(durations[-1])
+            )
+        )
+    if len(steps) < MIN_REPEATS:
+        return FoundSteps([], None)
     tool = "NVTX" if trace.format == "nsys" else "record_function"
     return FoundSteps(steps, f"repeated {tool} range '{best[2]}'")
 

@@ -176,7 +176,11 @@ def _header(d: DeviceReport) -> Text:
         text.append(f"  ({f.display_name}: {', '.join(peaks)})", style="dim")
     else:
         text.append("  (not in the GPU facts table: peak figures unknown)", style="dim")
-    steps = f"{len(d.steps)} profiler steps" if d.steps else "no profiler steps found"
+    steps = "no steps found"
+    if d.steps:  # a step finder other than profiler steps says which (analyses.timeline)
+        found = d.steps[0].source
+        steps = f"{len(d.steps)} {found}" if found == "profiler steps" else f"{len(d.steps)} steps"
+        steps += "" if found == "profiler steps" else f" from a {found}"
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")

@@ -1,6 +1,6 @@
 """How often the before/after test and the CI gate are right, on generated pairs with known answers.
 
-Run: ``python benchmarks/diff_power.py [--pairs 200] [--jobs 2] [--quick]``
+Run: ``python benchmarks/diff_power.py [--pairs 200] [--sizes 5,20] [--jobs 2] [--quick]``
 
 Each run is a generated training loop (one small transformer layer, device-bound: about 8 ms of
 kernels per step, the host far ahead) read, diagnosed and summarised exactly as
@@ -14,7 +14,8 @@ kernels per step, the host far ahead) read, diagnosed and summarised exactly as
 "N steps" below means N per-step values a side: a capture of N + 1 profiler steps, since the first
 step only marks where the second begins (``analyses.diff``). The 4-value rows show a capture of 5.
 
-Measured per step count, over ``--pairs`` independent pairs each:
+Measured per step count, over ``--pairs`` independent pairs each (half as many at 20 steps,
+whose runs cost four times as much):
 
 * no change (two seeds of one config): false alarms of the gate at ``--max-regression-pct 0``
   (exit 1: "over the bound at 95% confidence"), and of the diff (two-sided "significant",
@@ -137,25 +138,27 @@ def pct(n: int, d: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=200, help="pairs per experiment")
+    parser.add_argument("--pairs", type=int, default=200, help="pairs per row (20 steps: half)")
+    parser.add_argument("--sizes", default="5,20", help="steps a side, one row each (e.g. 4,5,20)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--quick", action="store_true", help="5 steps only, 50 pairs")
     args = parser.parse_args()
-    pairs = 50 if args.quick else args.pairs
-    sizes = (5,) if args.quick else (4, 5, 20)
+    sizes = (5,) if args.quick else tuple(int(v) for v in args.sizes.split(","))
     rng = random.Random(16)
     started = time.perf_counter()
     rows = []
     with ProcessPoolExecutor(args.jobs) as pool:
         for index, values in enumerate(sizes):
+            # Long runs cost more: half the pairs still resolve a 99% target to one miss in 100.
+            pairs = 50 if args.quick else args.pairs // 2 if values >= 10 else args.pairs
             same, worse, realised = experiment(values, pairs, rng, pool, 100_000 * (index + 1))
             rows.append((values, same, worse, realised))
     print(
         f"noise {NOISE_PCT:g}% per step, one slow step in {100 * OUTLIER_SHARE:.0f}% of runs;"
-        f" {pairs} pairs per row; gate at --max-regression-pct 0, 95% confidence"
+        " gate at --max-regression-pct 0 (exit 1: the whole 95% interval above 0)"
     )
     header = (
-        f"{'steps/side':>10} | {'no change: gate fails':>22} {'diff signif.':>13} |"
+        f"{'steps/side':>10} {'pairs':>5} | {'no change: gate fails':>22} {'diff signif.':>13} |"
         f" {'+10%: gate fails':>17} {'inconcl.':>9} {'diff worse':>11} | realised"
     )
     print(header)
@@ -163,7 +166,7 @@ def main() -> None:
     verdicts = []
     for values, same, worse, realised in rows:
         print(
-            f"{values:>10} | {pct(same.gate_failed, same.pairs):>22}"
+            f"{values:>10} {same.pairs:>5} | {pct(same.gate_failed, same.pairs):>22}"
             f" {pct(same.diff_significant, same.pairs):>13} |"
             f" {pct(worse.gate_failed, worse.pairs):>17}"
             f" {pct(worse.gate_inconclusive, worse.pairs):>9}"
@@ -183,7 +186,7 @@ def main() -> None:
     measured, truth = sweep_batch_1()
     off = 100.0 * (measured / truth - 1.0)
     print(
-        f"\nsweep batch 1: {measured / 1e6:.3f} ms per step, truth {truth / 1e6:.3f} ms ({off:+.1f}%)"
+        f"\nsweep batch 1: {measured / 1e6:.3f} ms a step, truth {truth / 1e6:.3f} ms ({off:+.1f}%)"
     )
     verdicts.append(("sweep batch-1 within 5%", abs(off) <= 5.0))
     print()

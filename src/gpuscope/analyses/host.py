@@ -3,6 +3,12 @@
 Contract: :func:`host_activity` classifies every host-side event of a trace once, by name, into a
 :class:`HostActivity` (or none), and answers "which Python line issued this event" through
 :meth:`HostIndex.location`. Pure: nothing here knows about devices or gaps.
+
+The user's line comes from Python frames recorded as events (``python_function``, 2022+ traces
+profiled with ``with_stack=True``) or, where a trace has none, from the ``Call stack`` argument
+that 2021 traces put on each operator (``train.py(42): step;.../module.py(889): _call_impl``,
+innermost frame first): the first frame of it outside torch, installed packages and the standard
+library, of the innermost operator running at that time.
 """
 
 from __future__ import annotations
@@ -38,17 +44,32 @@ _SYNC_RUNTIME = re.compile(
     r"^(?:cuda|hip)(?:Device|Stream|Event|Ctx)Synchronize|^cu(?:Ctx|Stream|Event)Synchronize"
 )
 _BLOCKING_COPY = re.compile(
-    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy[DH]to[DH]$"
+    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol|WithStream)?$|^(?:cu|hip)Memcpy[DH]to[DH]$"
+    r"|^(?:cuda|hip)Memcpy2D(?:ToArray|FromArray)$"
 )
 _ASYNC_COPY = re.compile(r"^(?:cuda|hip)Memcpy\w*Async$|^cuMemcpy\w*Async$")
 _ALLOCATOR = re.compile(
-    r"^(?:cuda|hip)(?:Free|Malloc)(?:Host|Async|Managed|Pitch)?$|^cudaHostAlloc$|^hipHostMalloc$"
-    r"|^cuMem(?:Free|Alloc)"
+    r"^(?:cuda|hip)(?:Free|Malloc)(?:Host|Async|Managed|Pitch)?$|^cudaHostAlloc$"
+    r"|^hipHost(?:Malloc|Free)$|^hipExtMallocWithFlags$|^cuMem(?:Free|Alloc)"
 )
 _LAUNCH = re.compile(
     r"^(?:cuda|hip|cu)(?:Launch|ExtLaunch|ModuleLaunch|GraphLaunch|MemsetAsync|ExtModuleLaunch)"
     r"|^cuLaunch|^runFunction"
 )
+#: One-time start-up APIs (see analyses/phases.py): context creation, module loading, vendor
+#: library handles, graph capture and instantiation. Twins listed in data/runtime_apis.csv.
+_CONTEXT = re.compile(
+    r"^cuInit$|^cuDevicePrimaryCtxRetain$|^cuCtxCreate|^(?:cuda|hip)SetDevice$|^hipInit$"
+    r"|^cudaInitDevice$|^hipDevicePrimaryCtxRetain$|^hipCtxCreate$"
+)
+_MODULE_LOAD = re.compile(r"^cuModuleLoad|^cuLibraryLoad|^hipModuleLoad|^hipLibraryLoad")
+_LIBRARY_INIT = re.compile(
+    r"^(?:cublas|cublasLt|cudnn|cusparse|cusolverDn|hipblas|hipblasLt|hipsparse|miopen|rocblas_"
+    r"|hipsolver)(?:Create|_create_handle|CreateHandle)\w*$|^nccl(?:CommInitRank|CommInitAll)\w*$"
+    r"|^rccl(?:CommInitRank|CommInitAll)\w*$"
+)
+_CAPTURE = re.compile(r"^(?:cuda|hip|cu)Stream(?:Begin|End)Capture")
+_INSTANTIATE = re.compile(r"^(?:cuda|hip|cu)GraphInstantiate")
 _SYNC_OP = re.compile(r"^aten::(?:item|_local_scalar_dense|nonzero|is_nonzero|equal|tolist)$")
 _DATA_LOADER = re.compile(
     r"^enumerate\(DataLoader\)|torch/utils/data/dataloader\.py|DataLoaderIter"
@@ -98,6 +119,30 @@ def _runtime_activity(name: str) -> HostActivity:
 
 
 @lru_cache(maxsize=_NAMES_REMEMBERED)
+def runtime_role(name: str) -> str:
+    """What a CUDA/HIP runtime or driver call does, as the rules use it: ``sync``, ``copy`` (a
+    copy the host may wait for), ``async_copy``, ``allocator``, ``launch``, ``context``,
+    ``module_load``, ``library_init``, ``capture``, ``graph_instantiate`` or ``none``. A CUDA
+    name and its HIP twin have the same role (tested against data/runtime_apis.csv)."""
+    bare = _VERSION_SUFFIX.sub("", name)
+    for pattern, role in (
+        (_CONTEXT, "context"),
+        (_MODULE_LOAD, "module_load"),
+        (_LIBRARY_INIT, "library_init"),
+        (_CAPTURE, "capture"),
+        (_INSTANTIATE, "graph_instantiate"),
+        (_SYNC_RUNTIME, "sync"),
+        (_ALLOCATOR, "allocator"),
+        (_BLOCKING_COPY, "copy"),
+        (_ASYNC_COPY, "async_copy"),
+        (_LAUNCH, "launch"),
+    ):
+        if pattern.search(bare):
+            return role
+    return "none"
+
+
+@lru_cache(maxsize=_NAMES_REMEMBERED)
 def _named_activity(name: str) -> HostActivity:
     """Activities recognised from CPU op, annotation and Python frame names."""
     if _DATA_LOADER.search(name):
@@ -130,6 +175,10 @@ class HostIndex(msgspec.Struct):
     _user_name: NDArray[np.int8] | None = None
     _frame_names: dict[int, str] = msgspec.field(default_factory=dict)
     _threads: dict[tuple[int, int], NDArray[np.int64]] = msgspec.field(default_factory=dict)
+    #: Per thread: ops whose recorded call stack names a user frame (rows, starts, ends, frames).
+    _stacks: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64], list[str]]] = (
+        msgspec.field(default_factory=dict)
+    )
 
     def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> NDArray[np.int64]:
         rows = self.rows_of_thread(pid, tid)
@@ -198,11 +247,16 @@ class HostIndex(msgspec.Struct):
 
     def user_frames(self, pid: int, tid: int, t: NDArray[np.int64]) -> list[str | None]:
         """:meth:`user_frame` at each of the times ``t``, all walked up their stacks together."""
-        ev = self.trace.events
-        result: list[str | None] = [None] * t.size
         frames, frame_starts = self._python_frames(pid, tid)
         if frames.size == 0:
-            return result
+            return self._stack_frames(pid, tid, t)
+        return self._frames_at(frames, frame_starts, t)
+
+    def _frames_at(
+        self, frames: NDArray[np.int64], frame_starts: NDArray[np.int64], t: NDArray[np.int64]
+    ) -> list[str | None]:
+        ev = self.trace.events
+        result: list[str | None] = [None] * t.size
         latest = np.searchsorted(frame_starts, t, side="right") - 1
         active = np.flatnonzero(latest >= 0)
         frame, at = frames[latest[active]], t[active]
@@ -220,6 +274,34 @@ class HostIndex(msgspec.Struct):
             more = ~hit & (up >= 0)
             active, frame, at = active[more], up[more], at[more]
         return result
+
+    def _stack_frames(self, pid: int, tid: int, t: NDArray[np.int64]) -> list[str | None]:
+        """The user frame of the innermost op with a recorded call stack running at each time."""
+        key = (pid, tid)
+        cached = self._stacks.get(key)
+        if cached is None:
+            cached = self._stacks[key] = self._thread_stacks(pid, tid)
+        rows, ends, where = cached
+        if rows.size == 0:
+            return [None] * t.size
+        ev = self.trace.events
+        at = last_containing(ev.start_ns[rows], ends, t).tolist()
+        return [where[i] if i >= 0 else None for i in at]
+
+    def _thread_stacks(
+        self, pid: int, tid: int
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[str]]:
+        ev = self.trace.events
+        stacked = [
+            (row, frame)
+            for row, args in sorted(ev.extra.items())
+            if "call_stack" in args
+            and ev.pid[row] == pid
+            and ev.tid[row] == tid
+            and (frame := _stack_user_frame(args["call_stack"])) is not None
+        ]
+        rows = np.array([r for r, _ in stacked], dtype=np.int64)
+        return rows, ev.end_ns[rows], [f for _, f in stacked]
 
     def _is_user(self, name_id: NDArray[np.int32]) -> NDArray[np.bool_]:
         """:func:`_is_user_frame` per name id, decided once per distinct name."""
@@ -269,6 +351,16 @@ class HostIndex(msgspec.Struct):
                 parent = np.where(unique_ids[at] == wanted, id_rows[at], -1).astype(np.int64)
             self._parents = (frames, parent)
         return self._parents
+
+
+@lru_cache(maxsize=_NAMES_REMEMBERED)
+def _stack_user_frame(stack: str) -> str | None:
+    """The first frame of the user's code in a ``Call stack`` argument (innermost first, frames
+    separated by ``;``, some writers add a line break), as ``file.py:LINE (fn)``; None if none."""
+    for frame in map(str.strip, stack.split(";")):
+        if _is_user_frame(frame):
+            return _frame_location(frame)
+    return None
 
 
 def _frame_location(name: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import input_errors_exit, prefetched, write_json
 
 
 @click.command()
@@ -22,6 +22,11 @@ from gpuscope.commands._common import input_errors_exit, write_json
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
 @input_errors_exit
@@ -33,6 +38,7 @@ def diagnose(
     gpu_hour_usd: float | None,
     save: bool,
     label: str | None,
+    whole: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -43,6 +49,7 @@ def diagnose(
         gpu_hour_usd=gpu_hour_usd,
         save=save or label is not None,
         label=label,
+        whole=whole,
     )
 
 
@@ -68,18 +75,22 @@ def run_diagnose(
     gpu_hour_usd: float | None = None,
     save: bool = False,
     label: str | None = None,
+    whole: bool = False,
 ) -> None:
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
     # A Kineto file is inflated and scanned on a thread of its own (outside the GIL) while numpy,
     # the analyses and the renderers import; the read then only assembles the columns. The
     # console script has usually started it already (see gpuscope.console).
-    scan = _scan.start(path)
+    prefetch = _early.begin(path, prefetched())
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    result = diagnose(
+        load(path, prefetch=prefetch),
+        Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole),
+    )
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

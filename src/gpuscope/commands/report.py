@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_output
+from gpuscope.commands._common import input_errors_exit, prefetched, write_output
 
 
 @click.command()
@@ -28,24 +28,33 @@ from gpuscope.commands._common import input_errors_exit, write_output
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @input_errors_exit
-def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) -> None:
+def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None, whole: bool) -> None:
     """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
 
     Given two, BEFORE and AFTER, the report compares them side by side.
     """
     if len(paths) > 2:
         raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
-    scan = _scan.start(paths[0])  # the first trace's read overlaps the imports (see diagnose)
+    prefetch = _early.begin(
+        paths[0], prefetched()
+    )  # the first trace's read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import html
 
-    options = Options(gpu_hour_usd=gpu_hour_usd)
-    scans = [scan, *(None for _ in paths[1:])]
-    diagnoses = [diagnose(load(p, scan=s), options) for p, s in zip(paths, scans, strict=True)]
+    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole)
+    prefetches = [prefetch, *(None for _ in paths[1:])]
+    diagnoses = [
+        diagnose(load(p, prefetch=f), options) for p, f in zip(paths, prefetches, strict=True)
+    ]
     if len(diagnoses) == 1:
         page = html.render(diagnoses[0])
     else:

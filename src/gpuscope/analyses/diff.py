@@ -201,9 +201,9 @@ def _mean(values: list[float] | None, otherwise: float | None) -> float | None:
 def _periods(d: DeviceReport) -> tuple[np.ndarray, np.ndarray]:
     """Each step's window on the device (``analyses.timeline.step_breakdown``): they tile the
     device's time, each from the end of the previous step's work to the end of its own. The
-    first step, whose predecessor is not in the trace, starts at its first kernel: it lacks the
-    idle time before it (or, timed from the host's start of the step, gains the host's lead over
-    the device), so it only marks where the second begins: N steps give N - 1 values."""
+    first step, whose predecessor is not in the trace, starts where the host began it: it gains
+    the host's lead over the device, so it only marks where the second begins (N steps give
+    N - 1 values) unless it is the only one."""
     steps = d.steps[1:] if len(d.steps) > 1 else d.steps
     starts = np.array([s.start_ns for s in steps], dtype=np.int64)
     ends = np.array([s.end_ns for s in steps], dtype=np.int64)

@@ -375,10 +375,11 @@ def step_breakdown(work: DeviceWork, found: FoundSteps | None = None) -> list[St
     same work each step. Work belongs to the step whose host window holds its launch call. A
     step's device window runs from the end of the previous step's work to the end of its own, so
     the device's idle time before a step's first kernel (waiting for the next batch) belongs to
-    the step that waited. The first step's predecessor is not in the trace: its window starts at
-    its first kernel, and it only marks where the second begins (per-step statistics use the
-    others). Without launch links a GPU
-    step annotation gives the window, else the host range ("timed_on" says "host").
+    the step that waited. The first step's predecessor is not in the trace: its window starts
+    where the host began it (or earlier device work ended, if later); the host's lead over the
+    device makes it unlike the others, so per-step statistics use it only when it is alone.
+    Without launch links a GPU step annotation gives the window, else the host range
+    ("timed_on" says "host").
     """
     found = found if found is not None else find_steps(work.trace)
     if not found.steps:
@@ -401,6 +402,8 @@ def step_breakdown(work: DeviceWork, found: FoundSteps | None = None) -> list[St
                 lo[i] = min(lo[i], hi[i - 1])  # the idle time before a step belongs to it
         else:
             lo[i], hi[i] = s.start_ns, s.end_ns
+    if on_device[0] and last[0] >= 0:
+        lo[0] = _first_window_start(work, steps[0].start_ns, int(first[0]))
     busy = covered_ns(work.busy, lo, hi)
     return [
         StepStat(
@@ -414,6 +417,16 @@ def step_breakdown(work: DeviceWork, found: FoundSteps | None = None) -> list[St
         )
         for i, s in enumerate(steps)
     ]
+
+
+def _first_window_start(work: DeviceWork, host_start_ns: int, first_ns: int) -> int:
+    """Where the first step's device window starts: its predecessor is not in the trace, so the
+    device idle before its first kernel counts from the moment the host began the step, or from
+    the end of earlier device work if that came later (the device was free for this step)."""
+    ev = work.trace.events
+    earlier = work.rows[ev.start_ns[work.rows] < first_ns]
+    reach = int(ev.end_ns[earlier].max()) if earlier.size else host_start_ns
+    return min(first_ns, max(host_start_ns, reach))
 
 
 def _launched_work(

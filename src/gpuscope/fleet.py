@@ -71,6 +71,8 @@ ICSE_CATEGORIES: dict[str, tuple[str, str]] = {
     "allocator": ("model", "insufficient memory"),
     "insufficient_memory": ("model", "insufficient memory"),
     "cpu_other": ("job", "job logic (host work)"),
+    "unused_gpu": ("job", "job logic (GPUs held, never used)"),
+    "held_idle": ("job", "job logic (GPU held after the work ended)"),
     "unknown": ("job", "unexplained"),
 }
 

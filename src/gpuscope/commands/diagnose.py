@@ -22,6 +22,11 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
 @input_errors_exit
@@ -33,6 +38,7 @@ def diagnose(
     gpu_hour_usd: float | None,
     save: bool,
     label: str | None,
+    whole: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -43,6 +49,7 @@ def diagnose(
         gpu_hour_usd=gpu_hour_usd,
         save=save or label is not None,
         label=label,
+        whole=whole,
     )
 
 
@@ -68,6 +75,7 @@ def run_diagnose(
     gpu_hour_usd: float | None = None,
     save: bool = False,
     label: str | None = None,
+    whole: bool = False,
 ) -> None:
     from gpuscope.readers import _early
 
@@ -80,7 +88,8 @@ def run_diagnose(
     from gpuscope.render import terminal
 
     result = diagnose(
-        load(path, prefetch=prefetch), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd)
+        load(path, prefetch=prefetch),
+        Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole),
     )
     if save:
         from gpuscope.analyses.diff import summarize

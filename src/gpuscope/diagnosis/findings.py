@@ -19,6 +19,7 @@ from typing import TypeAlias
 import msgspec
 import numpy as np
 
+from gpuscope import causes
 from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind
@@ -51,23 +52,7 @@ HOST_CAUSES = frozenset(
         Cause.CPU_OTHER,
     }
 )
-_TITLES = {
-    "host_sync": "the GPU waits while the host synchronises",
-    "data_loader": "the GPU waits for the data loader",
-    "h2d_copy": "the GPU waits for host-to-device copies",
-    "d2h_copy": "the GPU waits for device-to-host copies",
-    "launch_overhead": "the CPU cannot launch kernels fast enough",
-    "allocator": "the GPU waits for cudaMalloc/cudaFree",
-    "communication_wait": "the GPU waits for a peer's collective",
-    "checkpoint": "the GPU waits while a checkpoint is saved",
-    "cpu_other": "the GPU waits while the CPU does other work",
-    "unknown": "idle time nothing in the trace explains",
-    "exposed_communication": "communication runs with no compute to hide it",
-    "fp32_gemm": "matmuls run in FP32 on CUDA cores, not on tensor cores",
-    "memory_bound": "memory-bound kernels dominate the busy time",
-    "straggler": "one rank arrives late at collectives and the others wait for it",
-    "collective_wait": "ranks wait for each other inside collectives (uneven work)",
-}
+_TITLES = causes.titles("idle", "timeline")  # data/causes.csv
 
 
 class DeviceEvidence(msgspec.Struct, frozen=True):

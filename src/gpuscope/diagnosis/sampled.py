@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from gpuscope import causes
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.counters import CounterSummary, KernelLimit, Limiter
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
@@ -69,11 +70,10 @@ SM_ACTIVE_LOW_PCT = 50.0
 #: small, and what bounds the kernels is for a trace or counters to say.
 BUSY_PCT = 80.0
 
-_TITLES = {
-    "latency_bound": "kernels reach neither compute nor memory peak: latency-bound",
-    "memory_bound": "memory-bound kernels",
-    "compute_bound": "compute-bound kernels",
-}
+#: data/causes.csv; an ncu finding names the kernels, not their share of the busy time. Sample
+#: findings' titles are made from their figures (``_sample_title``).
+_TITLES = {**causes.titles("measured"), "memory_bound": "memory-bound kernels"}
+_FIXES = {cause: advice(cause) for cause in _TITLES}
 #: How the verdict's headline names a sampled finding.
 _HEADLINE = {
     "unused_gpu": "GPUs that never ran work",
@@ -82,54 +82,6 @@ _HEADLINE = {
     "insufficient_memory": "low utilisation with memory nearly full: memory stops a larger batch",
     "low_utilization": "low utilisation",
     "misleading_gpu_util": "'GPU util' overstates how busy the SMs were",
-}
-_FIXES = {
-    "unused_gpu": (
-        "The job held GPUs it never used: start one process per GPU (`torchrun "
-        "--nproc_per_node=N`) with DistributedDataParallel or FSDP, make each rank use its own "
-        "GPU (`torch.cuda.set_device(local_rank)`; ranks left on cuda:0 share one), check "
-        "`CUDA_VISIBLE_DEVICES`, or request fewer GPUs."
-    ),
-    "held_idle": (
-        "The process kept its GPU after its work ended (a notebook kernel left open, a job "
-        "blocked on a barrier or on input, a script that does not exit): end the process when "
-        "the work is done (`destroy_process_group()`, then exit), give notebooks an idle "
-        "timeout, or let the scheduler reclaim GPUs idle while held (`gpuscope watch` alerts "
-        "on them)."
-    ),
-    "small_batch": (
-        "Raise the batch size until memory is ~80% full (scale the learning rate, or keep the "
-        "global batch with fewer GPUs); if the batch cannot grow, feed the GPU faster "
-        "(`DataLoader(num_workers=N, pin_memory=True)`) and check for host syncs with "
-        "`gpuscope diagnose` on a torch.profiler trace."
-    ),
-    "insufficient_memory": (
-        "Free memory so the batch can grow: activation checkpointing "
-        "(`torch.utils.checkpoint`), bf16 autocast, sharded optimizer state (FSDP / ZeRO), "
-        "8-bit optimizers, and `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against "
-        "fragmentation; then raise the batch size."
-    ),
-    "low_utilization": (
-        "The GPU waits most of the time: profile a few steps with torch.profiler and run "
-        "`gpuscope diagnose` on the trace to see whether data loading, host syncs or peers keep "
-        "it waiting; record memory.used too, so the batch-size rule can apply."
-    ),
-    "misleading_gpu_util": (
-        "'GPU util' only says some kernel was running; DCGM SM activity says most SMs sat idle: "
-        "the kernels are too small for this GPU. Raise the batch size, fuse small kernels "
-        "(`torch.compile`), capture CUDA graphs, or share the GPU (MIG / MPS)."
-    ),
-    "latency_bound": (
-        "Give the GPU more parallel work per kernel: larger batches or tiles, grids of several "
-        "waves per SM, higher occupancy (fewer registers or less shared memory per block); "
-        "Nsight Compute's rules in the evidence say which limit applies."
-    ),
-    "memory_bound": advice("memory_bound"),
-    "compute_bound": (
-        "The kernels saturate compute: use tensor cores at lower precision (bf16, fp8), remove "
-        "redundant work, or pick a faster algorithm; check the pipe utilisation in Nsight "
-        "Compute's Compute Workload Analysis."
-    ),
 }
 _LIMITER_CAUSE = {
     Limiter.LATENCY: "latency_bound",

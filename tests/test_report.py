@@ -130,7 +130,13 @@ def test_report_is_one_self_contained_file(tmp_path: Path) -> None:
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", own)
     assert '<link rel="stylesheet"' not in page
     charts = figures(page)
-    assert set(charts) == {"chart-timeline", "chart-utilisation", "chart-steps", "chart-roofline"}
+    assert set(charts) == {
+        "chart-timeline",
+        "chart-utilisation",
+        "chart-steps",
+        "chart-roofline",
+        "chart-modules",
+    }
     for chart_id, figure in charts.items():
         assert f'id="{chart_id}"' in page
         assert figure["data"], chart_id

@@ -82,6 +82,7 @@ class FindingSummary:
     lost_ns_per_step: float | None
     share_pct: float
     cost_usd_per_gpu_hour: float | None
+    predicted_saving_ns_per_step: float | None = None  # what-if replay of its fix
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def summarize(diagnosis: Diagnosis) -> RunSummary:
                 _mean(per_step.get(LOST_PREFIX + f.cause), f.lost_ns_per_step),
                 f.share_pct,
                 f.cost_usd_per_gpu_hour,
+                f.predicted_saving_ns_per_step,
             )
             for f in diagnosis.findings
         ],
@@ -400,6 +402,20 @@ class FindingChange:
 
 
 @dataclass(frozen=True)
+class PredictionCheck:
+    """A resolved finding's predicted step time (made on "before") beside "after"'s measured."""
+
+    cause: str
+    before_step_ns: float
+    predicted_step_ns: float
+    after_step_ns: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted_step_ns - self.after_step_ns) / self.after_step_ns
+
+
+@dataclass(frozen=True)
 class RunDiff:
     before: RunSummary
     after: RunSummary
@@ -410,6 +426,7 @@ class RunDiff:
     new: list[FindingChange]
     persisting: list[FindingChange]
     notes: list[str]
+    predictions: list[PredictionCheck] = field(default_factory=list)
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -436,7 +453,23 @@ def diff(before: RunSummary, after: RunSummary, top_kernels: int = TOP_KERNEL_CH
         new=new,
         persisting=persisting,
         notes=notes,
+        predictions=_prediction_checks(before, after, resolved),
     )
+
+
+def _prediction_checks(
+    before: RunSummary, after: RunSummary, resolved: list[FindingChange]
+) -> list[PredictionCheck]:
+    """How close each resolved finding's predicted saving came: before's step time less the
+    saving, against after's step time (both measured here the same way)."""
+    b, a = headline(before, STEP_TIME), headline(after, STEP_TIME)
+    if not b or not a:
+        return []
+    return [
+        PredictionCheck(f.cause, b, b - f.before.predicted_saving_ns_per_step, a)
+        for f in resolved
+        if f.before is not None and f.before.predicted_saving_ns_per_step is not None
+    ]
 
 
 def _metric_diffs(before: RunSummary, after: RunSummary) -> list[MetricDiff]:

@@ -61,6 +61,16 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
             "persisting": [_finding_change(f) for f in d.persisting],
         },
         "notes": list(d.notes),
+        "predictions": [
+            {
+                "cause": c.cause,
+                "before_step_ns": round(c.before_step_ns),
+                "predicted_step_ns": round(c.predicted_step_ns),
+                "after_step_ns": round(c.after_step_ns),
+                "error_pct": round(c.error_pct, 2),
+            }
+            for c in d.predictions
+        ],
     }
 
 
@@ -159,6 +169,23 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
         console.print(Text(f"note: {note}", style="yellow"))
     console.print(_metrics_table(d))
     console.print(_findings(d))
+    for c in d.predictions:
+        console.print(
+            Text(
+                f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
+                f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
+                f" {c.after_step_ns / 1e6:,.2f} ms ({c.error_pct:+.1f}%)",
+                style="cyan",
+            )
+        )
+    if len(d.predictions) > 1:
+        console.print(
+            Text(
+                f"(each prediction is its own fix alone; this run resolved {len(d.predictions)}"
+                " of them at once)",
+                style="dim",
+            )
+        )
     if d.kernels:
         console.print(_kernels_table(d))
 

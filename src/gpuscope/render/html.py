@@ -48,6 +48,8 @@ from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.render import predicted
+from gpuscope.render.views_html import FIGURE_ID as VIEWS_FIGURE_ID
+from gpuscope.render.views_html import views_part
 
 I64 = NDArray[np.int64]
 
@@ -136,16 +138,24 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
     """The report of one diagnosis, as the text of a self-contained HTML file."""
     options = options or HtmlOptions()
     sections = _sections(diagnosis, options, prefix="")
+    views = views_part(diagnosis)
     body = "\n".join(
         [
             _header(diagnosis, "gpuscope report"),
             _verdict(diagnosis.verdict),
-            _findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd, diagnosis.all_fixes),
+            _findings(
+                diagnosis.findings,
+                diagnosis.verdict.gpu_hour_usd,
+                diagnosis.all_fixes,
+                views.links,
+            ),
+            views.html,
             *(_section_html(s) for s in sections),
             _devices(diagnosis.devices),
         ]
     )
-    return _page(f"gpuscope: {diagnosis.source}", body, sections)
+    drawn = [*sections, _Section(VIEWS_FIGURE_ID, "", "", views.figure)]
+    return _page(f"gpuscope: {diagnosis.source}", body, drawn)
 
 
 def _sections(d: Diagnosis, options: HtmlOptions, prefix: str) -> list[_Section]:
@@ -264,12 +274,13 @@ def _findings(
     found: Sequence[Finding],
     gpu_hour_usd: float | None = None,
     all_fixes: Prediction | None = None,
+    links: dict[str, str] | None = None,
 ) -> str:
     if not found:
         return (
             "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
         )
-    items = "".join(_finding(i, f, gpu_hour_usd) for i, f in enumerate(found, 1))
+    items = "".join(_finding(i, f, gpu_hour_usd, links or {}) for i, f in enumerate(found, 1))
     together = ""
     if all_fixes is not None:
         together = (
@@ -280,7 +291,9 @@ def _findings(
     return f"<section id='findings'><h2>Findings, costliest first</h2>{together}{items}</section>"
 
 
-def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
+def _finding(
+    i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
+) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
     if f.lost_ns_per_step is not None:
         figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
@@ -295,7 +308,7 @@ def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
             f" {_e(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(loc.location)}</td>"
+        f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
         f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
         for loc in f.locations
     )
@@ -311,6 +324,14 @@ def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
         f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
         f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
     )
+
+
+def _linked(location: str, links: dict[str, str]) -> str:
+    """A finding's location, linked to its row of the module or operator view when it has one."""
+    anchor = links.get(location)
+    if anchor is None:
+        return _name(location)
+    return f"<a href='{_e(anchor)}'>{_name(location)}</a>"
 
 
 def _code_spans(text: str) -> str:

@@ -23,6 +23,7 @@ from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.render import predicted
 from gpuscope.render.ranks import render_ranks
+from gpuscope.render.views import render_views
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -46,6 +47,7 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(_findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd))
     if diagnosis.all_fixes is not None:
         console.print(_all_fixes(diagnosis.all_fixes, diagnosis.verdict.gpu_hour_usd))
+    render_views(diagnosis, console)
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))

@@ -261,7 +261,9 @@ def _shares(shares: dict[str, float]) -> str:
         for k, x in shares.items()
     )
     legend = " · ".join(f"{_e(k)} {x:.1f}%" for k, x in shares.items())
-    return f"<div class='shares'>{spans}</div><p class='note'>device time by bound: {legend}</p>"
+    # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
+    whole = "sampled GPU time" if "busy" in shares else "device time by bound"
+    return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
 
 
 def _usd(value: float | None) -> str:

@@ -337,7 +337,7 @@ def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     periods = sorted({g.period_ns for g in gpus if g.period_ns})
     every = f", a sample every {periods[0] / 1e9:,.1f} s" if len(periods) == 1 else ""
     table = Table(
-        title=f"Sampled utilisation ({len(gpus)} GPUs{every})",
+        title=f"Sampled utilisation ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''}{every})",
         title_justify="left",
     )
     columns = ["GPU", "samples", "util", "p50", "p90", "p99"]

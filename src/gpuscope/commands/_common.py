@@ -76,7 +76,8 @@ def input_errors_exit(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except InputError as error:
-            click.echo(f"gpuscope: error: {error}", err=True)
+            # One line, whatever the reason holds (an SQLite error quotes a schema's lines).
+            click.echo(f"gpuscope: error: {' '.join(str(error).split())}", err=True)
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper  # type: ignore[return-value]

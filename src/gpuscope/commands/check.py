@@ -15,7 +15,6 @@ import click
 from gpuscope.commands._common import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
-    GROWTH_PERCENT,
     PERCENT,
     PRICE,
     input_errors_exit,
@@ -34,7 +33,7 @@ EXIT_INCONCLUSIVE = 3
 @click.option("--baseline", help="Trace, folder or saved run id to compare step time with.")
 @click.option(
     "--max-regression-pct",
-    type=GROWTH_PERCENT,
+    type=float,  # checked below, in one line (finite); see _common.Number for the others
     help="With --baseline: fail when the median step time is over the baseline's by more than"
     " this at 95% confidence (exit 3: too few steps to tell).",
 )

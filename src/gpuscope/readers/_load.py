@@ -141,8 +141,11 @@ def _other_json(head: bytes) -> str:
 def require_device_activity(path: Path, trace: Trace) -> None:
     """A timeline without device work cannot be diagnosed: say which of two reasons it is."""
     ev = trace.events
-    if ev.of_kind(*BUSY_KINDS).any():
+    busy = ev.of_kind(*BUSY_KINDS)
+    if busy.any() and (ev.dur_ns[busy] > 0).any():
         return
+    if busy.any():
+        raise EmptyTraceError(path, "every GPU event has zero duration: no device time to analyse")
     if ev.of_kind(Kind.RUNTIME).any():
         raise EmptyTraceError(
             path,

@@ -79,7 +79,7 @@ _HEADLINE = {
     "unused_gpu": "GPUs that never ran work",
     "held_idle": "GPUs held idle after the work ended",
     "small_batch": "low utilisation with memory to spare: a larger batch may keep the GPUs busy",
-    "insufficient_memory": "low utilisation with memory nearly full: memory stops a larger batch",
+    "insufficient_memory": "low utilisation, memory nearly full: memory may stop a larger batch",
     "low_utilization": "low utilisation",
     "misleading_gpu_util": "'GPU util' overstates how busy the SMs were",
 }
@@ -177,6 +177,13 @@ def _sample_finding(
     ranked = sorted(members, key=lambda m: -m[1])
     evidence = [_gpu_evidence(g) for g, _ in ranked[:4]]
     evidence += [f"... and {len(members) - 4} more GPUs"] if len(members) > 4 else []
+    fix = None
+    if cause == "unused_gpu" and not any(g.worked for g in gpus):
+        fix = (
+            "Nothing ran on the GPU during the log: check that the job reached its GPU work"
+            " (`torch.cuda.is_available()`, the model and batches moved with `.to('cuda')`),"
+            " that it was sampled while it ran, or release the GPU."
+        )
     if cause == "held_idle" and price.gpu_hour_usd is not None:
         hours = lost_ns / 3.6e12
         evidence.append(
@@ -198,6 +205,8 @@ def _sample_finding(
     )
     if cause == "held_idle":  # a tail at the end of one job is not a daily rate
         found = msgspec.structs.replace(found, cost_usd_per_day=None)
+    if fix is not None:  # no GPU of the log worked: placing ranks is not the question
+        found = msgspec.structs.replace(found, fix=fix)
     return found
 
 
@@ -230,7 +239,8 @@ def _sample_title(cause: str, members: list[GpuUtilisation], of: int) -> str:
         them = "it" if len(members) == 1 else "them"
         return f"{ran} with at most {peak:.0f}% of memory used: a larger batch may keep {them} busy"
     if cause == "insufficient_memory":
-        return f"{ran} with memory {peak:.0f}% full: memory stops a larger batch"
+        # memory.used counts what the process reserved, the caching allocator's free blocks too.
+        return f"{ran} with memory {peak:.0f}% full: memory may stop a larger batch"
     return f"{ran}: it idled the rest"
 
 

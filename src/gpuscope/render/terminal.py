@@ -195,7 +195,12 @@ def _header(d: DeviceReport) -> Text:
         text.append(f"  ({f.display_name}: {', '.join(peaks)})", style="dim")
     else:
         text.append("  (not in the GPU facts table: peak figures unknown)", style="dim")
-    steps = f"{len(d.steps)} profiler steps" if d.steps else "no profiler steps found"
+    n_steps = len(d.steps)
+    steps = (
+        f"{n_steps} profiler step{'s' if n_steps != 1 else ''}"
+        if d.steps
+        else "no profiler steps found"
+    )
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")

@@ -1007,6 +1007,8 @@ _OUTCOME_COLOURS = {"better": "#2ca02c", "worse": "#d62728", "unchanged": "#5d66
 def _metric_label(name: str) -> str:
     labels = {
         diff.STEP_TIME: "step time",
+        diff.ITERATIONS: "iterations per second",
+        diff.ITEMS: "items per second",
         diff.GPU_BUSY: "GPU busy",
         diff.COST: "waste per GPU-hour",
     }
@@ -1020,6 +1022,8 @@ def _metric_value(value: float | None, unit: str) -> str:
         return f"{value / 1e6:,.3f} ms"
     if unit == "pct":
         return f"{value:.1f}%"
+    if unit == "per_s":
+        return f"{value:,.4g}/s"
     return f"${value:,.2f}"
 
 
@@ -1036,8 +1040,8 @@ def _metric_row(m: diff.MetricDiff) -> str:
     note = f" <span class='dim'>({_e(c.note)})</span>" if c.note else ""
     return (
         f"<tr><td>{_e(_metric_label(m.name))}</td>"
-        f"<td class='num'>{_metric_value(c.before_mean, m.unit)}</td>"
-        f"<td class='num'>{_metric_value(c.after_mean, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.before_median, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.after_median, m.unit)}</td>"
         f"<td class='num'>{change}</td><td class='num'>{interval}</td>"
         f"<td class='num'>{'n/a' if c.p_value is None else f'{c.p_value:.3g}'}</td>"
         f"<td style='color:{colour}'><b>{_e(outcome)}</b>{note}</td></tr>"
@@ -1049,8 +1053,9 @@ def _metric_table(change: diff.RunDiff) -> str:
     level = 100 * (1 - diff.SIGNIFICANCE_LEVEL)
     return (
         "<section id='diff-metrics'><h2>What changed, per step</h2>"
-        f"<p class='note'>Means over steps; the interval is the {level:g}% confidence interval "
-        "of the change (Welch's t-test); 'unchanged' means within step-to-step noise.</p>"
+        f"<p class='note'>Medians over steps; the change is the Hodges-Lehmann shift and the"
+        f" interval its {level:g}% confidence interval (Mann-Whitney); 'unchanged' means within"
+        " step-to-step noise.</p>"
         "<table><tr><th>metric</th><th class='num'>before</th><th class='num'>after</th>"
         "<th class='num'>change</th><th class='num'>interval</th><th class='num'>p</th>"
         f"<th>outcome</th></tr>{rows}</table></section>"

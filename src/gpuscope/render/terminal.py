@@ -195,12 +195,12 @@ def _header(d: DeviceReport) -> Text:
         text.append(f"  ({f.display_name}: {', '.join(peaks)})", style="dim")
     else:
         text.append("  (not in the GPU facts table: peak figures unknown)", style="dim")
-    n_steps = len(d.steps)
-    steps = (
-        f"{n_steps} profiler step{'s' if n_steps != 1 else ''}"
-        if d.steps
-        else "no profiler steps found"
-    )
+    steps = "no steps found"
+    if d.steps:  # a step finder other than profiler steps says which (analyses.timeline)
+        found = d.steps[0].source
+        noun = "step" if len(d.steps) == 1 else "steps"
+        steps = f"{len(d.steps)} profiler {noun}" if found == "profiler steps" else ""
+        steps = steps or f"{len(d.steps)} {noun} from a {found}"
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")

@@ -22,6 +22,12 @@ from gpuscope.commands._common import input_errors_exit, write_json
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
 @input_errors_exit
@@ -31,6 +37,7 @@ def diagnose(
     top: int,
     all_devices: bool,
     gpu_hour_usd: float | None,
+    gpu_name: str | None,
     save: bool,
     label: str | None,
 ) -> None:
@@ -41,6 +48,7 @@ def diagnose(
         top=top,
         all_devices=all_devices,
         gpu_hour_usd=gpu_hour_usd,
+        gpu=gpu_name,
         save=save or label is not None,
         label=label,
     )
@@ -66,6 +74,7 @@ def run_diagnose(
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
+    gpu: str | None = None,
     save: bool = False,
     label: str | None = None,
 ) -> None:
@@ -79,7 +88,8 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    result = diagnose(load(path, scan=scan), Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd))
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, gpu=gpu)
+    result = diagnose(load(path, scan=scan), options)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

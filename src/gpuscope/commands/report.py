@@ -28,8 +28,16 @@ from gpuscope.commands._common import input_errors_exit, write_output
 @click.option(
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
+@click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
+)
 @input_errors_exit
-def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) -> None:
+def report(
+    paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None, gpu_name: str | None
+) -> None:
     """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
 
     Given two, BEFORE and AFTER, the report compares them side by side.
@@ -43,7 +51,7 @@ def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None) ->
     from gpuscope.readers import load
     from gpuscope.render import html
 
-    options = Options(gpu_hour_usd=gpu_hour_usd)
+    options = Options(gpu_hour_usd=gpu_hour_usd, gpu=gpu_name)
     scans = [scan, *(None for _ in paths[1:])]
     diagnoses = [diagnose(load(p, scan=s), options) for p, s in zip(paths, scans, strict=True)]
     if len(diagnoses) == 1:

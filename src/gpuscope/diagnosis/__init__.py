@@ -39,7 +39,7 @@ from gpuscope.diagnosis.findings import (
     verdict,
     world_size,
 )
-from gpuscope.facts import GpuFacts, match_device
+from gpuscope.facts import GpuFacts, device_facts
 from gpuscope.model import DeviceInfo, Job, Trace
 
 if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a job has them
@@ -51,6 +51,7 @@ class Options(msgspec.Struct, frozen=True):
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
     samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
+    gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
 
 
 class InputSummary(msgspec.Struct, frozen=True):
@@ -179,7 +180,7 @@ def _ranks(
 def _device_report(trace: Trace, device: int, options: Options, host: HostIndex) -> DeviceReport:
     work = device_work(trace, device)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
-    facts = match_device(info.name, num_sms=info.num_sms)
+    facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
     return DeviceReport(
         source=trace.source,
         rank=trace.rank,

@@ -242,3 +242,50 @@ def test_nvml_missing_is_said_not_hidden(tmp_path: Path, monkeypatch: pytest.Mon
     sampler = NvmlSampler(tmp_path / "nvml.jsonl")
     assert not sampler.start()
     assert sampler.reason == "nvidia-ml-py is not installed (pip install 'gpuscope[nvml]')"
+
+
+_STATE_SCRIPT = """
+import gc, json, os, sys
+state = {
+    "environ": dict(os.environ),
+    "gc_enabled": gc.isenabled(),
+    "gc_threshold": list(gc.get_threshold()),
+    "argv": sys.argv[1:],
+    "name": __name__,
+}
+with open(sys.argv[1], "w") as out:
+    json.dump(state, out)
+"""
+
+
+def test_a_profiled_script_finds_the_process_as_it_would_alone(torch: Any, tmp_path: Path) -> None:
+    """The console script's start-up tuning (one BLAS thread, malloc settings, no cyclic GC) is
+    gpuscope's own: a script run under ``gpuscope profile`` sees the environment and interpreter
+    state it sees when run alone."""
+    script = tmp_path / "state.py"
+    script.write_text(_STATE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    alone, profiled = tmp_path / "alone.json", tmp_path / "profiled.json"
+    subprocess.run([sys.executable, str(script), str(alone)], env=env, check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope",
+            "profile",
+            "--no-nvml",
+            "--",
+            "python",
+            str(script),
+            str(profiled),
+        ],
+        env=env,
+        capture_output=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    seen_alone, seen_profiled = json.loads(alone.read_text()), json.loads(profiled.read_text())
+    assert seen_profiled.pop("argv") == [str(profiled)]
+    assert seen_alone.pop("argv") == [str(alone)]
+    assert seen_profiled["environ"] == seen_alone["environ"]
+    assert seen_profiled == seen_alone

@@ -38,12 +38,12 @@ from gpuscope.errors import InputError
 from gpuscope.readers import _early, load
 
 path = Path(sys.argv[1])
-_early.start(["--top", "3", str(path)])
-forked = list(_early._children.values())
+prefetch = _early.start(["--top", "3", str(path)])
+forked = [prefetch.child] if prefetch is not None and prefetch.child is not None else []
 if sys.argv[2] == "kill":
     os.kill(forked[0][0], signal.SIGKILL)
 try:
-    job = load(path)
+    job = load(path, prefetch=prefetch)
 except InputError as error:
     print(json.dumps({"forked": len(forked), "error": str(error)}))
 else:
@@ -51,7 +51,8 @@ else:
         {"events": len(t.events), "busy": int(t.events.dur_ns.sum()), "names": len(t.names)}
         for t in job.traces
     ]
-    print(json.dumps({"forked": len(forked), "left": len(_early._children), "traces": traces}))
+    left = int(prefetch is not None and prefetch.child is not None)
+    print(json.dumps({"forked": len(forked), "left": left, "traces": traces}))
 """
 
 
@@ -116,17 +117,15 @@ def test_no_fork_beside_other_threads_nor_for_big_exports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = corpus("nsys/pipit/a100_cloverleaf.sqlite")
-    monkeypatch.setattr(_early, "_children", {})
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        _early.start([str(path)])  # a fork would copy this thread's locks, not the thread
+        # a fork would copy this thread's locks, not the thread
+        assert _early.start([str(path)]) is None
     finally:
         stop.set()
         other.join()
-    assert not _early._children
     monkeypatch.setattr(_early, "FORK_MAX_BYTES", path.stat().st_size - 1)
     monkeypatch.setattr(_early, "_one_thread", lambda: True)
-    _early.start([str(path)])
-    assert not _early._children
+    assert _early.start([str(path)]) is None

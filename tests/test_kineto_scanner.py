@@ -225,6 +225,7 @@ _event = st.fixed_dictionaries(
                 "est. achieved occupancy %": st.one_of(st.none(), st.floats(0, 100)),
                 "Input Dims": st.one_of(st.none(), st.lists(st.lists(st.integers(0, 9)))),
                 "Collective name": st.one_of(st.none(), st.sampled_from(["allreduce"]), st.just(5)),
+                "Call stack": st.one_of(st.none(), st.just("a.py(1): f;b.py(2): g"), st.just(7)),
             },
         ),
     }
@@ -337,16 +338,19 @@ def test_a_scan_on_the_callers_thread_reads_the_same(tmp_path: Path) -> None:
 
 
 def test_the_console_script_scans_the_one_kineto_file_on_its_command_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(_scan, "_early", {})
     trace = write(tmp_path, [launch(0), kernel(0)], name="t.json")
     other = tmp_path / "out.json"
     other.write_text('{"schema": "gpuscope/diagnosis-1"}')
-    _early.start(["--json", str(other), str(trace), "--top", "5"])
-    early = _scan._early.get(trace.resolve())
-    assert early is not None and _scan.start(trace) is early  # handed over, once
-    assert not _scan._early and _scan.start(trace) is not early
+    prefetch = _early.start(["--json", str(other), str(trace), "--top", "5"])
+    assert prefetch is not None and prefetch.scan is not None
+    early = prefetch.scan
+    assert prefetch.scan_for(other) is None  # for its own file only
+    assert prefetch.scan_for(trace) is early  # handed over, once
+    assert prefetch.scan_for(trace) is None
+    assert _early.begin(trace, prefetch) is prefetch  # a command takes the console's prefetch
+    fresh = _early.begin(trace, None)  # or starts its own scan
+    assert fresh is not None and fresh.scan is not None and fresh.scan is not early
     two = write(tmp_path, [launch(0), kernel(0)], name="u.json")
-    _early.start([str(trace), str(two)])  # two traces: no guess
-    assert not _scan._early
+    assert _early.start([str(trace), str(two)]) is None  # two traces: no guess

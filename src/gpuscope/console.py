@@ -22,11 +22,18 @@ READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
 RUN_ONCE = READS_A_TRACE | {"demo", "diff", "history", "check", "scale", "sweep", "fleet-report"}
 
 
+#: Commands that run the user's own program in this process: it must find the process as it would
+#: alone (no thread limit for its BLAS, glibc's allocator as configured), so none of the tuning
+#: below applies to them.
+RUNS_USER_CODE = frozenset({"profile"})
+
+
 def main() -> None:
-    _one_blas_thread()
-    _tune_malloc()
     args = sys.argv[1:]
     command = args[0] if args else None
+    if command not in RUNS_USER_CODE:
+        _one_blas_thread()
+        _tune_malloc()
     if command not in RUN_ONCE:
         from gpuscope.cli import main as cli
 
@@ -35,14 +42,15 @@ def main() -> None:
     # One result, then exit: the cyclic collector would only walk the imported modules' objects
     # again and again (~70 passes, ~8 ms); the readers and analyses make no cycles.
     gc.disable()
+    prefetch = None
     if command in READS_A_TRACE:
         from gpuscope.readers import _early
 
-        _early.start(args[1:])
+        prefetch = _early.start(args[1:])  # handed to the command as click's context object
     from gpuscope.cli import main as cli
 
     try:
-        cli()
+        cli(obj=prefetch)
     except SystemExit as stop:
         _exit_now(stop.code)
     _exit_now(0)

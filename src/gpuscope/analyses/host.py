@@ -3,6 +3,12 @@
 Contract: :func:`host_activity` classifies every host-side event of a trace once, by name, into a
 :class:`HostActivity` (or none), and answers "which Python line issued this event" through
 :meth:`HostIndex.location`. Pure: nothing here knows about devices or gaps.
+
+The user's line comes from Python frames recorded as events (``python_function``, 2022+ traces
+profiled with ``with_stack=True``) or, where a trace has none, from the ``Call stack`` argument
+that 2021 traces put on each operator (``train.py(42): step;.../module.py(889): _call_impl``,
+innermost frame first): the first frame of it outside torch, installed packages and the standard
+library, of the innermost operator running at that time.
 """
 
 from __future__ import annotations
@@ -130,6 +136,10 @@ class HostIndex(msgspec.Struct):
     _user_name: NDArray[np.int8] | None = None
     _frame_names: dict[int, str] = msgspec.field(default_factory=dict)
     _threads: dict[tuple[int, int], NDArray[np.int64]] = msgspec.field(default_factory=dict)
+    #: Per thread: ops whose recorded call stack names a user frame (rows, starts, ends, frames).
+    _stacks: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64], list[str]]] = (
+        msgspec.field(default_factory=dict)
+    )
 
     def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> NDArray[np.int64]:
         rows = self.rows_of_thread(pid, tid)
@@ -198,11 +208,16 @@ class HostIndex(msgspec.Struct):
 
     def user_frames(self, pid: int, tid: int, t: NDArray[np.int64]) -> list[str | None]:
         """:meth:`user_frame` at each of the times ``t``, all walked up their stacks together."""
-        ev = self.trace.events
-        result: list[str | None] = [None] * t.size
         frames, frame_starts = self._python_frames(pid, tid)
         if frames.size == 0:
-            return result
+            return self._stack_frames(pid, tid, t)
+        return self._frames_at(frames, frame_starts, t)
+
+    def _frames_at(
+        self, frames: NDArray[np.int64], frame_starts: NDArray[np.int64], t: NDArray[np.int64]
+    ) -> list[str | None]:
+        ev = self.trace.events
+        result: list[str | None] = [None] * t.size
         latest = np.searchsorted(frame_starts, t, side="right") - 1
         active = np.flatnonzero(latest >= 0)
         frame, at = frames[latest[active]], t[active]
@@ -220,6 +235,34 @@ class HostIndex(msgspec.Struct):
             more = ~hit & (up >= 0)
             active, frame, at = active[more], up[more], at[more]
         return result
+
+    def _stack_frames(self, pid: int, tid: int, t: NDArray[np.int64]) -> list[str | None]:
+        """The user frame of the innermost op with a recorded call stack running at each time."""
+        key = (pid, tid)
+        cached = self._stacks.get(key)
+        if cached is None:
+            cached = self._stacks[key] = self._thread_stacks(pid, tid)
+        rows, ends, where = cached
+        if rows.size == 0:
+            return [None] * t.size
+        ev = self.trace.events
+        at = last_containing(ev.start_ns[rows], ends, t).tolist()
+        return [where[i] if i >= 0 else None for i in at]
+
+    def _thread_stacks(
+        self, pid: int, tid: int
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[str]]:
+        ev = self.trace.events
+        stacked = [
+            (row, frame)
+            for row, args in sorted(ev.extra.items())
+            if "call_stack" in args
+            and ev.pid[row] == pid
+            and ev.tid[row] == tid
+            and (frame := _stack_user_frame(args["call_stack"])) is not None
+        ]
+        rows = np.array([r for r, _ in stacked], dtype=np.int64)
+        return rows, ev.end_ns[rows], [f for _, f in stacked]
 
     def _is_user(self, name_id: NDArray[np.int32]) -> NDArray[np.bool_]:
         """:func:`_is_user_frame` per name id, decided once per distinct name."""
@@ -269,6 +312,16 @@ class HostIndex(msgspec.Struct):
                 parent = np.where(unique_ids[at] == wanted, id_rows[at], -1).astype(np.int64)
             self._parents = (frames, parent)
         return self._parents
+
+
+@lru_cache(maxsize=_NAMES_REMEMBERED)
+def _stack_user_frame(stack: str) -> str | None:
+    """The first frame of the user's code in a ``Call stack`` argument (innermost first, frames
+    separated by ``;``, some writers add a line break), as ``file.py:LINE (fn)``; None if none."""
+    for frame in map(str.strip, stack.split(";")):
+        if _is_user_frame(frame):
+            return _frame_location(frame)
+    return None
 
 
 def _frame_location(name: str) -> str:

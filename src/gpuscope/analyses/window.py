@@ -23,7 +23,8 @@ def drop_last_step(trace: Trace) -> Trace:
     if len({s.name for s in trace.steps}) < 2:
         return trace
     ev = trace.events
-    step_marks = np.flatnonzero(ev.of_kind(Kind.ANNOTATION, Kind.GPU_ANNOTATION))
+    # Steps are annotations, or CPU ops in 2021 traces (category ``Operator``).
+    step_marks = np.flatnonzero(ev.of_kind(Kind.ANNOTATION, Kind.GPU_ANNOTATION, Kind.CPU_OP))
     step_ids = {i for i, n in enumerate(trace.names) if "ProfilerStep" in n}
     marks = [int(ev.start_ns[r]) for r in step_marks if int(ev.name_id[r]) in step_ids]
     cut_ns = max(marks)

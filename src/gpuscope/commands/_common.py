@@ -59,3 +59,10 @@ def write_json(json_out: Path, document: bytes) -> bool:
         return True
     write_output(json_out, document + b"\n")
     return False
+
+
+def prefetched() -> object:
+    """The console script's read begun ahead (click's context object), or None: see
+    :mod:`gpuscope.readers._early`."""
+    context = click.get_current_context(silent=True)
+    return context.obj if context is not None else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_output
+from gpuscope.commands._common import input_errors_exit, prefetched, write_output
 from gpuscope.errors import InputError, UnknownFormatError
 
 
@@ -29,15 +29,15 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
 
     For a folder of per-rank traces, OUTPUT is a folder that gets one annotated file per trace.
     """
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
-    scan = _scan.start(path)  # the read overlaps the imports (see diagnose)
+    prefetch = _early.begin(path, prefetched())  # the read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.readers._io import read_bytes
     from gpuscope.render.annotate import annotate as annotated
 
-    job = load(path, scan=scan)
+    job = load(path, prefetch=prefetch)
     _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])
     result = diagnose(job, Options(gpu_hour_usd=gpu_hour_usd))
     for source, target in _targets(path, output, [t.source for t in job.traces]).items():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import input_errors_exit, prefetched, write_json
 
 
 @click.command()
@@ -78,18 +78,18 @@ def run_diagnose(
     save: bool = False,
     label: str | None = None,
 ) -> None:
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
     # A Kineto file is inflated and scanned on a thread of its own (outside the GIL) while numpy,
     # the analyses and the renderers import; the read then only assembles the columns. The
     # console script has usually started it already (see gpuscope.console).
-    scan = _scan.start(path)
+    prefetch = _early.begin(path, prefetched())
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
     options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, gpu=gpu)
-    result = diagnose(load(path, scan=scan), options)
+    result = diagnose(load(path, prefetch=prefetch), options)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_output
+from gpuscope.commands._common import input_errors_exit, prefetched, write_output
 
 
 @click.command()
@@ -44,16 +44,20 @@ def report(
     """
     if len(paths) > 2:
         raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
-    from gpuscope.readers import _scan
+    from gpuscope.readers import _early
 
-    scan = _scan.start(paths[0])  # the first trace's read overlaps the imports (see diagnose)
+    prefetch = _early.begin(
+        paths[0], prefetched()
+    )  # the first trace's read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import html
 
     options = Options(gpu_hour_usd=gpu_hour_usd, gpu=gpu_name)
-    scans = [scan, *(None for _ in paths[1:])]
-    diagnoses = [diagnose(load(p, scan=s), options) for p, s in zip(paths, scans, strict=True)]
+    prefetches = [prefetch, *(None for _ in paths[1:])]
+    diagnoses = [
+        diagnose(load(p, prefetch=f), options) for p, f in zip(paths, prefetches, strict=True)
+    ]
     if len(diagnoses) == 1:
         page = html.render(diagnoses[0])
     else:

@@ -13,7 +13,9 @@ or the renderers (~0.1 s of start-up), so that the read overlaps them:
   would compete with the imports for it, and measured slower than no overlap at all. A bigger
   export is read in process: its pickle would cost more than the overlap saves.
 
-A guess, never a decision: the command still names its file, and :func:`take` hands over a read
+:func:`start` returns the read as a :class:`Prefetch`, which the console script passes to the
+command line as click's context object and the command passes to ``load(path, prefetch=...)``.
+A guess, never a decision: the command still names its file, and the prefetch hands over a read
 of that same file only. Where the child died or failed otherwise (a bug), the command reads the
 file itself, and shows what went wrong there.
 """
@@ -32,15 +34,59 @@ from gpuscope.readers._scan import looks_like_kineto
 
 if TYPE_CHECKING:
     from gpuscope.model import Job
+    from gpuscope.readers._scan import Scan
 
 #: The largest export read in a child process (its pickle is ~1.5x the file).
 FORK_MAX_BYTES = 16 << 20
 
-#: Children reading a file, by resolved path: (pid, read end of the pipe).
-_children: dict[Path, tuple[int, int]] = {}
+
+class Prefetch:
+    """A read of one file begun before the command that needs it: a Kineto scan on a thread, or
+    an export read in a child process (``child`` is its pid and the read end of its pipe).
+
+    It is handed to :func:`gpuscope.readers.load` as ``prefetch=``; the read serves that one file
+    only, once. Nothing about it lives in module state: a process that never starts one (a
+    library caller) reads as it always would.
+    """
+
+    def __init__(
+        self, path: Path, scan: Scan | None = None, child: tuple[int, int] | None = None
+    ) -> None:
+        self.path = path.resolve()
+        self.scan = scan
+        self.child = child
+
+    def _serves(self, path: Path) -> bool:
+        return path.resolve() == self.path
+
+    def scan_for(self, path: Path) -> Scan | None:
+        """The Kineto scan of ``path`` begun ahead, handed over once; None otherwise."""
+        if self.scan is None or not self._serves(path):
+            return None
+        scan, self.scan = self.scan, None
+        return scan
+
+    def job_for(self, path: Path) -> Job | None:
+        """The Job a child read from ``path`` (raising its ``InputError``), once, or None: no
+        child read that file, or it failed."""
+        if self.child is None or not self._serves(path):
+            return None
+        (pid, read_fd), self.child = self.child, None
+        import pickle  # noqa: PLC0415 - not before a scan starts
+
+        try:
+            with open(read_fd, "rb") as pipe:
+                outcome: Job | InputError = pickle.load(pipe)
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            return None  # the child died before it had sent everything
+        finally:
+            _reap(pid)
+        if isinstance(outcome, InputError):
+            raise outcome
+        return outcome
 
 
-def start(args: list[str]) -> None:
+def start(args: list[str]) -> Prefetch | None:
     """Start reading the one trace file among a command line's arguments, if there is one."""
     found: list[tuple[Path, bytes]] = []
     for arg in args:
@@ -56,35 +102,23 @@ def start(args: list[str]) -> None:
         if looks_like_kineto(head) or head.startswith(SQLITE_MAGIC):
             found.append((path, head))
     if len(found) != 1:
-        return  # none, or several: no guess
+        return None  # none, or several: no guess
     path, head = found[0]
     if head.startswith(SQLITE_MAGIC):
-        _fork_load(path)
-    else:
-        _scan.start_early(path)
+        child = _fork_load(path)
+        return Prefetch(path, child=child) if child is not None else None
+    scan = _scan.start(path)
+    return Prefetch(path, scan=scan) if scan is not None else None
 
 
-def take(path: Path) -> Job | None:
-    """The Job a child read from ``path`` (raising its ``InputError``), or None: no child read
-    that file, or it failed."""
-    if not _children:
-        return None
-    child = _children.pop(path.resolve(), None)
-    if child is None:
-        return None
-    import pickle  # noqa: PLC0415 - not before a scan starts
-
-    pid, read_fd = child
-    try:
-        with open(read_fd, "rb") as pipe:
-            outcome: Job | InputError = pickle.load(pipe)
-    except (pickle.UnpicklingError, EOFError, ValueError):
-        return None  # the child died before it had sent everything
-    finally:
-        _reap(pid)
-    if isinstance(outcome, InputError):
-        raise outcome
-    return outcome
+def begin(path: Path, prefetch: object = None) -> Prefetch | None:
+    """What a command hands to ``load(path, prefetch=...)``: ``prefetch`` (the console script's,
+    through click's context object) when it reads ``path``, else a Kineto scan of ``path``
+    started now, so that the read overlaps whatever the command imports next."""
+    if isinstance(prefetch, Prefetch) and prefetch._serves(path):
+        return prefetch
+    scan = _scan.start(path)
+    return Prefetch(path, scan=scan) if scan is not None else None
 
 
 def _reap(pid: int) -> None:
@@ -97,22 +131,23 @@ def _reap(pid: int) -> None:
         atexit.register(os.waitpid, pid, 0)
 
 
-def _fork_load(path: Path) -> None:
+def _fork_load(path: Path) -> tuple[int, int] | None:
+    """Fork a child that reads ``path``: its pid and the read end of its pipe, or None."""
     if sys.platform != "linux" or path.stat().st_size > FORK_MAX_BYTES:
-        return
+        return None
     # What both processes need, imported once: numpy and msgspec. The child then has less to
     # do than the parent before the parent needs its result.
     import gpuscope.model  # noqa: F401, PLC0415
 
     if not _one_thread():
-        return
+        return None
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         _child(path, write_fd)
     os.close(write_fd)
-    _children[path.resolve()] = (pid, read_fd)
+    return pid, read_fd
 
 
 def _one_thread() -> bool:

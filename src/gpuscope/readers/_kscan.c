@@ -20,7 +20,8 @@
  *               float64 / uint8 values, owning the scanner's memory: no copy)
  *   cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
  *   names       the same for event names; column "name" indexes it
- *   extra_rows  bytes of int64 rows whose args hold "Input Dims" or "Collective name"
+ *   extra_rows  bytes of int64 rows whose args hold "Input Dims", "Collective name" or
+ *               "Call stack" (2021 traces' Python stacks)
  *   extras      those rows' args objects, copied as one JSON array (a Block; decoded in Python)
  *   flows       the flow events (phases s, f, t), copied as one JSON array (a Block)
  *
@@ -722,7 +723,7 @@ static Key ARG_KEYS[] = {
     KEY("external id", 4), KEY("bytes", 5), KEY("Python id", 6), KEY("Python parent id", 7),
     KEY("size", 8), KEY("grid", A_GRID), KEY("block", A_BLOCK),
     KEY("est. achieved occupancy %", A_OCCUPANCY), KEY("Input Dims", A_EXTRA),
-    KEY("Collective name", A_EXTRA), {NULL, 0, 0},
+    KEY("Collective name", A_EXTRA), KEY("Call stack", A_EXTRA), {NULL, 0, 0},
 };
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS };
@@ -1546,6 +1547,10 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
+ * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
+#define KSCAN_VERSION 2
+
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,
 };
@@ -1557,7 +1562,8 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     GzipError = PyErr_NewException("gpuscope.readers._kscan.GzipError", NULL, NULL);
-    if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0) {
+    if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0 ||
+        PyModule_AddIntConstant(module, "VERSION", KSCAN_VERSION) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -1,5 +1,7 @@
 # The C Kineto event scanner (see _kscan.c for the contract).
 
+VERSION: int
+
 class GzipError(Exception): ...
 
 class Block:

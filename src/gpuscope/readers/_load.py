@@ -15,7 +15,8 @@ import msgspec
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
-from gpuscope.readers import _early, _scan
+from gpuscope.readers import _scan
+from gpuscope.readers._early import Prefetch
 from gpuscope.readers._io import head_bytes
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
@@ -80,18 +81,20 @@ READERS: list[Reader] = [
 ]
 
 
-def load(path: str | Path, *, scan: Scan | None = None) -> Job:
+def load(path: str | Path, *, prefetch: Prefetch | None = None) -> Job:
     """Read one file, or every readable file in a folder (one per rank, or mixed formats).
 
-    ``scan`` is the file's Kineto scan already started by :func:`gpuscope.readers._scan.start`.
+    ``prefetch`` is a read of the file begun ahead (:func:`gpuscope.readers._early.start` or
+    ``begin``): a Kineto scan on a thread, or an export read in a child process. It is used for
+    that file only; without it the file is read here and now.
     """
     path = Path(path)
     if path.is_dir():
         return _load_folder(path)
-    return load_file(path, scan=scan)
+    return load_file(path, prefetch=prefetch)
 
 
-def load_file(path: Path, *, scan: Scan | None = None) -> Job:
+def load_file(path: Path, *, prefetch: Prefetch | None = None) -> Job:
     """Read one file, whatever its format."""
     if path.suffix == ".nsys-rep":
         raise UnknownFormatError(
@@ -99,9 +102,10 @@ def load_file(path: Path, *, scan: Scan | None = None) -> Job:
             "an Nsight Systems report; export it first: nsys export --type sqlite "
             f"--output {path.with_suffix('.sqlite').name} {path.name}",
         )
-    early = _early.take(path)  # read already, in a child process (see the console script)
-    if early is not None:
+    early = prefetch.job_for(path) if prefetch is not None else None
+    if early is not None:  # read already, in a child process (see the console script)
         return early
+    scan = prefetch.scan_for(path) if prefetch is not None else None
     head = head_bytes(path)
     for reader in READERS:
         if reader.sniff(head):

@@ -27,8 +27,16 @@ from zlib_ng import zlib_ng
 from gpuscope.errors import CorruptInputError, InputError
 from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes
 
+#: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
+#: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
+#: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
+SCANNER_VERSION = 2
+
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
+
+    if getattr(_kscan, "VERSION", 1) != SCANNER_VERSION:
+        raise ImportError("the C scanner was built from older source")
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _kscan = None  # type: ignore[assignment]
 else:  # it inflates with zlib-ng where the zlib_ng package's extension has it, else with zlib
@@ -200,30 +208,15 @@ def unthreaded() -> Iterator[None]:
         threaded = was
 
 
-#: Scans started by :func:`start_early`, by resolved path, until :func:`start` takes them.
-_early: dict[Path, Scan] = {}
-
-
 def start(path: Path) -> Scan | None:
     """Start scanning ``path`` now if it is a Kineto file the scanner can read, else None.
 
-    The scan goes on while the caller does other work (importing the analyses). A scan of the
-    same file already started by :func:`start_early` is handed over instead.
+    The scan goes on while the caller does other work (importing the analyses).
     """
     if _kscan is None or not path.is_file():
         return None
-    early = _early.pop(path.resolve(), None)
-    if early is not None:
-        return early
     try:
         head = head_bytes(path)
     except InputError:
         return None  # the normal read says what is wrong with it
     return Scan(path) if looks_like_kineto(head) else None
-
-
-def start_early(path: Path) -> None:
-    """Start scanning ``path``, a Kineto file named on the command line (see
-    :mod:`gpuscope.readers._early`), for :func:`start` to take over."""
-    if _kscan is not None:
-        _early[path.resolve()] = Scan(path)

@@ -67,6 +67,8 @@ class _Args(msgspec.Struct, gc=False):
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     size: int | None = None  # MTIA DMA size in bytes
+    # 2021 traces' Python stack of an op, innermost frame first: "train.py(42): step;...".
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")
 
 
 # The same fields as _Args, any JSON type: the fallback when a writer put odd types in ``args``.
@@ -787,7 +789,7 @@ def _coerce_args(a: Any) -> Any:
             )
         elif field_name in {"input_dims", "input_type", "concrete_inputs", "pg_ranks"}:
             pass
-        elif field_name in {"collective_name", "dtype", "pg_name"}:
+        elif field_name in {"collective_name", "dtype", "pg_name", "call_stack"}:
             value = value if isinstance(value, str) else None
         elif field_name == "occupancy_pct":
             value = float(value) if isinstance(value, (int, float)) else float("nan")
@@ -828,13 +830,19 @@ _EXTRA_FIELDS = (
     ("dtype", "dtype"),
     ("pg_name", "process_group"),
     ("pg_ranks", "process_group_ranks"),
+    ("call_stack", "call_stack"),
 )
 
 
 def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
     has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
-    rows = np.flatnonzero(np.array(has_shapes, dtype=bool) | np.array(has_comms, dtype=bool))
+    has_stack = [x is not None for x in map(attrgetter("call_stack"), args)]
+    rows = np.flatnonzero(
+        np.array(has_shapes, dtype=bool)
+        | np.array(has_comms, dtype=bool)
+        | np.array(has_stack, dtype=bool)
+    )
     return {row: _extras_of(args[row]) for row in rows.tolist()}
 
 
@@ -843,8 +851,9 @@ _EXTRA_KEYS = tuple(key for _, key in _EXTRA_FIELDS)
 
 
 def _extras_of(a: Any) -> dict[str, Any]:
-    """The arguments kept per event (shapes, collective sizes), by their model names."""
-    if a.input_dims is None and a.collective_name is None:
+    """The arguments kept per event (shapes, collective sizes, 2021 call stacks), by their model
+    names."""
+    if a.input_dims is None and a.collective_name is None and a.call_stack is None:
         return {}
     values = _EXTRA_VALUES(a)
     return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}
@@ -949,7 +958,10 @@ def _device_info(device_id: int, prop: dict[str, Any] | None, rocm: bool, mtia: 
 
 
 def _steps(table: Events, names: list[str]) -> list[Step]:
-    rows = np.flatnonzero(table.kind == Kind.ANNOTATION)
+    """``ProfilerStep#N`` ranges on the host, whatever their category: ``user_annotation`` since
+    2022, ``Operator`` (a CPU op) in 2021 traces. The device-side copies (``gpu_user_annotation``)
+    are not steps: they are where a step's kernels ran, used per device by the step breakdown."""
+    rows = np.flatnonzero(table.of_kind(Kind.ANNOTATION, Kind.CPU_OP))
     steps: list[Step] = []
     step_name_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
     for row in rows:

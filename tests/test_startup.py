@@ -1,0 +1,75 @@
+"""The console script's start-up: what it imports before a command runs, and how long that takes.
+
+Every command pays for the command line's imports, so a heavy module imported at the top of the
+CLI (numpy, rich, plotly, torch) slows all of them, ``gpuscope --help`` included. Commands import
+what they need inside themselves; these tests catch an import that slipped to the top.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+#: Libraries the command line must not import before a command asks for them.
+HEAVY = ("numpy", "msgspec", "rich", "plotly", "torch", "pyarrow", "ray", "pynvml", "mcp")
+#: Generous: ~45 ms is usual on a 2-CPU VM; an import of plotly or torch costs far more.
+CLI_IMPORT_BOUND_MS = 400
+
+
+def test_the_command_line_imports_no_heavy_library() -> None:
+    code = (
+        "import json, sys, gpuscope.console, gpuscope.cli;"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = set(json.loads(out.stdout))
+    assert not imported & set(HEAVY), imported & set(HEAVY)
+
+
+def test_the_command_line_imports_quickly() -> None:
+    """Best of three runs of ``-X importtime``, so that one slow moment of a busy machine does
+    not fail it."""
+    best_us = min(_cli_import_us() for _ in range(3))
+    assert best_us < CLI_IMPORT_BOUND_MS * 1000, f"gpuscope.cli imports in {best_us / 1000:.0f} ms"
+
+
+def _cli_import_us() -> int:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import gpuscope.console, gpuscope.cli"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    total = 0
+    for line in out.stderr.splitlines():
+        match = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)$", line)
+        if match and match.group(2) in ("gpuscope.console", "gpuscope.cli"):
+            total += int(match.group(1))  # cumulative, top-level packages only
+    return total
+
+
+def test_library_calls_leave_gc_and_environment_as_they_found_them() -> None:
+    """``gpuscope.load`` pauses the cyclic GC while it builds the columns (no cycles are made),
+    and gives it back as it was; ``diagnose`` touches neither the GC nor the environment."""
+    import gc
+    import os
+    from importlib import resources
+
+    import gpuscope
+
+    before_env = dict(os.environ)
+    threshold = gc.get_threshold()
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with resources.as_file(
+                resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
+            ) as demo:
+                gpuscope.diagnose(gpuscope.load(demo))
+            assert gc.isenabled() is enabled
+            assert gc.get_threshold() == threshold
+        finally:
+            gc.enable()
+    assert dict(os.environ) == before_env

@@ -223,3 +223,31 @@ def test_fleet_json_of_counters_only_holds_no_nan(tmp_path: Path) -> None:
     assert table.jobs[0].status == "ok" and table.jobs[0].idle_pct is None
     fleet.write(table, tmp_path / "f.json")
     json.loads((tmp_path / "f.json").read_text(), parse_constant=pytest.fail)
+
+
+def test_unified_memory_counter_table_of_older_exports(tmp_path: Path) -> None:
+    """Older exports keep migrations in CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER (counter kinds
+    1 and 2 are bytes moved host-to-device and device-to-host), not as UVM copies."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "um.sqlite"
+    shutil.copy(corpus("wild/nsys_t4_uvm_softmax.sqlite"), path)
+    with sqlite3.connect(path) as db:
+        moved = db.execute(
+            "SELECT start, end, copyKind - 10, bytes, deviceId, globalPid"
+            " FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind IN (11, 12)"
+        ).fetchall()
+        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind IN (11, 12)")
+        db.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER (start INTEGER, end INTEGER,"
+            " counterKind INTEGER, value INTEGER, deviceId INTEGER, globalPid INTEGER)"
+        )
+        db.executemany(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER VALUES (?, ?, ?, ?, ?, ?)",
+            [*moved, (moved[0][0], moved[0][0] + 10, 3, 1, 0, moved[0][5])],  # a fault count
+        )
+    d = diagnose(load(path))
+    um = next(f for f in d.findings if f.cause == "page_migration")
+    assert um.events == 834 + 1536  # the fault-count row is no transfer
+    assert "cudaMemPrefetchAsync" in um.fix

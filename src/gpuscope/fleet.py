@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuscope import causes
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -51,31 +52,7 @@ _MIN_EPOCH_NS = 10**18
 #: cause -> (ICSE 2024 category, the study's subcategory). Idle waiting on input data and host to
 #: device copies are the study's "data" issues; collectives are its "data exchange"; batch size,
 #: checkpointing and memory are "model" issues; what the trace cannot explain is left to "job".
-ICSE_CATEGORIES: dict[str, tuple[str, str]] = {
-    "data_loader": ("data", "data preprocessing"),
-    "h2d_copy": ("data", "host-GPU data transfer"),
-    "d2h_copy": ("data", "host-GPU data transfer"),
-    "page_migration": ("data", "host-GPU data transfer"),
-    "p2p_copy": ("data", "data exchange"),
-    "communication_wait": ("data", "data exchange"),
-    "exposed_communication": ("data", "data exchange"),
-    "straggler": ("data", "data exchange"),
-    "collective_wait": ("data", "data exchange"),
-    "host_sync": ("model", "model code (host synchronisation)"),
-    "launch_overhead": ("model", "batch size"),
-    "small_batch": ("model", "batch size"),
-    "low_utilization": ("model", "batch size"),
-    "memory_bound": ("model", "model code (unfused kernels)"),
-    "fp32_gemm": ("model", "model code (no tensor cores)"),
-    "misleading_gpu_util": ("model", "batch size"),
-    "latency_bound": ("model", "model code (latency-bound kernels)"),
-    "compute_bound": ("model", "model code (compute-bound kernels)"),
-    "checkpoint": ("model", "checkpointing"),
-    "allocator": ("model", "insufficient memory"),
-    "insufficient_memory": ("model", "insufficient memory"),
-    "cpu_other": ("job", "job logic (host work)"),
-    "unknown": ("job", "unexplained"),
-}
+ICSE_CATEGORIES: dict[str, tuple[str, str]] = causes.icse_categories()  # data/causes.csv
 
 
 def category(cause: str) -> tuple[str, str]:

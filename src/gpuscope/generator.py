@@ -384,6 +384,9 @@ _CBID = {
     "cudaMalloc": 20,
 }
 
+#: Runtime API names the generator writes (tests check each classified one has a HIP twin).
+RUNTIME_NAMES = tuple(_CBID)
+
 # --- kernels ----------------------------------------------------------------------------------
 
 

@@ -8,6 +8,9 @@ during it (a sync, then the data loader): then each part gets its own cause.
 
 How idle time is explained, looking at the host thread that launched the work ending the gap:
 
+0. one-time start-up (context creation, module loading, library set-up, compilation, graph
+   capture, a slow first step; see :mod:`gpuscope.analyses.phases`) claims the idle time inside
+   it, on any thread: it is paid once per process and is not the host's steady-state work;
 1. a blocking host activity claims the idle time it overlaps, in this order: checkpoint, data
    loader, collective wait, allocator call, host-to-device copy the host waits for, sync;
 2. in what is left, a synchronisation (or ``cudaFree``) that returned just as it began: the host
@@ -40,6 +43,7 @@ from gpuscope.analyses.intervals import (
     intersection,
     last_containing,
 )
+from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.model import Kind
 
@@ -66,6 +70,7 @@ class Cause(str, Enum):
     CHECKPOINT = "checkpoint"
     CPU_OTHER = "cpu_other"
     UNKNOWN = "unknown"
+    WARMUP = "warmup"  # one-time start-up; its kinds are in CauseStat.kinds
 
 
 CAUSES = list(Cause)
@@ -86,12 +91,21 @@ class LocationStat(msgspec.Struct, frozen=True):
     gaps: int
 
 
+class KindStat(msgspec.Struct, frozen=True):
+    """Idle time of one kind of start-up, and the code that triggered its longest phase."""
+
+    kind: WarmupKind
+    lost_ns: int
+    location: str | None
+
+
 class CauseStat(msgspec.Struct, frozen=True):
     cause: Cause
     lost_ns: int
     gaps: int
     share_pct: float  # of the device's span
     locations: list[LocationStat]  # costliest first
+    kinds: list[KindStat] = msgspec.field(default_factory=list)  # warmup only, costliest first
 
 
 class IdleGaps(msgspec.Struct, frozen=True):
@@ -114,11 +128,18 @@ class IdleAttribution(msgspec.Struct, frozen=True):
         return next((c.lost_ns for c in self.causes if c.cause is cause), 0)
 
 
-def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
+def attribute_idle(
+    work: DeviceWork, host: HostIndex, phases: list[Phase] | None = None
+) -> IdleAttribution:
     ev = work.trace.events
     idle = gaps(work.busy, work.span_start_ns, work.span_end_ns)
-    g0, g1 = idle.start_ns, idle.end_ns
+    idle_ns = idle.total_ns
     parts: list[_Segments] = []
+    kinds: list[KindStat] = []
+    if phases:
+        idle, warm, kinds = claim_startup(idle, host, phases)
+        parts.append(warm)
+    g0, g1 = idle.start_ns, idle.end_ns
     if g0.size:
         # The device work that ends each gap, and the host thread that launched it.
         starts = ev.start_ns[work.rows]
@@ -139,12 +160,50 @@ def attribute_idle(work: DeviceWork, host: HostIndex) -> IdleAttribution:
         host, segments.start, segments.end, segments.cause, segments.decider
     )
     gap_set = IdleGaps(segments.start, segments.end, segments.cause, segments.decider, locations)
+    causes = _cause_stats(gap_set, work.span_ns, resolved)
+    if kinds:
+        causes = [
+            msgspec.structs.replace(c, kinds=kinds) if c.cause is Cause.WARMUP else c
+            for c in causes
+        ]
     return IdleAttribution(
         span_ns=work.span_ns,
-        idle_ns=idle.total_ns,
+        idle_ns=idle_ns,
         gaps=gap_set,
-        causes=_cause_stats(gap_set, work.span_ns, resolved),
+        causes=causes,
     )
+
+
+def claim_startup(
+    idle: Intervals, host: HostIndex, phases: list[Phase]
+) -> tuple[Intervals, _Segments, list[KindStat]]:
+    """Idle time inside start-up phases, per kind (a more specific kind first): the segments,
+    the idle time left to explain, and each kind's time with the code behind its longest
+    phase."""
+    ev = host.trace.events
+    pieces: list[_Segments] = []
+    kinds: list[KindStat] = []
+    for kind, iv in phase_intervals(phases).items():
+        claimed = intersection(idle, iv)
+        if not len(claimed):
+            continue
+        idle = difference(idle, claimed)
+        mine = [p for p in phases if p.kind is kind]
+        rows = np.array([p.row for p in mine], dtype=np.int64)
+        starts = np.array([p.start_ns for p in mine], dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        rows, starts = rows[order], starts[order]
+        i = np.searchsorted(starts, claimed.end_ns, side="left") - 1
+        decider = np.where(i >= 0, rows[np.maximum(i, 0)], -1)
+        pieces.append(_segments(claimed.start_ns, claimed.end_ns, Cause.WARMUP, decider))
+        longest = max(mine, key=lambda p: p.end_ns - p.start_ns)
+        where = host.location(longest.row) if longest.row >= 0 else None
+        if where is None and len(ev):
+            main_pid, main_tid = host.main_thread
+            where = host.user_frame(main_pid, main_tid, (longest.start_ns + longest.end_ns) // 2)
+        kinds.append(KindStat(kind, claimed.total_ns, where))
+    kinds.sort(key=lambda k: (-k.lost_ns, KIND_ORDER.index(k.kind)))
+    return idle, _Segments.concat(pieces), kinds
 
 
 class _Gaps(msgspec.Struct, frozen=True):

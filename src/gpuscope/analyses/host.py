@@ -44,17 +44,32 @@ _SYNC_RUNTIME = re.compile(
     r"^(?:cuda|hip)(?:Device|Stream|Event|Ctx)Synchronize|^cu(?:Ctx|Stream|Event)Synchronize"
 )
 _BLOCKING_COPY = re.compile(
-    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy[DH]to[DH]$"
+    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol|WithStream)?$|^(?:cu|hip)Memcpy[DH]to[DH]$"
+    r"|^(?:cuda|hip)Memcpy2D(?:ToArray|FromArray)$"
 )
 _ASYNC_COPY = re.compile(r"^(?:cuda|hip)Memcpy\w*Async$|^cuMemcpy\w*Async$")
 _ALLOCATOR = re.compile(
-    r"^(?:cuda|hip)(?:Free|Malloc)(?:Host|Async|Managed|Pitch)?$|^cudaHostAlloc$|^hipHostMalloc$"
-    r"|^cuMem(?:Free|Alloc)"
+    r"^(?:cuda|hip)(?:Free|Malloc)(?:Host|Async|Managed|Pitch)?$|^cudaHostAlloc$"
+    r"|^hipHost(?:Malloc|Free)$|^hipExtMallocWithFlags$|^cuMem(?:Free|Alloc)"
 )
 _LAUNCH = re.compile(
     r"^(?:cuda|hip|cu)(?:Launch|ExtLaunch|ModuleLaunch|GraphLaunch|MemsetAsync|ExtModuleLaunch)"
     r"|^cuLaunch|^runFunction"
 )
+#: One-time start-up APIs (see analyses/phases.py): context creation, module loading, vendor
+#: library handles, graph capture and instantiation. Twins listed in data/runtime_apis.csv.
+_CONTEXT = re.compile(
+    r"^cuInit$|^cuDevicePrimaryCtxRetain$|^cuCtxCreate|^(?:cuda|hip)SetDevice$|^hipInit$"
+    r"|^cudaInitDevice$|^hipDevicePrimaryCtxRetain$|^hipCtxCreate$"
+)
+_MODULE_LOAD = re.compile(r"^cuModuleLoad|^cuLibraryLoad|^hipModuleLoad|^hipLibraryLoad")
+_LIBRARY_INIT = re.compile(
+    r"^(?:cublas|cublasLt|cudnn|cusparse|cusolverDn|hipblas|hipblasLt|hipsparse|miopen|rocblas_"
+    r"|hipsolver)(?:Create|_create_handle|CreateHandle)\w*$|^nccl(?:CommInitRank|CommInitAll)\w*$"
+    r"|^rccl(?:CommInitRank|CommInitAll)\w*$"
+)
+_CAPTURE = re.compile(r"^(?:cuda|hip|cu)Stream(?:Begin|End)Capture")
+_INSTANTIATE = re.compile(r"^(?:cuda|hip|cu)GraphInstantiate")
 _SYNC_OP = re.compile(r"^aten::(?:item|_local_scalar_dense|nonzero|is_nonzero|equal|tolist)$")
 _DATA_LOADER = re.compile(
     r"^enumerate\(DataLoader\)|torch/utils/data/dataloader\.py|DataLoaderIter"
@@ -101,6 +116,30 @@ def _runtime_activity(name: str) -> HostActivity:
     if _LAUNCH.search(bare) or _ASYNC_COPY.search(bare):
         return HostActivity.LAUNCH
     return HostActivity.NONE
+
+
+@lru_cache(maxsize=_NAMES_REMEMBERED)
+def runtime_role(name: str) -> str:
+    """What a CUDA/HIP runtime or driver call does, as the rules use it: ``sync``, ``copy`` (a
+    copy the host may wait for), ``async_copy``, ``allocator``, ``launch``, ``context``,
+    ``module_load``, ``library_init``, ``capture``, ``graph_instantiate`` or ``none``. A CUDA
+    name and its HIP twin have the same role (tested against data/runtime_apis.csv)."""
+    bare = _VERSION_SUFFIX.sub("", name)
+    for pattern, role in (
+        (_CONTEXT, "context"),
+        (_MODULE_LOAD, "module_load"),
+        (_LIBRARY_INIT, "library_init"),
+        (_CAPTURE, "capture"),
+        (_INSTANTIATE, "graph_instantiate"),
+        (_SYNC_RUNTIME, "sync"),
+        (_ALLOCATOR, "allocator"),
+        (_BLOCKING_COPY, "copy"),
+        (_ASYNC_COPY, "async_copy"),
+        (_LAUNCH, "launch"),
+    ):
+        if pattern.search(bare):
+            return role
+    return "none"
 
 
 @lru_cache(maxsize=_NAMES_REMEMBERED)

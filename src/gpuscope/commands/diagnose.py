@@ -28,6 +28,11 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
     metavar="NAME",
     help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
 @input_errors_exit
@@ -40,6 +45,7 @@ def diagnose(
     gpu_name: str | None,
     save: bool,
     label: str | None,
+    whole: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -51,6 +57,7 @@ def diagnose(
         gpu=gpu_name,
         save=save or label is not None,
         label=label,
+        whole=whole,
     )
 
 
@@ -77,6 +84,7 @@ def run_diagnose(
     gpu: str | None = None,
     save: bool = False,
     label: str | None = None,
+    whole: bool = False,
 ) -> None:
     from gpuscope.readers import _early
 
@@ -88,7 +96,7 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, gpu=gpu)
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu)
     result = diagnose(load(path, prefetch=prefetch), options)
     if save:
         from gpuscope.analyses.diff import summarize

@@ -28,16 +28,26 @@ if TYPE_CHECKING:
 )
 @click.option("--top", default=10, show_default=True, help="Kernel changes to list.")
 @click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour (for traces).")
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @input_errors_exit
 def diff(
-    before: str, after: str, json_out: Path | None, top: int, gpu_hour_usd: float | None
+    before: str,
+    after: str,
+    json_out: Path | None,
+    top: int,
+    gpu_hour_usd: float | None,
+    whole: bool,
 ) -> None:
     """Compare two runs: step time, GPU busy, lost time per cause, cost, kernels, findings."""
     from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.render import diff as render
 
-    old, old_name = summary_of(before, gpu_hour_usd)
-    new, new_name = summary_of(after, gpu_hour_usd)
+    old, old_name = summary_of(before, gpu_hour_usd, whole)
+    new, new_name = summary_of(after, gpu_hour_usd, whole)
     result = diff_runs(old, new, top_kernels=top)
     if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
         return
@@ -46,8 +56,12 @@ def diff(
     render.render(result, console(), old_name, new_name)
 
 
-def summary_of(ref: str, gpu_hour_usd: float | None = None) -> tuple[RunSummary, str]:
-    """The summary of a trace file or folder, or of a saved run given by its id; and a name."""
+def summary_of(
+    ref: str, gpu_hour_usd: float | None = None, whole: bool = False
+) -> tuple[RunSummary, str]:
+    """The summary of a trace file or folder, or of a saved run given by its id; and a name.
+    A trace whose start-up was left out says so on stderr, so that a steady window is never
+    compared with a warm-up one unannounced."""
     from gpuscope.analyses.diff import summarize
     from gpuscope.errors import InputError
 
@@ -64,4 +78,11 @@ def summary_of(ref: str, gpu_hour_usd: float | None = None) -> tuple[RunSummary,
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
 
-    return summarize(diagnose(load(path), Options(gpu_hour_usd=gpu_hour_usd))), str(path)
+    result = diagnose(load(path), Options(gpu_hour_usd=gpu_hour_usd, whole=whole))
+    if result.window is not None:
+        click.echo(
+            f"gpuscope: {path}: start-up left out, its steady state compared"
+            " (--whole compares everything)",
+            err=True,
+        )
+    return summarize(result), str(path)

@@ -34,9 +34,18 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_outpu
     metavar="NAME",
     help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
+@click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 @input_errors_exit
 def report(
-    paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None, gpu_name: str | None
+    paths: tuple[Path, ...],
+    output: Path,
+    gpu_hour_usd: float | None,
+    gpu_name: str | None,
+    whole: bool,
 ) -> None:
     """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
 
@@ -53,7 +62,7 @@ def report(
     from gpuscope.readers import load
     from gpuscope.render import html
 
-    options = Options(gpu_hour_usd=gpu_hour_usd, gpu=gpu_name)
+    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu_name)
     prefetches = [prefetch, *(None for _ in paths[1:])]
     diagnoses = [
         diagnose(load(p, prefetch=f), options) for p, f in zip(paths, prefetches, strict=True)

@@ -2,6 +2,11 @@
 
 Contract: :func:`diagnose` is pure (a :class:`~gpuscope.model.Job` in, a :class:`Diagnosis` out)
 and never prints. One :class:`DeviceReport` per device per rank, in rank then device order.
+
+The window: one-time start-up (context creation, lazy module loading, compilation, graph capture;
+see :mod:`gpuscope.analyses.phases`) is not a bottleneck. When a trace has a steady state after
+its start-up, every figure describes the steady state; ``Diagnosis.window`` says what was left
+out and the first finding names it. ``Options(whole=True)`` analyses the whole trace.
 """
 
 from __future__ import annotations
@@ -10,10 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
+from msgspec.structs import replace
 
-from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
+from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.host import HostIndex, host_activity
+from gpuscope.analyses.phases import Phase, cut, startup_phases, steady_window
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
 from gpuscope.analyses.timeline import (
     DeviceWork,
@@ -39,6 +46,13 @@ from gpuscope.diagnosis.findings import (
     verdict,
     world_size,
 )
+from gpuscope.diagnosis.startup import (
+    StartupEvidence,
+    Window,
+    revise,
+    startup_evidence,
+    window_of,
+)
 from gpuscope.facts import GpuFacts, device_facts
 from gpuscope.model import DeviceInfo, Job, Trace
 
@@ -51,6 +65,7 @@ class Options(msgspec.Struct, frozen=True):
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
     samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
+    whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
 
 
@@ -95,6 +110,7 @@ class Diagnosis(msgspec.Struct, frozen=True):
     sampled: list[GpuUtilisation] = msgspec.field(default_factory=list)  # per sampled GPU
     counters: list[CounterSummary] = msgspec.field(default_factory=list)  # per ncu report
     ranks: RankAnalysis | None = None  # several ranks, or any collective: who waits for whom
+    window: Window | None = None  # set when start-up was left out of the analysed window
 
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
@@ -123,10 +139,24 @@ def diagnose_timelines(
     devices: list[DeviceReport] = []
     evidence: list[DeviceEvidence] = []
     hosts: dict[int, HostIndex] = {}
-    for trace in job.traces:
-        host = hosts[id(trace)] = host_activity(trace)
+    startup: list[StartupEvidence] = []
+    kinds: list[KindStat] = []
+    traces: list[Trace] = []
+    for given in job.traces:
+        trace = given
+        host = host_activity(trace)
+        phases = startup_phases(trace, host)
+        window = steady_window(trace, phases) if phases and not options.whole else None
+        if window is not None:
+            startup.append(startup_evidence(trace, host, phases, window))
+            trace = cut(given, window.start_ns)
+            host = host_activity(trace)
+            phases = [p for p in phases if p.end_ns > window.start_ns]
+        traces.append(trace)
+        hosts[id(trace)] = host
         for device in trace.device_ids:
-            report = _device_report(trace, device, options, host)
+            report = _device_report(trace, device, options, host, phases)
+            kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
             if adjust is not None:
                 report = adjust(report)
             devices.append(report)
@@ -134,17 +164,22 @@ def diagnose_timelines(
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    ranks = _ranks(job, devices, hosts)
+    ranks = _ranks(replace(job, traces=traces), devices, hosts)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
+    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus)
+    if startup or kinds:
+        span = sum(d.temporal.span_ns for d in devices)
+        found, judged = revise(found, judged, kinds, startup, span, options.whole)
     result = Diagnosis(
         source=job.source,
-        inputs=[_input_summary(t) for t in job.traces],
+        inputs=[_input_summary(t) for t in traces],
         devices=devices,
-        verdict=verdict(evidence, found, gpu_hour_usd, price_source, gpus),
+        verdict=judged,
         findings=found,
         warnings=job.warnings,
         ranks=ranks,
+        window=window_of(startup),
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
 
@@ -177,7 +212,9 @@ def _ranks(
     return analyse_ranks(participants)
 
 
-def _device_report(trace: Trace, device: int, options: Options, host: HostIndex) -> DeviceReport:
+def _device_report(
+    trace: Trace, device: int, options: Options, host: HostIndex, phases: list[Phase]
+) -> DeviceReport:
     work = device_work(trace, device)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
     facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
@@ -195,7 +232,7 @@ def _device_report(trace: Trace, device: int, options: Options, host: HostIndex)
         kernels=kernel_breakdown(work, top=options.top_kernels),
         streams=stream_idle(work),
         steps=step_breakdown(work),
-        idle=attribute_idle(work, host),
+        idle=attribute_idle(work, host, phases),
         bounds=kernel_bounds(work, facts),
         work=work,
     )

@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope import causes
 from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind, exclusive_by_bound
@@ -50,25 +51,7 @@ HOST_CAUSES = frozenset(
         Cause.CPU_OTHER,
     }
 )
-_TITLES = {
-    "host_sync": "the GPU waits while the host synchronises",
-    "data_loader": "the GPU waits for the data loader",
-    "h2d_copy": "the GPU waits for host-to-device copies",
-    "d2h_copy": "the GPU waits for device-to-host copies",
-    "launch_overhead": "the CPU cannot launch kernels fast enough",
-    "allocator": "the GPU waits for cudaMalloc/cudaFree",
-    "communication_wait": "the GPU waits for a peer's collective",
-    "checkpoint": "the GPU waits while a checkpoint is saved",
-    "cpu_other": "the GPU waits while the CPU does other work",
-    "unknown": "idle time nothing in the trace explains",
-    "exposed_communication": "communication runs with no compute to hide it",
-    "fp32_gemm": "matmuls run in FP32 on CUDA cores, not on tensor cores",
-    "memory_bound": "memory-bound kernels dominate the busy time",
-    "straggler": "one rank arrives late at collectives and the others wait for it",
-    "collective_wait": "ranks wait for each other inside collectives (uneven work)",
-    "p2p_copy": "peer-to-peer copies between GPUs hold the device (interconnect-bound)",
-    "page_migration": "unified-memory pages migrate on demand (page faults) while the GPU waits",
-}
+_TITLES = causes.titles("idle", "timeline")  # data/causes.csv
 
 
 class DeviceEvidence(msgspec.Struct, frozen=True):
@@ -146,7 +129,8 @@ def findings(
         locations = _merge_locations([loc for s in stats for loc in s.locations])
         pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
-        saving: int | None = lost
+        # One-time start-up is paid once per process, not per GPU-hour: no dollars.
+        saving: int | None = None if cause.value == "warmup" else lost
         h2d = copies["h2d"]
         if cause is Cause.H2D_COPY and h2d.exposed_ns:
             note += h2d.notes("host-to-device")

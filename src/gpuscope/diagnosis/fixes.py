@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from gpuscope import causes
 from gpuscope.analyses.ranks import StragglerStat
 
 
@@ -34,92 +35,8 @@ _NO_TENSOR_CORES = frozenset({"pascal", "maxwell"})
 _FP16_ONLY = frozenset({"volta", "turing"})
 _FP8 = frozenset({"hopper", "blackwell", "cdna3", "cdna4"})
 
-_FIXES: dict[str, str] = {
-    "host_sync": (
-        "Remove host synchronisations from the step loop: `.item()`, `.cpu()`, `.tolist()`, "
-        "`print(tensor)`, `torch.cuda.synchronize()` and data-dependent ops such as "
-        "`torch.nonzero` make the CPU wait until the GPU drains, so the GPU then waits for the "
-        "CPU. "
-        "Accumulate metrics on the GPU and read them every N steps; "
-        "`torch.cuda.set_sync_debug_mode('warn')` points at every sync."
-    ),
-    "data_loader": (
-        "Feed the GPU faster: `DataLoader(..., num_workers=N, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2)` with N up to the CPU cores per GPU; move "
-        "heavy preprocessing (decoding, augmentation) to the workers, to the GPU (e.g. DALI), or "
-        "offline; read from local disk rather than remote storage."
-    ),
-    "h2d_copy": (
-        "Copy from pinned memory without blocking: `DataLoader(pin_memory=True)` (or "
-        "`tensor.pin_memory()`), then `.to(device, non_blocking=True)`; a copy from pageable "
-        "memory is staged by the CPU and blocks it. Copy once per batch, not per tensor."
-    ),
-    "launch_overhead": (
-        "The CPU cannot launch kernels as fast as the GPU runs them: capture the step in a CUDA "
-        "graph (`torch.compile(model, mode='reduce-overhead')` or `torch.cuda.graphs`), fuse small "
-        "ops with `torch.compile`, use foreach/fused optimizers, or raise the batch size (or use "
-        "gradient accumulation) so that each kernel does more work."
-    ),
-    "allocator": (
-        "Stop allocator churn: avoid `torch.cuda.empty_cache()` in the loop, keep tensor shapes "
-        "stable, and set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so the caching "
-        "allocator stops calling cudaFree/cudaMalloc (cudaFree synchronises the device)."
-    ),
-    "communication_wait": (
-        "The GPU waits for a peer: find the straggler (`gpuscope diagnose` on the folder of all "
-        "ranks), balance work across ranks, and overlap collectives with compute (DDP "
-        "`bucket_cap_mb`, FSDP prefetching) so that a late peer costs less."
-    ),
-    "checkpoint": (
-        "Save asynchronously: `torch.distributed.checkpoint.async_save`, or copy the state to CPU "
-        "and write it from a background thread; checkpoint less often."
-    ),
-    "cpu_other": (
-        "The CPU is busy with its own work between launches: move it off the step's critical path "
-        "(to the data loader, a background thread or every N steps), use fused/foreach optimizers "
-        "(`torch.optim.AdamW(..., fused=True)`), or capture the step with `torch.compile`."
-    ),
-    "unknown": (
-        "Nothing recorded on the host explains these gaps: re-profile with "
-        "`with_stack=True, record_shapes=True` and CPU activities so gpuscope can attribute them."
-    ),
-    "collective_wait": (
-        "Ranks take turns being late: balance the work per rank (equal batch and sequence lengths,"
-        " sharded tables of equal cost), keep per-rank host work (logging, metrics, checkpoints on"
-        " rank 0) off the step, and overlap collectives with compute so that waiting is hidden."
-    ),
-    "exposed_communication": (
-        "Overlap communication with compute: with DDP keep `gradient_as_bucket_view=True` and tune "
-        "`bucket_cap_mb` so all-reduce starts during backward; with FSDP enable "
-        "`backward_prefetch`/`forward_prefetch`; issue fewer, larger collectives; for tensor "
-        "parallelism, check whether fewer GPUs per replica serve the same load."
-    ),
-    "fp32_gemm": (
-        "Run matmuls on tensor cores: `torch.autocast('cuda', dtype=torch.bfloat16)` for mixed "
-        "precision, or at least `torch.set_float32_matmul_precision('high')` (TF32 on Ampere and "
-        "newer)."
-    ),
-    "p2p_copy": (
-        "Copies between GPUs hold the device: check the topology (`nvidia-smi topo -m`) — GPUs"
-        " without NVLink between them copy over PCIe or through host memory; enable peer access"
-        " (`torch.cuda.can_device_access_peer`), keep tensors on the GPU that uses them, copy on a"
-        " side stream so compute overlaps, and move data with NCCL collectives, which pick the"
-        " fastest path, rather than many `.to('cuda:N')` copies."
-    ),
-    "page_migration": (
-        "Unified (managed) memory migrates page by page when a processor first touches it, and"
-        " the GPU stalls on each fault: prefetch the buffers before the kernels that use them"
-        " (`cudaMemPrefetchAsync(ptr, bytes, device, stream)`, and back to the CPU before host"
-        " loops read them), set `cudaMemAdvise` (`SetPreferredLocation`, `SetReadMostly`), or use"
-        " explicit device buffers with `cudaMemcpyAsync` from pinned memory."
-    ),
-    "memory_bound": (
-        "Memory-bound kernels dominate: fuse chains of elementwise/normalisation ops "
-        "(`torch.compile`), keep activations in bf16, use fused attention (SDPA / FlashAttention); "
-        "for LLM decode, a larger batch stops paying once DRAM bandwidth saturates: quantise "
-        "weights/KV cache instead."
-    ),
-}
+#: The fix template of every cause (data/causes.csv); :func:`advice` sharpens it with evidence.
+_FIXES: dict[str, str] = causes.fixes()
 
 
 def advice(cause: str, seen: Sequence[str] = (), hardware: Hardware | None = None) -> str:

@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuscope import causes
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.counters import CounterSummary, KernelLimit, Limiter
 from gpuscope.analyses.samples import GpuUtilisation
@@ -47,50 +48,9 @@ SMALL_BATCH_MEMORY_PCT = 50.0
 INSUFFICIENT_MEMORY_PCT = 80.0
 SM_ACTIVE_LOW_PCT = 50.0
 
-_TITLES = {
-    "small_batch": "the GPU idles half the time with memory to spare: the batch is too small",
-    "insufficient_memory": "the GPU idles half the time and memory is nearly full",
-    "low_utilization": "the GPU idles more than half of the sampled time",
-    "misleading_gpu_util": "'GPU util' looks high but most SMs are idle",
-    "latency_bound": "kernels reach neither compute nor memory peak: latency-bound",
-    "memory_bound": "memory-bound kernels",
-    "compute_bound": "compute-bound kernels",
-}
-_FIXES = {
-    "small_batch": (
-        "Raise the batch size until memory is ~80% full (scale the learning rate, or keep the "
-        "global batch with fewer GPUs); if the batch cannot grow, feed the GPU faster "
-        "(`DataLoader(num_workers=N, pin_memory=True)`) and check for host syncs with "
-        "`gpuscope diagnose` on a torch.profiler trace."
-    ),
-    "insufficient_memory": (
-        "Free memory so the batch can grow: activation checkpointing "
-        "(`torch.utils.checkpoint`), bf16 autocast, sharded optimizer state (FSDP / ZeRO), "
-        "8-bit optimizers, and `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against "
-        "fragmentation; then raise the batch size."
-    ),
-    "low_utilization": (
-        "The GPU waits most of the time: profile a few steps with torch.profiler and run "
-        "`gpuscope diagnose` on the trace to see whether data loading, host syncs or peers keep "
-        "it waiting; record memory.used too, so the batch-size rule can apply."
-    ),
-    "misleading_gpu_util": (
-        "'GPU util' only says some kernel was running; DCGM SM activity says most SMs sat idle: "
-        "the kernels are too small for this GPU. Raise the batch size, fuse small kernels "
-        "(`torch.compile`), capture CUDA graphs, or share the GPU (MIG / MPS)."
-    ),
-    "latency_bound": (
-        "Give the GPU more parallel work per kernel: larger batches or tiles, grids of several "
-        "waves per SM, higher occupancy (fewer registers or less shared memory per block); "
-        "Nsight Compute's rules in the evidence say which limit applies."
-    ),
-    "memory_bound": advice("memory_bound"),
-    "compute_bound": (
-        "The kernels saturate compute: use tensor cores at lower precision (bf16, fp8), remove "
-        "redundant work, or pick a faster algorithm; check the pipe utilisation in Nsight "
-        "Compute's Compute Workload Analysis."
-    ),
-}
+#: data/causes.csv; an ncu finding names the kernels, not their share of the busy time.
+_TITLES = {**causes.titles("measured"), "memory_bound": "memory-bound kernels"}
+_FIXES = {cause: advice(cause) for cause in _TITLES}
 _LIMITER_CAUSE = {
     Limiter.LATENCY: "latency_bound",
     Limiter.MEMORY: "memory_bound",

@@ -38,7 +38,7 @@ import plotly.io as pio  # type: ignore[import-untyped]
 from numpy.typing import NDArray
 from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
-from gpuscope import __version__
+from gpuscope import __version__, causes
 from gpuscope._arrays import distinct
 from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES
@@ -106,17 +106,7 @@ KIND_COLOURS = {
     "communication": "#9467bd",
     "other": "#aec7e8",
 }
-CAUSE_COLOURS = {
-    "host_sync": "#d62728",
-    "data_loader": "#ff7f0e",
-    "h2d_copy": "#e377c2",
-    "launch_overhead": "#f5b041",
-    "allocator": "#c49c94",
-    "communication_wait": "#c5b0d5",
-    "checkpoint": "#8c6d31",
-    "cpu_other": "#ff9896",
-    "unknown": "#b0b0b0",
-}
+CAUSE_COLOURS = {cause: colour for cause, (_, colour) in causes.idle_styles().items()}
 _KINDS = [k.name.lower() for k in KernelKind]
 _CAUSE_NAMES = [c.value for c in CAUSES]
 _MERGED_OPACITY = 0.5

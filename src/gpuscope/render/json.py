@@ -41,6 +41,8 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         + [_counter_device(c) for c in diagnosis.counters],
         "ranks": None if diagnosis.ranks is None else ranks_document(diagnosis.ranks),
         "warnings": list(diagnosis.warnings),
+        # The steady state analysed when start-up was left out; null: the whole trace.
+        "window": msgspec.to_builtins(diagnosis.window),
     }
 
 
@@ -151,6 +153,11 @@ def _device(d: DeviceReport) -> dict[str, Any]:
                 "share_pct": _pct(c.share_pct),
                 "gaps": c.gaps,
                 "locations": [asdict(loc) for loc in c.locations],
+                # warmup only: idle time per kind of start-up and the code that triggered it
+                "kinds": [
+                    {"kind": k.kind.value, "lost_ns": k.lost_ns, "location": k.location}
+                    for k in c.kinds
+                ],
             }
             for c in d.idle.causes
         ],

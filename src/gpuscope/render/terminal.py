@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuscope import causes
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import Intervals, covered_ns
@@ -399,18 +400,7 @@ def _int_pct(value: float | None) -> str:
 _TIMELINE_COLUMNS = 60
 _TIMELINE_DEVICES = 16
 #: Each column's dominant state: its character and colour (the HTML report's colours).
-_STATES = {
-    "busy": ("█", "#2ca02c"),
-    "host_sync": ("S", "#d62728"),
-    "data_loader": ("D", "#ff7f0e"),
-    "h2d_copy": ("H", "#e377c2"),
-    "launch_overhead": ("L", "#f5b041"),
-    "allocator": ("A", "#c49c94"),
-    "communication_wait": ("C", "#c5b0d5"),
-    "checkpoint": ("K", "#8c6d31"),
-    "cpu_other": ("O", "#ff9896"),
-    "unknown": ("?", "#b0b0b0"),
-}
+_STATES = {"busy": ("█", "#2ca02c"), **causes.idle_styles()}  # data/causes.csv
 
 
 def idle_timeline(devices: list[DeviceReport], width: int = 120) -> Text:

@@ -1,0 +1,128 @@
+"""Every cause gpuscope reports, described once: ``data/causes.csv``.
+
+Contract: :func:`cause_table` reads the table once and validates it (a malformed row is a
+packaging error and raises ``ValueError`` naming the row). Rules decide which cause applies; the
+table only describes each one: its title, default pattern, ICSE 2024 category, how an idle cause
+is drawn (colour, letter) and its fix template. Adding a cause is one row here plus the rule that
+finds it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from functools import cache
+
+import msgspec
+
+from gpuscope.classify import DATA
+
+SOURCES = ("idle", "timeline", "measured", "category")
+ICSE_CATEGORIES = ("data", "model", "job", "library")
+_COLOUR = re.compile(r"^#[0-9a-f]{6}$")
+_COLUMNS = [
+    "cause",
+    "source",
+    "title",
+    "pattern",
+    "icse_category",
+    "icse_subcategory",
+    "colour",
+    "letter",
+    "fix",
+]
+
+
+class CauseInfo(msgspec.Struct, frozen=True):
+    cause: str
+    source: str  # idle | timeline | measured | category
+    title: str
+    pattern: str
+    icse_category: str
+    icse_subcategory: str
+    colour: str | None  # idle causes: the timeline colour
+    letter: str | None  # idle causes: the terminal timeline character
+    fix: str
+
+
+@cache
+def cause_table() -> dict[str, CauseInfo]:
+    """Cause name -> its description, in file order."""
+    lines = (DATA / "causes.csv").read_text("utf-8").splitlines()
+    rows = list(csv.reader(line for line in lines if line and not line.startswith("#")))
+    if not rows or rows[0] != _COLUMNS:
+        raise ValueError(f"data/causes.csv: header must be {','.join(_COLUMNS)}")
+    table: dict[str, CauseInfo] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != len(_COLUMNS):
+            raise ValueError(f"data/causes.csv row {number}: {len(row)} fields, not 9")
+        cause, source, title_, pattern, category, subcategory, colour, letter, fix_ = row
+        info = CauseInfo(
+            cause,
+            source,
+            title_,
+            pattern,
+            category,
+            subcategory,
+            colour or None,
+            letter or None,
+            fix_,
+        )
+        problem = _problem(info, table)
+        if problem:
+            raise ValueError(f"data/causes.csv row {number} ({info.cause}): {problem}")
+        table[info.cause] = info
+    return table
+
+
+def _problem(info: CauseInfo, seen: dict[str, CauseInfo]) -> str | None:
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", info.cause):
+        return "the cause must be a snake_case name"
+    if info.cause in seen:
+        return "listed twice"
+    if info.source not in SOURCES:
+        return f"source must be one of {', '.join(SOURCES)}"
+    if info.icse_category not in ICSE_CATEGORIES or not info.icse_subcategory:
+        return f"icse_category must be one of {', '.join(ICSE_CATEGORIES)}, with a subcategory"
+    if info.source != "category" and not (info.title and info.pattern):
+        return "a reported cause needs a title and a pattern"
+    if info.source == "idle":
+        if info.colour is None or info.letter is None:
+            return "an idle cause needs a colour and a letter"
+        if any(s.letter == info.letter for s in seen.values()):
+            return f"letter {info.letter!r} is taken"
+    if info.colour is not None and not _COLOUR.match(info.colour):
+        return "colour must be #rrggbb (lower case)"
+    if info.letter is not None and len(info.letter) != 1:
+        return "letter must be one character"
+    return None
+
+
+def title(cause: str) -> str:
+    return cause_table()[cause].title
+
+
+def fix(cause: str) -> str:
+    return cause_table()[cause].fix
+
+
+def titles(*sources: str) -> dict[str, str]:
+    """Cause -> title, for the causes of the given sources."""
+    return {c.cause: c.title for c in cause_table().values() if c.source in sources}
+
+
+def fixes() -> dict[str, str]:
+    return {c.cause: c.fix for c in cause_table().values() if c.fix}
+
+
+def idle_styles() -> dict[str, tuple[str, str]]:
+    """Idle cause -> (letter, colour), for timelines."""
+    return {
+        c.cause: (c.letter, c.colour)
+        for c in cause_table().values()
+        if c.letter is not None and c.colour is not None
+    }
+
+
+def icse_categories() -> dict[str, tuple[str, str]]:
+    return {c.cause: (c.icse_category, c.icse_subcategory) for c in cause_table().values()}

@@ -1,0 +1,93 @@
+"""Start-up phases and the steady state: real traces with known answers (MANIFEST.md, ``wild/``)
+and the rules' edges on traces built in the test."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from corpus import corpus
+from gpuscope.diagnosis import Diagnosis, Options, diagnose
+from gpuscope.readers import load
+
+CUDAGRAPH = "wild/a100_cudagraph_capture_replay.json.gz"
+PARTICLE = "wild/a100pcie_particle_transformer_first_iter.json"
+
+
+@cache
+def _diagnosis(relative: str, whole: bool = False) -> Diagnosis:
+    return diagnose(load(corpus(relative)), Options(whole=whole))
+
+
+def _kinds(d: Diagnosis) -> list[str]:
+    assert d.window is not None
+    return [e.kind for e in d.window.excluded]
+
+
+def test_cudagraph_start_up_is_context_creation_and_the_replays_are_the_steady_state() -> None:
+    d = _diagnosis(CUDAGRAPH)
+    top = d.findings[0]
+    assert (top.pattern, top.cause) == ("startup", "warmup")
+    assert "CUDA context creation" in top.title
+    # The two cudaFree calls inside the first aten::mm: 1.3 s of the 1.37 s left out.
+    assert top.evidence[1].startswith("context_init: 1,29")
+    assert top.cost_usd_per_day is None
+    assert {"context_init", "graph_capture"} <= set(_kinds(d))
+    assert d.verdict.summary.startswith("the first 1.3")
+    assert "left out; steady state:" in d.verdict.summary
+    # The 20 replays: ~25 ms, busy about half of it (MANIFEST: ~58%).
+    (device,) = d.devices
+    assert 20e6 <= device.temporal.span_ns <= 35e6
+    assert 30.0 <= d.verdict.idle_pct <= 60.0
+    assert all(f.cause not in ("allocator", "unknown") for f in d.findings[1:2])
+
+
+def test_particle_transformer_names_module_loading_and_compilation() -> None:
+    d = _diagnosis(PARTICLE)
+    assert {"module_load", "compile"} <= set(_kinds(d))
+    top = d.findings[0]
+    assert top.cause == "warmup"
+    assert "lazy module loading" in top.title and "compilation" in top.title
+    lines = "\n".join(top.evidence)
+    assert "module_load: 1,337" in lines  # the first cudnn convolution's launch
+    assert "compile: 36" in lines  # TorchScript's silent compile before delta_r2
+    assert "delta_r2" in lines
+    assert all(f.cause not in ("allocator", "unknown") for f in d.findings)
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        ("wild/a100_fusion_eager_vs_pt2.json.gz", ["launch_overhead"]),
+        ("wild/a100_d2h_sync_cpu_loop.json.gz", ["host_sync", "launch_overhead"]),
+    ],
+)
+def test_traces_without_start_up_keep_their_answers(relative: str, expected: list[str]) -> None:
+    d = _diagnosis(relative)
+    assert d.window is None
+    assert [f.cause for f in d.findings[: len(expected)]] == expected
+
+
+def test_whole_analyses_everything_and_says_start_up_is_included() -> None:
+    d = _diagnosis(CUDAGRAPH, whole=True)
+    assert d.window is None
+    assert d.findings[0].cause == "warmup"
+    assert d.findings[0].cost_usd_per_day is None
+    assert d.verdict.summary.startswith("whole trace, start-up included")
+    (device,) = d.devices
+    warm = next(c for c in device.idle.causes if c.cause.value == "warmup")
+    assert warm.kinds[0].kind.value == "context_init"
+    assert warm.kinds[0].location == "cudagraph_mwe.py:6 (do_work)"
+    assert device.idle.lost_ns(warm.cause) > 1_300_000_000
+
+
+def test_json_states_the_window() -> None:
+    from gpuscope.render.json import to_document
+
+    doc = to_document(_diagnosis(CUDAGRAPH))
+    window = doc["window"]
+    assert window["start_ns"] < window["end_ns"]
+    assert all(e["start_ns"] < window["start_ns"] for e in window["excluded"])
+    assert {e["kind"] for e in window["excluded"]} >= {"context_init", "graph_capture"}
+    assert to_document(_diagnosis(CUDAGRAPH, whole=True))["window"] is None

@@ -52,6 +52,7 @@ class HostSync:
     line: int = 57
     every_n_steps: int = 1
     host_work_us: float = 1500.0
+    fixed: bool = False  # the value is read later: the copy stays, the stream sync goes
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class PageableH2DCopy:
 
     mb: float = 128.0
     line: int = 49
+    fixed: bool = False  # the batch comes from pinned memory, copied asynchronously
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class TinyKernels:
     kernel_us: float = 3.0
     host_us_per_op: float = 20.0
     line: int = 52
+    fixed: bool = False  # replayed as a CUDA graph: one launch, the kernels back to back
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class AllocatorChurn:
     line: int = 54
     free_us: float = 400.0
     malloc_us: float = 250.0
+    fixed: bool = False  # the caching allocator serves them: no cudaFree / cudaMalloc
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class ExposedCollective:
     mb: float = 256.0
     ms: float = 5.0
     line: int = 39
+    fixed: bool = False  # its data is ready early: it does not wait for compute to drain
 
 
 @dataclass(frozen=True)
@@ -382,6 +387,7 @@ _CBID = {
     "cudaStreamWaitEvent": 147,
     "cudaFree": 22,
     "cudaMalloc": 20,
+    "cudaGraphLaunch": 311,
 }
 
 #: Runtime API names the generator writes (tests check each classified one has a HIP twin).
@@ -1039,8 +1045,9 @@ def _copy_batch(sim: _Sim) -> None:
             _to_device(sim, [sim.cfg.batch_size, sim.cfg.seq_len], "long", pageable=False)
             return
         columns = max(1, round(pageable.mb * 2**20 / 4 / sim.cfg.batch_size))
-        with sim.blame("h2d_copy"):
-            _to_device(sim, [sim.cfg.batch_size, columns], "float", pageable=True)
+        with sim.blame_if(not pageable.fixed, "h2d_copy"):
+            dims = [sim.cfg.batch_size, columns]
+            _to_device(sim, dims, "float", pageable=not pageable.fixed)
 
 
 def _to_device(sim: _Sim, dims: list[int], dtype: str, pageable: bool) -> None:
@@ -1064,11 +1071,36 @@ def _to_device(sim: _Sim, dims: list[int], dtype: str, pageable: bool) -> None:
 def _tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
     dims = [sim.cfg.batch_size, 64]
     cost = max(0.5, tiny.host_us_per_op - sim.cfg.launch_us)
+    if tiny.fixed:
+        _graphed_tiny_kernels(sim, tiny)
+        return
     with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))), sim.blame("launch_overhead"):
         for index in range(tiny.count):
             op, kind = (("aten::add", "add_f32"), ("aten::mul", "mul_f32"))[index % 2]
             with sim.op(op, [_t(dims, "float"), _t(dims, "float")], cost_us=cost):
                 sim.launch(_elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us))
+
+
+def _graphed_tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
+    """The same kernels replayed from a CUDA graph: one launch call, then back to back."""
+    dims = [sim.cfg.batch_size, 64]
+    with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))):
+        start, corr = sim.runtime("cudaGraphLaunch", 10.0)
+        ready = start + round(sim.cfg.launch_latency_us * 1000)
+        for index in range(tiny.count):
+            kind = ("add_f32", "mul_f32")[index % 2]
+            kernel = _elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us)
+            args = sim._device_args(sim.compute, corr, kernel=True)
+            args.update(_launch_args(sim.spec, kernel))
+            sim.enqueue(
+                "kernel",
+                kernel.name,
+                sim.compute,
+                launch=start,
+                ready=ready,
+                dur=kernel.dur_ns,
+                args=args,
+            )
 
 
 def _train_step(sim: _Sim) -> None:
@@ -1439,12 +1471,13 @@ def _nccl_ns(world_size: int, nbytes: int) -> int:
     return _NCCL_FIXED_NS + round(factor * nbytes / _BUS_GBPS)
 
 
-def _collective(sim: _Sim, nelems: int, base_ns: int) -> None:
+def _collective(sim: _Sim, nelems: int, base_ns: int, after_compute: bool = True) -> None:
     coll = len(sim.coll_base)
     sim.coll_base.append(base_ns)
     collective = _collective_args(sim.cfg, nelems)
     with sim.op("record_param_comms", extra=_param_comms_args(collective)):
-        sim.stream_wait(sim.comm, sim.compute, None)
+        if after_compute:
+            sim.stream_wait(sim.comm, sim.compute, None)
         with sim.annotation("nccl:all_reduce") as ext:
             kernel = _Kernel(_NCCL_ALLREDUCE, base_ns, (16, 1, 1), (512, 1, 1), 96, 103_808)
             work = sim.launch(kernel, sim.comm, "cudaLaunchKernelExC", collective, coll)
@@ -1480,7 +1513,8 @@ def _exposed_collective(sim: _Sim, exposed: ExposedCollective) -> None:
         sim.frame("torch/distributed/c10d_logger.py(81): wrapper"),
         sim.frame("torch/distributed/distributed_c10d.py(2806): all_reduce"),
     ):
-        _collective(sim, round(exposed.mb * 2**20 / 2), round(exposed.ms * 1e6))
+        nelems, base = round(exposed.mb * 2**20 / 2), round(exposed.ms * 1e6)
+        _collective(sim, nelems, base, after_compute=not exposed.fixed)
         sim.stream_wait(sim.compute, sim.comm, sim.location())
 
 
@@ -1489,14 +1523,18 @@ def _exposed_collective(sim: _Sim, exposed: ExposedCollective) -> None:
 
 def _host_sync(sim: _Sim, sync: HostSync) -> None:
     scalar = _t([], "float")
-    with sim.frame(sim.user_frame(sync.line, _loop_function(sim))), sim.blame("host_sync"):
+    with (
+        sim.frame(sim.user_frame(sync.line, _loop_function(sim))),
+        sim.blame_if(not sync.fixed, "host_sync"),
+    ):
         with (
             sim.frame("<built-in method item of Tensor object at 0x7f3a2c1b6f20>"),
             sim.op("aten::item", [scalar]),
             sim.op("aten::_local_scalar_dense", [scalar]),
         ):
             sim.copy("Memcpy DtoH (Device -> Pageable)", 4, sim.kernel_ns(1.4), call_us=6.0)
-            sim.stream_sync(sim.compute)
+            if not sync.fixed:
+                sim.stream_sync(sim.compute)
         _python_work(sim, sync.host_work_us)
 
 
@@ -1533,14 +1571,18 @@ def _checkpoint(sim: _Sim, checkpoint: Checkpoint) -> None:
 def _allocator_churn(sim: _Sim, churn: AllocatorChurn) -> None:
     dims = [sim.cfg.batch_size, sim.cfg.seq_len, 4 * sim.cfg.hidden]
     sizes = [_s(str(dims)), _s(6), _NONE, _s(0), _NONE, _NONE]
-    with sim.frame(sim.user_frame(churn.line, _loop_function(sim))), sim.blame("allocator"):
+    with (
+        sim.frame(sim.user_frame(churn.line, _loop_function(sim))),
+        sim.blame_if(not churn.fixed, "allocator"),
+    ):
         for _ in range(churn.count):
             with (
                 sim.frame("<built-in method empty of type object at 0x7f3a4e2b0d60>"),
                 sim.op("aten::empty", sizes),
             ):
-                sim.runtime("cudaFree", churn.free_us, after=sim.stream_end())
-                sim.runtime("cudaMalloc", churn.malloc_us)
+                if not churn.fixed:
+                    sim.runtime("cudaFree", churn.free_us, after=sim.stream_end())
+                    sim.runtime("cudaMalloc", churn.malloc_us)
             with sim.op("aten::fill_", [_t(dims, "float"), _s("0.")]):
                 numel = _numel(dims)
                 sim.launch(_elementwise(sim, "fill", numel, numel * 4))
@@ -1847,6 +1889,50 @@ def generate_job(config: GeneratorConfig, world_size: int = 8) -> list[Generated
         ends = new_ends
         sims = [_simulate(c, ends) for c in configs]
     return [_package(sim) for sim in sims]
+
+
+# --- what-if truth: the same run with one pathology fixed ------------------------------------
+
+#: Fixes :func:`apply_fix` knows, by the cause a finding names.
+FIXABLE = (
+    "data_loader",
+    "host_sync",
+    "h2d_copy",
+    "launch_overhead",
+    "allocator",
+    "fp32_gemm",
+    "exposed_communication",
+    "straggler",
+)
+
+
+def apply_fix(config: GeneratorConfig, cause: str) -> GeneratorConfig:
+    """The same run (same seed) with the pathology behind ``cause`` fixed as its fix says: the
+    data loader keeps up (a prefetched batch), the sync goes (the copy stays), the batch comes
+    from pinned memory asynchronously, the tiny kernels replay from a CUDA graph, the caching
+    allocator serves the allocations, the GEMMs run on tensor cores (bf16), the exposed
+    all-reduce no longer waits for compute, the straggler runs as fast as the others."""
+    if cause not in FIXABLE:
+        raise ValueError(f"apply_fix: no fix for {cause!r}; known: {', '.join(FIXABLE)}")
+    dropped = {
+        "data_loader": SlowDataLoader,
+        "fp32_gemm": Fp32Gemm,
+        "straggler": Straggler,
+    }.get(cause)
+    flagged = {
+        "host_sync": HostSync,
+        "h2d_copy": PageableH2DCopy,
+        "launch_overhead": TinyKernels,
+        "allocator": AllocatorChurn,
+        "exposed_communication": ExposedCollective,
+    }.get(cause)
+    inject: list[Injection] = []
+    for injection in config.inject:
+        if dropped is not None and isinstance(injection, dropped):
+            continue
+        fix = flagged is not None and isinstance(injection, flagged)
+        inject.append(replace(injection, fixed=True) if fix else injection)  # type: ignore[arg-type]
+    return replace(config, inject=tuple(inject))
 
 
 # --- series of runs: scaling over GPU counts, sweeps over batch sizes -------------------------

@@ -888,3 +888,47 @@ def _mean_steps(ranks: list[RankStat]) -> list[StepCommunication]:
             )
         )
     return result
+
+
+# --- what moving arrivals would save (used by the what-if replay) -----------------------------
+
+
+class WaitCuts(msgspec.Struct, frozen=True):
+    """Per participant: its collectives' trace rows, the waiting inside each (for the last
+    arrival), and how much of it goes if the named stragglers arrived with the next-to-last
+    rank."""
+
+    rows: I64
+    wait_ns: I64
+    straggler_cut_ns: I64
+
+
+def collective_waits(participants: list[Participant], stragglers: list[int]) -> list[WaitCuts]:
+    """Matched collectives' waiting per participant, and the cut a straggler fix makes.
+
+    ``stragglers`` are participant positions. At a contested collective whose last arrival is a
+    straggler, a rank that waited ``w`` would have waited ``max(w - margin, 0)`` had the
+    straggler arrived ``margin`` earlier, with the next-to-last rank (its own wait: none)."""
+    tables = [collectives(p.work) for p in participants]
+    groups, _, _ = _match(participants, tables)
+    offsets = _clock_offsets(len(participants), groups)
+    waits = [np.zeros(len(t), dtype=np.int64) for t in tables]
+    cuts = [np.zeros(len(t), dtype=np.int64) for t in tables]
+    late = set(stragglers)
+    for g in groups:
+        if len(g.members) < 2 or g.count == 0:
+            continue
+        starts = _aligned_starts(g, offsets)
+        durations = g.end_ns - g.start_ns
+        last = np.argmax(starts, axis=0)
+        columns = np.arange(g.count)
+        wait = np.maximum(durations - durations[last, columns], 0)
+        ordered = np.sort(starts, axis=0)
+        margin = ordered[-1] - ordered[-2]
+        contested = wait.max(axis=0) >= CONTESTED_WAIT_NS
+        by_straggler = contested & np.isin(np.array(g.members)[last], list(late))
+        for k, m in enumerate(g.members):
+            waits[m][g.positions[k]] = wait[k]
+            mine = by_straggler & (last != k)
+            cuts[m][g.positions[k]] = np.where(mine, np.minimum(wait[k], margin), 0)
+    return [WaitCuts(t.rows, w, c) for t, w, c in zip(tables, waits, cuts, strict=True)]

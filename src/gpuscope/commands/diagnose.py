@@ -35,6 +35,11 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
 )
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")
 @click.option("--label", help="Label the saved run (implies --save).")
+@click.option(
+    "--no-predict",
+    is_flag=True,
+    help="Do not replay each finding's fix to predict its saving (a little faster).",
+)
 @input_errors_exit
 def diagnose(
     path: Path,
@@ -46,6 +51,7 @@ def diagnose(
     save: bool,
     label: str | None,
     whole: bool,
+    no_predict: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
     run_diagnose(
@@ -58,6 +64,7 @@ def diagnose(
         save=save or label is not None,
         label=label,
         whole=whole,
+        predict=not no_predict,
     )
 
 
@@ -85,6 +92,7 @@ def run_diagnose(
     save: bool = False,
     label: str | None = None,
     whole: bool = False,
+    predict: bool = True,
 ) -> None:
     from gpuscope.readers import _early
 
@@ -96,7 +104,9 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu)
+    options = Options(
+        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+    )
     result = diagnose(load(path, prefetch=prefetch), options)
     if save:
         from gpuscope.analyses.diff import summarize

@@ -36,6 +36,7 @@ from gpuscope.analyses.timeline import (
     stream_idle,
     temporal_breakdown,
 )
+from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.findings import (
     DeviceEvidence,
     Finding,
@@ -65,6 +66,7 @@ class Options(msgspec.Struct, frozen=True):
     top_kernels: int = 10
     gpu_hour_usd: float | None = None  # overrides the facts table's price
     samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
+    predict: bool = True  # replay each finding's fix for its predicted saving (analyses.whatif)
     whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
 
@@ -111,6 +113,8 @@ class Diagnosis(msgspec.Struct, frozen=True):
     counters: list[CounterSummary] = msgspec.field(default_factory=list)  # per ncu report
     ranks: RankAnalysis | None = None  # several ranks, or any collective: who waits for whom
     window: Window | None = None  # set when start-up was left out of the analysed window
+    #: Every fix with an edit, replayed together as one edit set (never the findings' sum).
+    all_fixes: Prediction | None = None
 
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
@@ -164,9 +168,18 @@ def diagnose_timelines(
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    ranks = _ranks(replace(job, traces=traces), devices, hosts)
+    participants = _participants(replace(job, traces=traces), devices, hosts)
+    ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
+    all_fixes = None
+    if options.predict:
+        from gpuscope.diagnosis.predict import predict  # noqa: PLC0415
+
+        found, all_fixes = predict(
+            found, traces, devices, hosts, participants, ranks, gpu_hour_usd, gpus
+        )
+    # The verdict prices the findings as predicted: its waste is the sum of their dollars.
     judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus)
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
@@ -180,20 +193,26 @@ def diagnose_timelines(
         warnings=job.warnings,
         ranks=ranks,
         window=window_of(startup),
+        all_fixes=all_fixes,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
 
 
-def _ranks(
-    job: Job, devices: list[DeviceReport], hosts: dict[int, HostIndex]
-) -> RankAnalysis | None:
-    """The rank analysis when there is more than one GPU or any collective; ranks a trace does
-    not name are numbered in file order."""
-    by_source = {t.source: t for t in job.traces}
+def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> RankAnalysis | None:
+    """The rank analysis when there is more than one GPU or any collective."""
     multi = len(devices) > 1 or any((d.world_size or 0) > 1 for d in devices)
     if not devices or not (multi or any(d.temporal.communication_ns for d in devices)):
         return None
-    participants = [
+    return analyse_ranks(participants)
+
+
+def _participants(
+    job: Job, devices: list[DeviceReport], hosts: dict[int, HostIndex]
+) -> list[Participant]:
+    """One participant per device report; ranks a trace does not name are numbered in file
+    order."""
+    by_source = {t.source: t for t in job.traces}
+    return [
         Participant(
             rank=d.rank if d.rank is not None else position,
             device=d.device,
@@ -209,7 +228,6 @@ def _ranks(
         )
         for position, d in enumerate(devices)
     ]
-    return analyse_ranks(participants)
 
 
 def _device_report(

@@ -27,6 +27,7 @@ from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind, exclusive_
 from gpuscope.analyses.intervals import difference, union
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
 from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
+from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.fixes import Hardware, advice, short_name, straggler_advice
 from gpuscope.facts import GpuFacts, gpu_hour_price
 from gpuscope.model import CopyDirection
@@ -81,6 +82,10 @@ class Finding(msgspec.Struct, frozen=True):
     locations: list[LocationStat]
     evidence: list[str]
     fix: str
+    #: What fixing it saves per GPU and step, replayed (None: no edit for this cause, or
+    #: predictions off); ``prediction`` holds its range, the measured step and the assumption.
+    predicted_saving_ns_per_step: float | None = None
+    prediction: Prediction | None = None
 
 
 class Verdict(msgspec.Struct, frozen=True):

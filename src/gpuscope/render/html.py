@@ -45,8 +45,10 @@ from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind, RooflinePoint, roofline_points
 from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import WorkClass
+from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.render import predicted
 
 I64 = NDArray[np.int64]
 
@@ -139,7 +141,7 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
         [
             _header(diagnosis, "gpuscope report"),
             _verdict(diagnosis.verdict),
-            _findings(diagnosis.findings),
+            _findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd, diagnosis.all_fixes),
             *(_section_html(s) for s in sections),
             _devices(diagnosis.devices),
         ]
@@ -263,16 +265,27 @@ def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
 
 
-def _findings(found: Sequence[Finding]) -> str:
+def _findings(
+    found: Sequence[Finding],
+    gpu_hour_usd: float | None = None,
+    all_fixes: Prediction | None = None,
+) -> str:
     if not found:
         return (
             "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
         )
-    items = "".join(_finding(i, f) for i, f in enumerate(found, 1))
-    return f"<section id='findings'><h2>Findings, costliest first</h2>{items}</section>"
+    items = "".join(_finding(i, f, gpu_hour_usd) for i, f in enumerate(found, 1))
+    together = ""
+    if all_fixes is not None:
+        together = (
+            f"<p class='prediction all-fixes'><b>"
+            f"{_e(predicted.headline(all_fixes, gpu_hour_usd, 'All fixes together'))}</b>"
+            " (replayed as one edit set: the findings' savings overlap and are not added up)</p>"
+        )
+    return f"<section id='findings'><h2>Findings, costliest first</h2>{together}{items}</section>"
 
 
-def _finding(i: int, f: Finding) -> str:
+def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
     if f.lost_ns_per_step is not None:
         figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
@@ -281,6 +294,11 @@ def _finding(i: int, f: Finding) -> str:
     if f.cost_usd_per_day is not None:
         figures.append(f"${f.cost_usd_per_day:,.0f} per day")
     evidence = "".join(f"<li>{_e(x)}</li>" for x in f.evidence)
+    if f.prediction is not None:
+        evidence = (
+            f"<li class='prediction'><b>{_e(predicted.headline(f.prediction, gpu_hour_usd))}</b>;"
+            f" {_e(predicted.details(f.prediction))}</li>{evidence}"
+        )
     rows = "".join(
         f"<tr><td class='mono kernel'>{_name(loc.location)}</td>"
         f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
@@ -955,7 +973,8 @@ def _columns(left: str, right: str) -> str:
 
 
 def _side(d: Diagnosis, title: str) -> str:
-    return f"{_header(d, title)}{_verdict(d.verdict)}{_findings(d.findings)}"
+    found = _findings(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
+    return f"{_header(d, title)}{_verdict(d.verdict)}{found}"
 
 
 def _diff_notes(change: diff.RunDiff) -> str:

@@ -19,6 +19,7 @@ from gpuscope import __version__
 from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
 from gpuscope.analyses.counters import CounterStat, CounterSummary
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
+from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.sampled import SampledFinding
@@ -40,6 +41,7 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         + [_sampled_device(g) for g in diagnosis.sampled]
         + [_counter_device(c) for c in diagnosis.counters],
         "ranks": None if diagnosis.ranks is None else ranks_document(diagnosis.ranks),
+        "all_fixes": _prediction(diagnosis.all_fixes),
         "warnings": list(diagnosis.warnings),
         # The steady state analysed when start-up was left out; null: the whole trace.
         "window": msgspec.to_builtins(diagnosis.window),
@@ -81,6 +83,32 @@ def _finding(f: Finding) -> dict[str, Any]:
         "fix": f.fix,
         "max_gain_ns": f.lost_ns,
         "measured_from": f.measured_from if isinstance(f, SampledFinding) else "timeline",
+        "predicted_saving_ns_per_step": (
+            None
+            if f.predicted_saving_ns_per_step is None
+            else round(f.predicted_saving_ns_per_step)
+        ),
+        "prediction": _prediction(f.prediction),
+    }
+
+
+def _prediction(p: Prediction | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {
+        "cause": p.cause,
+        "assumption": p.assumption,
+        "step_ns": round(p.step_ns),
+        "predicted_step_ns": round(p.predicted_step_ns),
+        "saving_ns_per_step": round(p.saving_ns_per_step),
+        "saving_range_ns_per_step": [
+            round(p.saving_low_ns_per_step),
+            round(p.saving_high_ns_per_step),
+        ],
+        "faster_pct": _pct(p.faster_pct),
+        "saving_ns": p.saving_ns,
+        "steps": p.steps,
+        "note": p.note,
     }
 
 

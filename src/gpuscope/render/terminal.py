@@ -18,8 +18,10 @@ from gpuscope import causes
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import Intervals, covered_ns
+from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.render import predicted
 from gpuscope.render.ranks import render_ranks
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
@@ -41,7 +43,9 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(Text(f"warning: {warning}", style="yellow"))
     console.print(_verdict(diagnosis.verdict))
     if diagnosis.findings:
-        console.print(_findings(diagnosis.findings))
+        console.print(_findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd))
+    if diagnosis.all_fixes is not None:
+        console.print(_all_fixes(diagnosis.all_fixes, diagnosis.verdict.gpu_hour_usd))
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))
@@ -86,7 +90,16 @@ def _verdict(v: Verdict) -> Text:
     return text
 
 
-def _findings(found: list[Finding]) -> Text:
+def _all_fixes(p: Prediction, gpu_hour_usd: float | None) -> Text:
+    text = Text(predicted.headline(p, gpu_hour_usd, "All fixes together"), style="bold green")
+    text.append(
+        "\n(replayed as one edit set: the findings' savings overlap and are not added up)",
+        style="dim",
+    )
+    return text
+
+
+def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
     text = Text("\nFindings, costliest first\n", style="bold")
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
@@ -98,6 +111,9 @@ def _findings(found: list[Finding]) -> Text:
             text.append(f" (${f.cost_usd_per_day:,.0f}/day)" if f.cost_usd_per_day else "")
         text.append(f"  [{f.pattern}]\n", style="dim")
         text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
+        if f.prediction is not None:
+            text.append(f"   {predicted.headline(f.prediction, gpu_hour_usd)}\n", style="green")
+            text.append(f"   {predicted.details(f.prediction)}\n", style="dim")
         for loc in f.locations[:3]:
             text.append("   at ", style="dim")
             text.append(loc.location, style="cyan")

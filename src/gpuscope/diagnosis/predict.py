@@ -1,0 +1,161 @@
+"""Predicted savings: each finding's fix replayed on the trace (:mod:`gpuscope.analyses.whatif`).
+
+Contract: :func:`predict` is pure. It takes the findings and the per-device analyses they came
+from and returns the findings with ``prediction`` and ``predicted_saving_ns_per_step`` set for
+every cause that has an edit, their dollars priced from the predicted saving (a share of the
+measured step time), and one :class:`~gpuscope.analyses.whatif.Prediction` for all the fixes
+together, replayed as one edit set (never the sum of the findings: fixes overlap).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from msgspec.structs import replace
+
+from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.bounds import KernelKind
+from gpuscope.analyses.host import host_activity
+from gpuscope.analyses.intervals import covered_ns
+from gpuscope.analyses.ranks import Participant, RankAnalysis, WaitCuts, collective_waits
+from gpuscope.analyses.timeline import WorkClass
+from gpuscope.analyses.whatif import (
+    ASSUMPTIONS,
+    EditInputs,
+    Graph,
+    Prediction,
+    Replayer,
+    build_graph,
+)
+from gpuscope.diagnosis.findings import Finding
+from gpuscope.model import Trace
+
+if TYPE_CHECKING:
+    from gpuscope.analyses.host import HostIndex
+    from gpuscope.diagnosis import DeviceReport
+
+#: A collective with less than this share of its time alongside compute ran exposed.
+EXPOSED_SHARE = 0.1
+
+
+def predict(
+    found: list[Finding],
+    traces: list[Trace],
+    devices: list[DeviceReport],
+    hosts: dict[int, HostIndex],
+    participants: list[Participant],
+    ranks: RankAnalysis | None,
+    gpu_hour_usd: float | None,
+    gpus: int,
+) -> tuple[list[Finding], Prediction | None]:
+    causes = [f.cause for f in found if f.cause in ASSUMPTIONS]
+    if not causes:
+        return found, None
+    straggler_ranks = {s.rank for s in ranks.stragglers} if ranks is not None else set()
+    cuts = None
+    if (
+        ranks is not None
+        and len(participants) > 1
+        and {"straggler", "collective_wait"} & set(causes)
+    ):
+        positions = [i for i, p in enumerate(participants) if p.rank in straggler_ranks]
+        cuts = collective_waits(participants, positions)
+    graphs: list[Graph] = []
+    inputs: list[EditInputs] = []
+    late: set[int] = set()
+    # The traces the device reports were computed on (a reader may split or window a job's).
+    by_trace: dict[int, list[DeviceReport]] = {}
+    for d in devices:
+        by_trace.setdefault(id(d.work.trace), []).append(d)
+    for reports in by_trace.values():
+        trace = reports[0].work.trace
+        host = hosts.get(id(trace)) or host_activity(trace)
+        if any((d.rank if d.rank is not None else -1) in straggler_ranks for d in reports):
+            late.add(len(graphs))
+        graphs.append(build_graph(trace))
+        inputs.append(_inputs(trace, reports, host, participants, cuts))
+    replayer = Replayer(graphs, inputs, late)
+    result: list[Finding] = []
+    for f in found:
+        p = replayer.predict([f.cause]) if f.cause in ASSUMPTIONS else None
+        result.append(_with_prediction(f, p, gpu_hour_usd, gpus) if p is not None else f)
+    together = (
+        replayer.predict(list(dict.fromkeys(causes)), name="all") if len(causes) > 1 else None
+    )
+    if together is None and causes:
+        together = next((f.prediction for f in result if f.prediction is not None), None)
+    return result, together
+
+
+def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus: int) -> Finding:
+    share = max(p.saving_ns_per_step, 0.0) / p.step_ns if p.step_ns else 0.0
+    hour = share * gpu_hour_usd if gpu_hour_usd is not None else None
+    return replace(
+        f,
+        prediction=p,
+        predicted_saving_ns_per_step=p.saving_ns_per_step,
+        cost_usd_per_gpu_hour=hour,
+        # A per-day figure only where the finding had one: several steps, not one (findings.py).
+        cost_usd_per_day=(
+            hour * 24 * gpus if hour is not None and f.cost_usd_per_day is not None else None
+        ),
+    )
+
+
+def _inputs(
+    trace: Trace,
+    reports: list[DeviceReport],
+    host: HostIndex,
+    participants: list[Participant],
+    cuts: list[WaitCuts] | None,
+) -> EditInputs:
+    ev = trace.events
+    launch_code = CAUSES.index(Cause.LAUNCH_OVERHEAD)
+    gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
+    ratio, bandwidth = 2.0, None
+    for d in reports:
+        work = d.work
+        gaps = d.idle.gaps
+        launch = gaps.cause == launch_code
+        ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
+        starts = ev.start_ns[work.rows]
+        at = np.minimum(np.searchsorted(starts, ends), max(work.rows.size - 1, 0))
+        if work.rows.size:
+            hit = starts[at] == ends
+            gap_rows.append(work.rows[at[hit]])
+            gap_ns.append(lengths[hit])
+        comm = work.rows[work.work_class == WorkClass.COMMUNICATION]
+        if comm.size:
+            alongside = covered_ns(
+                work.by_class[WorkClass.COMPUTE], ev.start_ns[comm], ev.end_ns[comm]
+            )
+            comm_rows.append(comm[alongside < EXPOSED_SHARE * np.maximum(ev.dur_ns[comm], 1)])
+        fp32 = d.bounds.kind == KernelKind.GEMM_FP32
+        fp32_rows.append(d.bounds.rows[fp32])
+        fp32_bytes.append(d.bounds.bytes[fp32])
+        f = d.facts
+        tensor = (f.tf32_flops_per_s or f.bf16_flops_per_s) if f else None
+        plain = f.fp32_flops_per_s if f else None
+        if tensor and plain:
+            ratio = tensor / plain  # the findings' own ratio (unknown device: 2x)
+        if f and f.memory_bandwidth_bytes_per_s:
+            bandwidth = f.memory_bandwidth_bytes_per_s
+    empty = np.zeros(0, dtype=np.int64)
+    inputs = EditInputs(
+        activity=host.activity,
+        launch_gap_rows=np.concatenate(gap_rows) if gap_rows else empty,
+        launch_gap_ns=np.concatenate(gap_ns).astype(np.int64) if gap_ns else empty,
+        exposed_comm_rows=np.concatenate(comm_rows) if comm_rows else empty,
+        fp32_rows=np.concatenate(fp32_rows).astype(np.int64) if fp32_rows else empty,
+        fp32_bytes=np.concatenate(fp32_bytes) if fp32_bytes else np.zeros(0),
+        tensor_ratio=ratio,
+        memory_bytes_per_s=bandwidth,
+    )
+    if cuts is not None:
+        mine = [c for p, c in zip(participants, cuts, strict=True) if p.work.trace is trace]
+        if mine:
+            inputs.collective_rows = np.concatenate([c.rows for c in mine])
+            inputs.wait_ns = np.concatenate([c.wait_ns for c in mine])
+            inputs.straggler_cut_ns = np.concatenate([c.straggler_cut_ns for c in mine])
+    return inputs

@@ -1,0 +1,36 @@
+"""The words every renderer uses for a predicted saving (a what-if ``Prediction``).
+
+"if you fix it: step 44.00 -> 31.00 ms (29% faster; 25-33% over steps), $N per GPU-day".
+"""
+
+from __future__ import annotations
+
+from gpuscope.analyses.whatif import Prediction
+
+
+def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you fix it") -> str:
+    """Step time before and after, how much faster, the spread over steps, dollars per GPU-day."""
+    faster = p.faster_pct
+    text = f"{subject}: step {p.step_ns / 1e6:,.2f} -> {p.predicted_step_ns / 1e6:,.2f} ms"
+    if faster >= 0:
+        text += f" ({faster:.0f}% faster"
+    else:
+        text += f" ({-faster:.0f}% slower"
+    low, high = _pct(p.saving_low_ns_per_step, p), _pct(p.saving_high_ns_per_step, p)
+    if p.steps > 1 and f"{low:.0f}" != f"{high:.0f}":
+        text += f"; {low:.0f} to {high:.0f}% over {p.steps} steps"
+    text += ")"
+    if gpu_hour_usd is not None and p.step_ns:
+        per_day = max(p.saving_ns_per_step, 0.0) / p.step_ns * gpu_hour_usd * 24
+        text += f", ${per_day:,.2f} per GPU-day"
+    return text
+
+
+def _pct(saving_ns: float, p: Prediction) -> float:
+    return 100.0 * saving_ns / p.step_ns if p.step_ns else 0.0
+
+
+def details(p: Prediction) -> str:
+    """The assumption, and the note when the saving is below what the finding names."""
+    text = f"assumes {p.assumption}"
+    return f"{text}; {p.note}" if p.note else text

@@ -1,7 +1,9 @@
-"""The C part of the build: the Kineto event scanner. Everything else is in pyproject.toml.
+"""The C part of the build: the Kineto event scanner and the what-if replay's solver. Everything
+else is in pyproject.toml.
 
-The extension is optional: where it cannot be compiled, gpuscope installs without it and its
-Kineto reader falls back to decoding with msgspec in Python (same results, about 2x slower).
+Both extensions are optional: where they cannot be compiled, gpuscope installs without them; its
+Kineto reader falls back to decoding with msgspec in Python (same results, about 2x slower), and
+the replay to its numpy fixpoint (same results where it settles; slow on long zig-zags).
 """
 
 import sys
@@ -17,6 +19,11 @@ setup(
             # dlopen, in libdl before glibc 2.34).
             libraries=["z", "dl"] if sys.platform.startswith("linux") else ["z"],
             optional=True,
-        )
+        ),
+        Extension(
+            "gpuscope.analyses._replay",
+            sources=["src/gpuscope/analyses/_replay.c"],
+            optional=True,
+        ),
     ]
 )

@@ -1,11 +1,18 @@
-"""Print the labelled suite's confusion matrix: injected cause (rows) vs top finding (columns).
+"""Print the labelled suite's confusion matrix: injected cause (rows) vs top finding (columns);
+then the real traces of the corpus's ``wild/`` folder against their known answers (MANIFEST.md).
 
 Run: ``python benchmarks/ground_truth.py``
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuscope.diagnosis import Diagnosis, diagnose
 from gpuscope.groundtruth import confusion, run_suite
+from gpuscope.readers import load
 
 
 def main() -> None:
@@ -23,6 +30,68 @@ def main() -> None:
     with_location = sum(1 for o in outcomes if o.case.location and o.cause_right)
     print(f"\ntop finding right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")
     print(f"location exact: {located}/{with_location}")
+    wild()
+
+
+def _excluded(d: Diagnosis) -> set[str]:
+    return {e.kind for e in d.window.excluded} if d.window else set()
+
+
+def _causes(d: Diagnosis, n: int) -> list[str]:
+    return [f.cause for f in d.findings if f.pattern != "startup"][:n]
+
+
+#: file -> (known answer, as MANIFEST.md words it; the check of gpuscope's answer against it)
+WILD: dict[str, tuple[str, Callable[[Diagnosis], bool]]] = {
+    "a100_cudagraph_capture_replay.json.gz": (
+        "start-up (context creation), then the replays",
+        lambda d: (
+            d.findings[0].pattern == "startup"
+            and "context_init" in _excluded(d)
+            and "CUDA context creation" in d.findings[0].title.split(":")[1].split(",")[0]
+        ),
+    ),
+    "a100pcie_particle_transformer_first_iter.json": (
+        "warm-up: lazy module loading, JIT compile",
+        lambda d: {"module_load", "compile"} <= _excluded(d),
+    ),
+    "a100_fusion_eager_vs_pt2.json.gz": (
+        "launch overhead",
+        lambda d: _causes(d, 1) == ["launch_overhead"],
+    ),
+    "a100_d2h_sync_cpu_loop.json.gz": (
+        "host_sync, then launch_overhead",
+        lambda d: _causes(d, 2) == ["host_sync", "launch_overhead"],
+    ),
+    "a100_nvlink_p2p_copy.json.gz": (
+        "peer-to-peer copies saturate it: not host-bound",
+        lambda d: d.verdict.bound != "host",
+    ),
+    "nsys_t4_uvm_softmax.sqlite": (
+        "host work plus page migration",
+        lambda d: "unknown" not in _causes(d, 1),
+    ),
+}
+
+
+def wild() -> None:
+    root = Path(os.environ.get("GPUSCOPE_CORPUS", Path(__file__).parents[2] / "shared" / "corpus"))
+    folder = root / "wild"
+    if not folder.is_dir():
+        print(f"\n(no {folder}: the real-trace table is skipped)")
+        return
+    print("\nreal traces (wild/)")
+    rows = []
+    for name, (answer, check) in WILD.items():
+        d = diagnose(load(folder / name))
+        said = ", ".join(_causes(d, 2))
+        if d.window is not None:
+            said = f"start-up left out ({', '.join(sorted(_excluded(d)))}); then {said}"
+        rows.append((name, answer, f"{d.verdict.bound}-bound: {said}", check(d)))
+    for name, answer, said, right in rows:
+        print(f"  {'right' if right else 'WRONG'}  {name}")
+        print(f"         known: {answer}\n         said:  {said}")
+    print(f"real traces right: {sum(r[3] for r in rows)}/{len(rows)}")
 
 
 if __name__ == "__main__":

@@ -158,10 +158,19 @@ def test_report_draws_every_chart_and_hover_shows_an_idle_gaps_cause(
 ) -> None:
     _, page = report_of(slow_loader_trace(), tmp_path / "report.html")
     drawn = open_report(browser, tmp_path / "report.html")
-    assert drawn["charts"] == len(figures(page)) == 4
+    assert drawn["charts"] == len(figures(page)) == 5
     assert_every_chart_drawn(browser, drawn["charts"])
     text = hover_text(browser, "chart-timeline", browser.execute_script(BAR_CENTRE, "data_loader"))
     assert "data_loader" in text and "train.py:48" in text
+    # The module table sorts by a column when its head is clicked: GPU time, largest first.
+    browser.execute_script(
+        "document.querySelector('#views table.sortable th:nth-child(4)').click()"
+    )
+    column = browser.execute_script(
+        "return Array.from(document.querySelector('#views table.sortable').tBodies[0].rows)"
+        ".map(function (r) { return Number(r.cells[3].getAttribute('data-v')); })"
+    )
+    assert len(column) > 1 and column == sorted(column, reverse=True)
 
 
 def test_hostile_names_show_as_text_and_run_nothing(browser: Any, tmp_path: Path) -> None:

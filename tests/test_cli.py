@@ -197,4 +197,4 @@ def test_the_quick_exit_commands_are_commands() -> None:
     from gpuscope.console import READS_A_TRACE, RUN_ONCE
 
     assert READS_A_TRACE <= RUN_ONCE <= set(COMMANDS)
-    assert set(COMMANDS) - RUN_ONCE == {"watch", "profile", "fleet"}
+    assert set(COMMANDS) - RUN_ONCE == {"watch", "profile", "fleet", "mcp"}

@@ -3,11 +3,17 @@ and the rules' edges on traces built in the test."""
 
 from __future__ import annotations
 
+import tempfile
 from functools import cache
+from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from corpus import corpus
+from gpuscope import generator as g
+from gpuscope.analyses.host import host_activity
+from gpuscope.analyses.phases import WarmupKind, _first_step, startup_phases
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.readers import load
 
@@ -91,3 +97,58 @@ def test_json_states_the_window() -> None:
     assert all(e["start_ns"] < window["start_ns"] for e in window["excluded"])
     assert {e["kind"] for e in window["excluded"]} >= {"context_init", "graph_capture"}
     assert to_document(_diagnosis(CUDAGRAPH, whole=True))["window"] is None
+
+
+# --- generated traces: start-up of each kind before steady steps with a known cause -------------
+
+
+@cache
+def _generated(kind: str, whole: bool = False) -> tuple[Diagnosis, g.Truth]:
+    config = g.GeneratorConfig(seed=3, steps=4, inject=(g.Startup(kind=kind), g.HostSync()))
+    trace = g.generate(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = trace.write(Path(tmp) / "t.json.gz")
+        return diagnose(load(path), Options(whole=whole)), trace.truth
+
+
+@pytest.mark.parametrize("kind", g.STARTUP_KINDS)
+def test_generated_start_up_is_left_out_and_the_steady_answer_stays(kind: str) -> None:
+    d, truth = _generated(kind)
+    assert _kinds(d) and set(_kinds(d)) == {kind}
+    top = d.findings[0]
+    assert (top.pattern, top.cause) == ("startup", "warmup")
+    assert top.locations[0].location == "train.py:44 (warmup)"
+    assert abs(top.lost_ns - truth.lost_ns_by_cause["warmup"]) <= 0.01 * top.lost_ns
+    assert d.findings[1].cause == "host_sync"
+    assert d.window is not None and d.window.start_ns <= truth.gaps[-1].start_ns
+    assert len(d.devices[0].steps) == 4  # every step is in the steady state
+
+
+@pytest.mark.parametrize("kind", g.STARTUP_KINDS)
+def test_generated_start_up_with_whole_is_warmup_idle_time(kind: str) -> None:
+    d, truth = _generated(kind, whole=True)
+    (device,) = d.devices
+    warm = next(c for c in device.idle.causes if c.cause.value == "warmup")
+    assert [k.kind.value for k in warm.kinds] == [kind]
+    assert abs(warm.lost_ns - truth.lost_ns_by_cause["warmup"]) <= 0.01 * warm.lost_ns
+    assert d.findings[0].cause == "warmup" and d.findings[0].cost_usd_per_day is None
+
+
+def test_a_slow_first_step_is_start_up_and_equal_steps_are_not() -> None:
+    trace = g.generate(g.GeneratorConfig(seed=0, steps=5))
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded = load(trace.write(Path(tmp) / "t.json.gz")).traces[0]
+    assert _first_step(loaded) == []
+    first = loaded.steps[0]
+    slow = [replace(first, start_ns=first.start_ns - 50_000_000), *loaded.steps[1:]]
+    (phase,) = _first_step(replace(loaded, steps=slow))
+    assert phase.kind is WarmupKind.FIRST_STEP and phase.end_ns == first.end_ns
+
+
+def test_a_cuda_free_waiting_for_queued_work_is_not_context_creation() -> None:
+    """cudaFree synchronises: a long one while the device drains is the allocator's."""
+    config = g.GeneratorConfig(seed=0, steps=3, inject=(g.AllocatorChurn(count=6),))
+    with tempfile.TemporaryDirectory() as tmp:
+        job = load(g.generate(config).write(Path(tmp) / "t.json.gz"))
+    trace = job.traces[0]
+    assert startup_phases(trace, host_activity(trace)) == []

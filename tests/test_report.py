@@ -130,7 +130,13 @@ def test_report_is_one_self_contained_file(tmp_path: Path) -> None:
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", own)
     assert '<link rel="stylesheet"' not in page
     charts = figures(page)
-    assert set(charts) == {"chart-timeline", "chart-utilisation", "chart-steps", "chart-roofline"}
+    assert set(charts) == {
+        "chart-timeline",
+        "chart-utilisation",
+        "chart-steps",
+        "chart-roofline",
+        "chart-modules",
+    }
     for chart_id, figure in charts.items():
         assert f'id="{chart_id}"' in page
         assert figure["data"], chart_id
@@ -177,7 +183,8 @@ def test_hostile_names_are_escaped_everywhere(tmp_path: Path) -> None:
 
 
 def test_trace_without_steps_says_so(tmp_path: Path) -> None:
-    _, page = report_of(without_steps(slow_loader_trace(steps=3)), tmp_path / "report.html")
+    # One iteration: no profiler step, no repeated range, no repeating kernel sequence.
+    _, page = report_of(without_steps(slow_loader_trace(steps=1)), tmp_path / "report.html")
     assert "chart-steps" not in figures(page)
     assert "The trace has no profiler steps." in page
 

@@ -130,3 +130,42 @@ def test_dlrm_straggler_saving_is_its_lateness_not_the_waiting() -> None:
     assert 0 < p.saving_ns <= 9.2e6 * 1.2
     # Less than the lateness shortens the steps: the JSON says why.
     assert p.note is not None and "9.1" in p.note
+
+
+@pytest.mark.parametrize(
+    "inject",
+    [
+        (gen.HostSync(), gen.TinyKernels(count=50)),
+        (gen.PageableH2DCopy(mb=16.0), gen.ExposedCollective(), gen.AllocatorChurn()),
+    ],
+)
+def test_one_pass_solver_and_numpy_fixpoint_agree(
+    tmp_path: Path, inject: tuple[gen.Injection, ...]
+) -> None:
+    """The C solver (when built) and its numpy twin give the same schedule, edited or not."""
+    from gpuscope.analyses import whatif
+
+    if whatif._replay is None:
+        pytest.skip("the replay extension is not built here")
+    trace = load(_write(replace(_SMALL, inject=inject), tmp_path, "t")).traces[0]
+    g = build_graph(trace)
+    edit = Edit.none(g)
+    edit.dur[~g.host] //= 2  # an edit that moves everything
+    edit.gap[g.host] //= 3
+    for e in (Edit.none(g), edit):
+        fast = replay(g, e)
+        twin = replay(g, e, python=True)
+        assert fast[2] and twin[2]
+        assert np.array_equal(fast[0], twin[0]) and np.array_equal(fast[1], twin[1])
+
+
+def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> None:
+    cfg = replace(_SMALL, steps=5, inject=(gen.HostSync(),))
+    before = _write(cfg, tmp_path, "before")
+    after = _write(gen.apply_fix(cfg, "host_sync"), tmp_path, "after")
+    out = tmp_path / "diff.json"
+    run = CliRunner().invoke(main, ["diff", str(before), str(after), "--json", str(out)])
+    assert run.exit_code == 0, run.output
+    checks = {c["cause"]: c for c in json.loads(out.read_text())["predictions"]}
+    assert abs(checks["host_sync"]["error_pct"]) < 10
+    assert "predicted on before, fixing host_sync" in " ".join(run.output.split())

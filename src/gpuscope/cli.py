@@ -26,6 +26,7 @@ COMMANDS = {
     "fleet": ("fleet", "fleet"),
     "fleet-report": ("fleet", "fleet_report"),
     "watch": ("watch", "watch"),
+    "mcp": ("mcp", "mcp"),
 }
 
 

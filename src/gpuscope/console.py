@@ -17,8 +17,9 @@ from typing import NoReturn
 #: The commands that read a trace through :func:`gpuscope.readers.load`: its read starts early.
 READS_A_TRACE = frozenset({"diagnose", "report", "annotate"})
 #: The commands that read their inputs, print or write one result and end. The others run for
-#: as long as the user wants (``watch``), run the user's program (``profile``) or read a whole
-#: fleet of jobs (``fleet``), and keep the garbage collector and the usual exit.
+#: as long as the user wants (``watch``; ``mcp``, an agent's server), run the user's program
+#: (``profile``) or read a whole fleet of jobs (``fleet``), and keep the garbage collector and the
+#: usual exit.
 RUN_ONCE = READS_A_TRACE | {"demo", "diff", "history", "check", "scale", "sweep", "fleet-report"}
 
 

@@ -132,6 +132,25 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Startup:
+    """One-time start-up before the first step, at ``line`` (a warm-up call of the model), as a
+    profile taken from the start records it. A first kernel runs, then, by ``kind``:
+    ``context_init``: a ``cudaFree`` of ``ms`` inside the first ``aten::mm`` (cuBLAS's
+    ``cudaFree(0)`` creating the context); ``module_load``: the first launch of the GEMM takes
+    ``ms`` (lazy loading); ``compile``: Dynamo's ``compile_inner`` range and its
+    ``convert_frame`` frame for ``ms`` before the first forward; ``graph_capture``: a capture
+    (launches that run no kernels) and a ``cudaGraphInstantiate``, ``ms`` in all. The steps that
+    follow are the steady state. Truth: its idle time is ``warmup``."""
+
+    kind: str = "context_init"
+    ms: float = 600.0
+    line: int = 44
+
+
+STARTUP_KINDS = ("context_init", "module_load", "compile", "graph_capture")
+
+
+@dataclass(frozen=True)
 class Straggler:
     """Rank ``rank``'s GEMMs are slower by ``extra_ms`` per step in total: it joins every
     collective late and the other ranks wait inside their NCCL kernels."""
@@ -151,6 +170,7 @@ Injection: TypeAlias = (
     | ExposedCollective
     | Checkpoint
     | Straggler
+    | Startup
 )
 
 #: Gap causes, as written in :attr:`Truth.gaps`.
@@ -162,6 +182,7 @@ CAUSES = (
     "allocator",
     "checkpoint",
     "communication_wait",
+    "warmup",
 )
 
 _INJECTED_NAME: dict[type, str] = {
@@ -175,6 +196,7 @@ _INJECTED_NAME: dict[type, str] = {
     ExposedCollective: "exposed_communication",
     Checkpoint: "checkpoint",
     Straggler: "straggler",
+    Startup: "warmup",
 }
 
 # --- devices ----------------------------------------------------------------------------------
@@ -234,6 +256,13 @@ class GeneratorConfig:
     collectives_per_step: int | None = None  # None: 2 when world_size > 1, else 0
     script: str = "train.py"
     inject: tuple[Injection, ...] = ()
+    #: Every kernel takes this many times as long (a slower build, library or clock): a known
+    #: regression for before/after comparisons.
+    kernel_scale: float = 1.0
+    #: Step-to-step noise: each step's kernels take a factor drawn once per step from a normal of
+    #: this standard deviation in % (clocks, contention); 0 draws nothing (the bytes are those
+    #: of a config without it).
+    step_noise_pct: float = 0.0
 
     def __post_init__(self) -> None:
         problems = _config_problems(self)
@@ -261,7 +290,12 @@ def _config_problems(cfg: GeneratorConfig) -> list[str]:
         (cfg.device in DEVICES, f"unknown device {cfg.device!r}; known: {sorted(DEVICES)}"),
         (cfg.compute_stream != cfg.comm_stream, "compute and comm streams must differ"),
         ((cfg.collectives_per_step or 0) >= 0, "collectives_per_step must be >= 0"),
+        (cfg.kernel_scale > 0 and cfg.step_noise_pct >= 0, "kernel_scale > 0, step_noise_pct >= 0"),
         (all(isinstance(i, tuple(_INJECTED_NAME)) for i in cfg.inject), "unknown injection"),
+        (
+            all(i.kind in STARTUP_KINDS for i in cfg.inject if isinstance(i, Startup)),
+            f"Startup.kind must be one of {', '.join(STARTUP_KINDS)}",
+        ),
     ]
     return [message for ok, message in checks if not ok]
 
@@ -387,6 +421,9 @@ _CBID = {
     "cudaStreamWaitEvent": 147,
     "cudaFree": 22,
     "cudaMalloc": 20,
+    "cudaStreamBeginCapture": 319,
+    "cudaStreamEndCapture": 320,
+    "cudaGraphInstantiate": 308,
     "cudaGraphLaunch": 311,
 }
 
@@ -670,6 +707,7 @@ class _Sim:
         self.coll_starts: list[int] = []
         self.coll_base: list[int] = []
         self.gemm_extra_ns = _straggler_extra_ns(cfg)
+        self.step_speed = cfg.kernel_scale  # times as long as nominal, this step
         self._next_py = 0
         self._next_ext = 0
         self._next_corr = 7_000 + 100_000 * cfg.rank
@@ -690,7 +728,7 @@ class _Sim:
         self.now += self.jitter(us, spread)
 
     def kernel_ns(self, us: float) -> int:
-        return max(1_000, self.jitter(us, 0.02))
+        return max(1_000, round(self.jitter(us, 0.02) * self.step_speed))
 
     @property
     def compute(self) -> int:
@@ -846,9 +884,10 @@ class _Sim:
         api: str = "cudaLaunchKernel",
         extra: JSON | None = None,
         coll: int | None = None,
+        call_us: float | None = None,
     ) -> _Work:
         target = self.compute if stream is None else stream
-        start, corr = self.runtime(api, self.cfg.launch_us)
+        start, corr = self.runtime(api, self.cfg.launch_us if call_us is None else call_us)
         args = self._device_args(target, corr, kernel=True)
         args.update(_launch_args(self.spec, kernel))
         args.update(extra or {})
@@ -923,7 +962,8 @@ class _Sim:
 
     def memory_ns(self, nbytes: float) -> int:
         """A memory-bound kernel: bytes moved at ~85% of DRAM bandwidth (bytes / GB/s = ns)."""
-        return max(1_500, round(nbytes / (_DRAM_EFFICIENCY * self.spec.dram_gbps)))
+        ns = nbytes / (_DRAM_EFFICIENCY * self.spec.dram_gbps) * self.step_speed
+        return max(1_500, round(ns))
 
     def fp32(self, linear_index: int) -> bool:
         share = max((i.share for i in self.all(Fp32Gemm)), default=0.0)
@@ -987,6 +1027,8 @@ def _flash(sim: _Sim, name: str, scale: float) -> _Kernel:
 def _run_program(sim: _Sim) -> None:
     with sim.frame(sim.user_frame(_MODULE_LINE, "<module>")):
         sim.tick(20.0)
+        for startup in sim.all(Startup):
+            _startup(sim, startup)
         for index in range(sim.cfg.steps):
             _step(sim, index)
         sim.tick(15.0)
@@ -999,6 +1041,9 @@ def _loop_function(sim: _Sim) -> str:
 def _step(sim: _Sim, index: int) -> None:
     name = f"ProfilerStep#{index}"
     start = sim.now
+    if sim.cfg.step_noise_pct:
+        noise = sim.rng.gauss(1.0, sim.cfg.step_noise_pct / 100.0)
+        sim.step_speed = sim.cfg.kernel_scale * max(noise, 0.5)
     with sim.annotation(name) as ext:
         _load_batch(sim)
         _copy_batch(sim)
@@ -1566,6 +1611,41 @@ def _checkpoint(sim: _Sim, checkpoint: Checkpoint) -> None:
             sim.stream_sync(sim.compute)  # copy_ to pageable memory is not non_blocking
         with sim.frame("<built-in method write_record of PyCapsule object at 0x7f3a2d0c1e70>"):
             sim.tick(checkpoint.ms * 1000, spread=0.03)
+
+
+def _startup(sim: _Sim, startup: Startup) -> None:
+    """A warm-up call of the model: a first small kernel (so the device's span begins), the
+    start-up of ``startup.kind``, then the first GEMM."""
+    cfg = sim.cfg
+    tokens, hidden = sim.tokens, cfg.hidden
+    x = _t([tokens, hidden])
+    us = startup.ms * 1000
+    with sim.frame(sim.user_frame(startup.line, "warmup")), sim.blame("warmup"):
+        with sim.op("aten::zeros", [_s(str([tokens, hidden]))]), sim.op("aten::fill_", [x]):
+            sim.launch(_elementwise(sim, "fill", tokens * hidden, tokens * hidden * 2))
+        sim.tick(30.0)
+        if startup.kind == "compile":
+            with (
+                sim.frame("torch/_dynamo/convert_frame.py(1017): _compile"),
+                sim.annotation("compile_inner"),
+            ):
+                sim.tick(us, spread=0.02)
+        elif startup.kind == "graph_capture":
+            with sim.frame("torch/cuda/graphs.py(186): __enter__"):
+                sim.runtime("cudaStreamBeginCapture", 3.0)
+            for _ in range(8):  # captured launches record into the graph and run no kernels
+                with sim.op("aten::mm", [x, _t([hidden, hidden])]):
+                    sim.runtime("cudaLaunchKernel", cfg.launch_us)
+            with sim.frame("torch/cuda/graphs.py(192): __exit__"):
+                sim.runtime("cudaStreamEndCapture", 3.0)
+                sim.runtime("cudaGraphInstantiate", us * 0.99)
+        weight = _t([hidden, hidden])
+        with sim.op("aten::mm", [x, weight]):
+            if startup.kind == "context_init":
+                sim.runtime("cudaFree", us, after=sim.stream_end())
+            call_us = us if startup.kind == "module_load" else None
+            sim.launch(_gemm(sim, "fwd", tokens, hidden, hidden, fp32=False), call_us=call_us)
+        sim.tick(30.0)
 
 
 def _allocator_churn(sim: _Sim, churn: AllocatorChurn) -> None:

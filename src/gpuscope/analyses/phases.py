@@ -41,18 +41,19 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from functools import lru_cache
+from functools import cache, lru_cache
+from statistics import median
 
 import msgspec
 import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.host import HostActivity, HostIndex, runtime_role
 from gpuscope.analyses.intervals import (
     Intervals,
     clip,
-    covered_ns,
     difference,
     gaps,
     intersection,
@@ -74,6 +75,9 @@ SILENT_COMPILE_MIN_NS = 1_000_000
 #: The steady state holds at least this many steps, or this share of the device's busy time.
 STEADY_MIN_STEPS = 3
 STEADY_MIN_BUSY_SHARE = 0.5
+#: ... and, without steps, at least this many kernels and copies: a few kernels after a first
+#: launch are not a steady state to describe.
+STEADY_MIN_WORK = 10
 #: What is left out must be mostly start-up: this share of its idle time inside the phases,
 #: and start-up must matter: at least this share of the device's span (a 50 µs module load in a
 #: one-second trace is not worth a window).
@@ -129,7 +133,7 @@ _ROLE_KIND = {
 #: ``dynamo_timed`` names them after the function), their Python frames, Triton's compiler and
 #: autotuner, NVRTC and nvFuser. Per-call wrappers (``Torch-Compiled Region``, ``TorchDynamo Cache
 #: Lookup``, ``CompiledFunction``) run on every step and are not compilation.
-_COMPILE = re.compile(
+_COMPILE = (
     r"^(?:_compile\.)?compile_inner$|^bytecode_tracing$|^(?:OutputGraph\.)?call_user_compiler$"
     r"|^compile_fx(?:_inner)?$|^fx_codegen_and_compile$|^create_aot_dispatcher_function$"
     r"|^aot_dispatch_\w+$|^async_compile\.wait$|^inductor_compile$|^TritonBundler\b"
@@ -142,10 +146,31 @@ _COMPILE = re.compile(
     r"|triton/compiler/compiler\.py\(\d+\): compile$"
     r"|\bnvrtc\w*|\bnvFuser\b.*[Cc]ompile|FusionExecutor::compileFusion|^CudaCodeGen"
 )
-_CAPTURE_FRAME = re.compile(
+_CAPTURE_FRAME = (
     r"torch/cuda/graphs\.py\(\d+\): (?:__enter__|__exit__|capture_begin|capture_end)$"
     r"|\bcapture_model$|CUDAGraphRunner\.capture$"
 )
+#: Every compile or capture name above contains one of these: a name without any is decided
+#: without running the regular expressions (a trace has thousands of distinct frame names).
+_HINTS = (
+    "compile",
+    "Compile",
+    "tracing",
+    "aot_dispatch",
+    "triton_heuristics",
+    "nvrtc",
+    "TritonBundler",
+    "CudaCodeGen",
+    "graphs.py",
+    "capture",
+)
+
+
+@cache
+def _pattern(source: str) -> re.Pattern[str]:
+    return re.compile(source)
+
+
 _BEGIN_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
 _END_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _TORCHSCRIPT_FALLBACK = "fallback_function"
@@ -154,9 +179,11 @@ _TORCHSCRIPT_FALLBACK = "fallback_function"
 @lru_cache(maxsize=1 << 14)
 def _named_kind(name: str) -> int:
     """Index into KIND_ORDER of a compile or capture range by name, -1 when neither."""
-    if _COMPILE.search(name):
+    if not any(hint in name for hint in _HINTS):
+        return -1
+    if _pattern(_COMPILE).search(name):
         return KIND_ORDER.index(WarmupKind.COMPILE)
-    if _CAPTURE_FRAME.search(name):
+    if _pattern(_CAPTURE_FRAME).search(name):
         return KIND_ORDER.index(WarmupKind.GRAPH_CAPTURE)
     return -1
 
@@ -212,18 +239,25 @@ def _runtime_phases(trace: Trace, host: HostIndex, runtime: NDArray[np.int64]) -
     if long_rows.size:
         # A call that waited for queued device work (cudaFree synchronises) is not start-up:
         # the context is created while the device has nothing to run.
+        # Only the device work overlapping these few calls is looked at (a union of all of it
+        # would sort every kernel of the trace).
         device = np.flatnonzero(ev.of_kind(*BUSY_KINDS) & (ev.dur_ns > 0))
-        busy = union(ev.start_ns[device], ev.end_ns[device])
-        lo, hi = ev.start_ns[long_rows], ev.end_ns[long_rows]
-        busy_inside = covered_ns(busy, lo, hi)
-        long_rows = long_rows[2 * busy_inside < hi - lo]
-    for pid in np.unique(ev.pid[long_rows]).tolist():
+        d0, d1 = ev.start_ns[device], ev.end_ns[device]
+        quiet_rows = []
+        for r in long_rows.tolist():
+            lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
+            inside = (d0 < hi) & (d1 > lo)
+            busy = clip(union(d0[inside], d1[inside]), lo, hi).total_ns
+            if 2 * busy < hi - lo:
+                quiet_rows.append(r)
+        long_rows = np.array(quiet_rows, dtype=np.int64)
+    for pid in distinct(ev.pid[long_rows]).tolist():
         mine = runtime[ev.pid[runtime] == pid]
         for r in long_rows[ev.pid[long_rows] == pid].tolist():
             same = mine[ev.name_id[mine] == ev.name_id[r]]
             position = int(np.searchsorted(same, r))
             later = ev.dur_ns[same[2:]]
-            far_longer = later.size < 3 or ev.dur_ns[r] >= CONTEXT_RATIO * np.median(later)
+            far_longer = later.size < 3 or ev.dur_ns[r] >= CONTEXT_RATIO * median(later.tolist())
             if position < 2 and far_longer:
                 found.append(
                     Phase(WarmupKind.CONTEXT_INIT, int(ev.start_ns[r]), int(ev.end_ns[r]), r)
@@ -235,8 +269,12 @@ def _runtime_phases(trace: Trace, host: HostIndex, runtime: NDArray[np.int64]) -
     if slow.size:
         launches = runtime[(activity == HostActivity.LAUNCH) & (ev.link[runtime] >= 0)]
         kernel_name = ev.name_id[ev.link[launches]]
-        _, first = np.unique(kernel_name, return_index=True)
-        firsts = set(launches[first].tolist())
+        # The first launch of each kernel name (np.unique would import numpy.ma: 90 ms).
+        order = np.argsort(kernel_name, kind="stable")
+        named = kernel_name[order]
+        first = np.ones(order.size, dtype=np.bool_)
+        first[1:] = named[1:] != named[:-1]
+        firsts = set(launches[order[first]].tolist())
         for r in slow.tolist():
             if r in firsts:
                 found.append(
@@ -264,7 +302,7 @@ def _runtime_phases(trace: Trace, host: HostIndex, runtime: NDArray[np.int64]) -
 def _named_phases(trace: Trace, named: NDArray[np.int64]) -> list[Phase]:
     ev = trace.events
     ids = ev.name_id[named]
-    used = np.unique(ids)
+    used = np.flatnonzero(np.bincount(ids, minlength=len(trace.names)))
     kind_of = np.full(len(trace.names), -1, dtype=np.int8)
     kind_of[used] = [_named_kind(trace.names[i]) for i in used.tolist()]
     hit = named[kind_of[ids] >= 0]
@@ -317,8 +355,8 @@ def _first_step(trace: Trace) -> list[Phase]:
     if len(steps) < 4:
         return []
     first = steps[0].dur_ns
-    median = float(np.median([s.dur_ns for s in steps[1:]]))
-    if first > 2 * median and first - median >= FIRST_STEP_MIN_NS:
+    typical = float(median([s.dur_ns for s in steps[1:]]))
+    if first > 2 * typical and first - typical >= FIRST_STEP_MIN_NS:
         return [Phase(WarmupKind.FIRST_STEP, steps[0].start_ns, steps[0].end_ns, -1)]
     return []
 
@@ -348,8 +386,9 @@ def phase_intervals(phases: list[Phase]) -> dict[WarmupKind, Intervals]:
 def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
     """Where the steady state begins: the latest end of a start-up phase such that what follows
     holds at least :data:`STEADY_MIN_STEPS` steps or :data:`STEADY_MIN_BUSY_SHARE` of the
-    device time, and what precedes it is mostly start-up (its idle time mostly inside phases,
-    and at least :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
+    device time (in :data:`STEADY_MIN_WORK` kernels and copies or more), and what precedes it
+    is mostly start-up (its idle time mostly inside phases, and at least
+    :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
     None when there is no phase, or no such point (start-up and work are interleaved)."""
     if not phases:
         return None
@@ -358,6 +397,7 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
     if device.size == 0:
         return None
     busy = union(ev.start_ns[device], ev.end_ns[device])
+    starts = np.sort(ev.start_ns[device])
     lo, hi = int(busy.start_ns[0]), int(busy.end_ns[-1])
     total = busy.total_ns
     idle = gaps(busy, lo, hi)
@@ -372,8 +412,9 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
             continue
         after = clip(busy, end, hi).total_ns
         steps_after = int(step_starts.size - np.searchsorted(step_starts, end))
+        work_after = int(device.size - np.searchsorted(starts, end))
         steady = (trace.steps and steps_after >= STEADY_MIN_STEPS) or (
-            after >= STEADY_MIN_BUSY_SHARE * total
+            after >= STEADY_MIN_BUSY_SHARE * total and work_after >= STEADY_MIN_WORK
         )
         if not steady:
             continue

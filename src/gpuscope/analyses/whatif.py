@@ -53,6 +53,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
+
+try:  # the one-pass solver, where it was compiled (see setup.py)
+    from gpuscope.analyses import _replay
+except ImportError:  # pragma: no cover - the numpy fixpoint does the same, slower
+    _replay = None  # type: ignore[assignment]
 from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
 
 I64 = NDArray[np.int64]
@@ -119,6 +124,8 @@ class Graph(msgspec.Struct):
     call_ns: int  # a non-blocking launch call's typical cost
     step_of: I64  # per node: index into ``steps`` of its step (-1: outside the steps)
     steps: int
+    step_order: I64  # device nodes inside the steps, grouped by step
+    step_bounds: I64  # where each step's group begins in ``step_order``
 
 
 class Edit(msgspec.Struct):
@@ -276,6 +283,12 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         end[wait_src] > start[wait_dst], np.maximum(wait_tail, 0), dur[wait_dst]
     )
     steps, step_of = _steps(trace, origin, start, host, launch_src, launch_dst, n)
+    in_steps = np.flatnonzero(~host & (step_of >= 0))
+    step_order = in_steps[np.argsort(step_of[in_steps], kind="stable")]
+    grouped = step_of[step_order]
+    step_bounds = (
+        np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if grouped.size else grouped
+    )
     return Graph(
         trace=trace,
         origin_ns=origin,
@@ -302,6 +315,8 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         call_ns=call_ns,
         step_of=step_of,
         steps=steps,
+        step_order=step_order,
+        step_bounds=step_bounds.astype(np.int64),
     )
 
 
@@ -448,12 +463,12 @@ def _event_edges(
 
 
 def _named(trace: Trace, name_ids: NDArray[np.int32], pattern: re.Pattern[str]) -> B:
-    """Rows whose name matches, decided once per distinct name."""
-    names = trace.names
-    table = np.zeros(len(names), dtype=np.bool_)
-    for i in distinct(name_ids).tolist():
-        table[i] = pattern.search(names[i]) is not None
-    return table[name_ids]
+    """Rows whose name matches, decided once per distinct name of the calls."""
+    used = distinct(name_ids)
+    hits = np.array([pattern.search(trace.names[i]) is not None for i in used.tolist()])
+    if not hits.any():
+        return np.zeros(name_ids.size, dtype=np.bool_)
+    return hits[np.searchsorted(used, name_ids)]
 
 
 def _steps(
@@ -474,9 +489,10 @@ def _steps(
 # --- replaying --------------------------------------------------------------------------------
 
 
-def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
+def replay(g: Graph, edit: Edit, *, python: bool = False) -> tuple[I64, I64, bool]:
     """Every node's (start, end) under ``edit``: the least schedule that meets every edge, and
-    whether it settled within :data:`MAX_PASSES`."""
+    whether it settled. The C solver (``_replay``, one pass in topological order) runs when it
+    was built; else, or with ``python``, the numpy fixpoint, within :data:`MAX_PASSES`."""
     n = g.start.size
     if n == 0:
         return g.start.copy(), g.end.copy(), True
@@ -495,6 +511,29 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
     free[g.launch_dst[~keep_launch]] = True
     heads = g.first & free
     fixed[heads] = g.start[heads]
+    if _replay is not None and not python:
+        prev = np.arange(n, dtype=np.int64) - 1
+        prev[g.first] = -1
+        s_out, e_out = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        c64 = np.ascontiguousarray
+        solved = _replay.solve(
+            c64(prev),
+            c64(gap),
+            c64(dur),
+            c64(fixed),
+            c64(ls),
+            c64(ld),
+            c64(lw),
+            c64(es),
+            c64(ed),
+            c64(ws),
+            c64(wd),
+            c64(wt),
+            s_out,
+            e_out,
+        )
+        if solved:
+            return s_out, e_out, True
     seg = g.chain * _SEG
     a = gap + dur
     a = np.where(g.first, 0, a)
@@ -529,21 +568,15 @@ def replay(g: Graph, edit: Edit) -> tuple[I64, I64, bool]:
 
 def step_times(g: Graph, start: I64, end: I64) -> NDArray[np.float64]:
     """Each step's device time (ns) under a schedule (their sum: the steps' device span)."""
-    dev = ~g.host & (g.step_of >= 0)
-    k = g.step_of[dev]
-    if k.size == 0:
+    order, bounds = g.step_order, g.step_bounds
+    if order.size == 0:
         return np.zeros(0)
-    first = np.full(g.steps, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(g.steps, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(first, k, start[dev])
-    np.maximum.at(last, k, end[dev])
-    present = np.flatnonzero(last > np.iinfo(np.int64).min)
-    if present.size == 0:
-        return np.zeros(0)
+    first = np.minimum.reduceat(start[order], bounds)
+    last = np.maximum.reduceat(end[order], bounds)
     # A step ends when its last work ends: the anchor edits move least (a step's first work
     # can move by a whole step when the host gets ahead).
-    ends = np.maximum.accumulate(last[present])
-    begins = np.append(first[present[0]], ends[:-1])
+    ends = np.maximum.accumulate(last)
+    begins = np.append(first[0], ends[:-1])
     times: NDArray[np.float64] = (ends - begins).astype(np.float64)
     return times
 
@@ -833,7 +866,7 @@ class Replayer:
         saving = float(np.mean([s.mean() for s in per_rank]))
         total = round(float(pooled.sum()))
         note = None
-        if waiting_removed:
+        if waiting_removed and len(causes) == 1:
             note = (
                 f"the other ranks would wait {waiting_removed / 1e6:,.2f} ms less inside"
                 f" collectives in all; {total / 1e6:,.2f} ms of that shortens their steps: the"

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
 )
+@click.option(
+    "--items-per-step",
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Samples or tokens one step processes: adds items per second to iterations per second.",
+)
 @input_errors_exit
 def diff(
     before: str,
@@ -41,14 +46,16 @@ def diff(
     top: int,
     gpu_hour_usd: float | None,
     whole: bool,
+    items_per_step: float | None,
 ) -> None:
-    """Compare two runs: step time, GPU busy, lost time per cause, cost, kernels, findings."""
+    """Compare two runs: step time and throughput, GPU busy, lost time per cause, cost, kernels,
+    findings. Per-step medians, compared by a rank test (docs/ci-gate.md)."""
     from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.render import diff as render
 
     old, old_name = summary_of(before, gpu_hour_usd, whole)
     new, new_name = summary_of(after, gpu_hour_usd, whole)
-    result = diff_runs(old, new, top_kernels=top)
+    result = diff_runs(old, new, top_kernels=top, items_per_step=items_per_step)
     if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
         return
     from gpuscope.render import console

@@ -32,6 +32,11 @@ from gpuscope.commands._common import input_errors_exit, write_json
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON ('-')."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare runs whose kernel mixes differ (by default they are refused: not one workload).",
+)
 @input_errors_exit
 def scale(
     runs: tuple[Path, ...],
@@ -40,6 +45,7 @@ def scale(
     threshold: float,
     gpu_hour_usd: float | None,
     json_out: Path | None,
+    force: bool,
 ) -> None:
     """Compare runs of one job at different GPU counts (each a trace or a folder of ranks):
     speed-up, efficiency per GPU, and where the loss goes (compute, communication, idle)."""
@@ -49,7 +55,7 @@ def scale(
     from gpuscope.readers import load
     from gpuscope.render import ranks as render
 
-    options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd)
+    options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd, force)
     report = scaling([load(run) for run in runs], options)
     if json_out is not None:
         import msgspec

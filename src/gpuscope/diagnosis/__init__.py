@@ -20,6 +20,7 @@ from msgspec.structs import replace
 from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.host import HostIndex, host_activity
+from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
 from gpuscope.analyses.phases import Phase, cut, startup_phases, steady_window
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
 from gpuscope.analyses.timeline import (
@@ -99,6 +100,7 @@ class DeviceReport(msgspec.Struct, frozen=True):
     bounds: KernelBounds
     work: DeviceWork  # the classified device work the figures above come from
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
+    views: DeviceViews | None = None  # device time per module path and per operator
 
 
 class Diagnosis(msgspec.Struct, frozen=True):
@@ -158,8 +160,11 @@ def diagnose_timelines(
             phases = [p for p in phases if p.end_ns > window.start_ns]
         traces.append(trace)
         hosts[id(trace)] = host
-        for device in trace.device_ids:
-            report = _device_report(trace, device, options, host, phases)
+        ids = trace.device_ids
+        # The views read the analysed window's ranges: the trace as cut, when it was.
+        scopes = host_scopes(trace) if ids else None
+        for device in ids:
+            report = _device_report(trace, device, options, host, phases, scopes)
             kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
             if adjust is not None:
                 report = adjust(report)
@@ -231,9 +236,15 @@ def _participants(
 
 
 def _device_report(
-    trace: Trace, device: int, options: Options, host: HostIndex, phases: list[Phase]
+    trace: Trace,
+    device: int,
+    options: Options,
+    host: HostIndex,
+    phases: list[Phase],
+    scopes: HostScopes | None,
 ) -> DeviceReport:
     work = device_work(trace, device)
+    idle = attribute_idle(work, host, phases)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
     facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
     return DeviceReport(
@@ -250,9 +261,10 @@ def _device_report(
         kernels=kernel_breakdown(work, top=options.top_kernels),
         streams=stream_idle(work),
         steps=step_breakdown(work),
-        idle=attribute_idle(work, host, phases),
+        idle=idle,
         bounds=kernel_bounds(work, facts),
         work=work,
+        views=None if scopes is None else device_views(work, idle, scopes),
     )
 
 

@@ -49,6 +49,8 @@ from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.render import predicted
+from gpuscope.render.views_html import FIGURE_ID as VIEWS_FIGURE_ID
+from gpuscope.render.views_html import views_part
 
 I64 = NDArray[np.int64]
 
@@ -137,16 +139,24 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
     """The report of one diagnosis, as the text of a self-contained HTML file."""
     options = options or HtmlOptions()
     sections = _sections(diagnosis, options, prefix="")
+    views = views_part(diagnosis)
     body = "\n".join(
         [
             _header(diagnosis, "gpuscope report"),
             _verdict(diagnosis.verdict),
-            _findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd, diagnosis.all_fixes),
+            _findings(
+                diagnosis.findings,
+                diagnosis.verdict.gpu_hour_usd,
+                diagnosis.all_fixes,
+                views.links,
+            ),
+            views.html,
             *(_section_html(s) for s in sections),
             _devices(diagnosis.devices),
         ]
     )
-    return _page(f"gpuscope: {diagnosis.source}", body, sections)
+    drawn = [*sections, _Section(VIEWS_FIGURE_ID, "", "", views.figure)]
+    return _page(f"gpuscope: {diagnosis.source}", body, drawn)
 
 
 def _sections(d: Diagnosis, options: HtmlOptions, prefix: str) -> list[_Section]:
@@ -258,7 +268,9 @@ def _shares(all_shares: dict[str, float]) -> str:
         for k, x in shares.items()
     )
     legend = " · ".join(f"{_e(k)} {x:.1f}%" for k, x in shares.items())
-    return f"<div class='shares'>{spans}</div><p class='note'>device time by bound: {legend}</p>"
+    # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
+    whole = "sampled GPU time" if "busy" in shares else "device time by bound"
+    return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
 
 
 def _usd(value: float | None) -> str:
@@ -269,12 +281,13 @@ def _findings(
     found: Sequence[Finding],
     gpu_hour_usd: float | None = None,
     all_fixes: Prediction | None = None,
+    links: dict[str, str] | None = None,
 ) -> str:
     if not found:
         return (
             "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
         )
-    items = "".join(_finding(i, f, gpu_hour_usd) for i, f in enumerate(found, 1))
+    items = "".join(_finding(i, f, gpu_hour_usd, links or {}) for i, f in enumerate(found, 1))
     together = ""
     if all_fixes is not None:
         together = (
@@ -285,7 +298,9 @@ def _findings(
     return f"<section id='findings'><h2>Findings, costliest first</h2>{together}{items}</section>"
 
 
-def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
+def _finding(
+    i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
+) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
     if f.lost_ns_per_step is not None:
         figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
@@ -300,7 +315,7 @@ def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
             f" {_e(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(loc.location)}</td>"
+        f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
         f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
         for loc in f.locations
     )
@@ -316,6 +331,14 @@ def _finding(i: int, f: Finding, gpu_hour_usd: float | None = None) -> str:
         f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
         f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
     )
+
+
+def _linked(location: str, links: dict[str, str]) -> str:
+    """A finding's location, linked to its row of the module or operator view when it has one."""
+    anchor = links.get(location)
+    if anchor is None:
+        return _name(location)
+    return f"<a href='{_e(anchor)}'>{_name(location)}</a>"
 
 
 def _code_spans(text: str) -> str:
@@ -991,6 +1014,8 @@ _OUTCOME_COLOURS = {"better": "#2ca02c", "worse": "#d62728", "unchanged": "#5d66
 def _metric_label(name: str) -> str:
     labels = {
         diff.STEP_TIME: "step time",
+        diff.ITERATIONS: "iterations per second",
+        diff.ITEMS: "items per second",
         diff.GPU_BUSY: "GPU busy",
         diff.COST: "waste per GPU-hour",
     }
@@ -1004,6 +1029,8 @@ def _metric_value(value: float | None, unit: str) -> str:
         return f"{value / 1e6:,.3f} ms"
     if unit == "pct":
         return f"{value:.1f}%"
+    if unit == "per_s":
+        return f"{value:,.4g}/s"
     return f"${value:,.2f}"
 
 
@@ -1020,8 +1047,8 @@ def _metric_row(m: diff.MetricDiff) -> str:
     note = f" <span class='dim'>({_e(c.note)})</span>" if c.note else ""
     return (
         f"<tr><td>{_e(_metric_label(m.name))}</td>"
-        f"<td class='num'>{_metric_value(c.before_mean, m.unit)}</td>"
-        f"<td class='num'>{_metric_value(c.after_mean, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.before_median, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.after_median, m.unit)}</td>"
         f"<td class='num'>{change}</td><td class='num'>{interval}</td>"
         f"<td class='num'>{'n/a' if c.p_value is None else f'{c.p_value:.3g}'}</td>"
         f"<td style='color:{colour}'><b>{_e(outcome)}</b>{note}</td></tr>"
@@ -1033,8 +1060,9 @@ def _metric_table(change: diff.RunDiff) -> str:
     level = 100 * (1 - diff.SIGNIFICANCE_LEVEL)
     return (
         "<section id='diff-metrics'><h2>What changed, per step</h2>"
-        f"<p class='note'>Means over steps; the interval is the {level:g}% confidence interval "
-        "of the change (Welch's t-test); 'unchanged' means within step-to-step noise.</p>"
+        f"<p class='note'>Medians over steps; the change is the Hodges-Lehmann shift and the"
+        f" interval its {level:g}% confidence interval (Mann-Whitney); 'unchanged' means within"
+        " step-to-step noise.</p>"
         "<table><tr><th>metric</th><th class='num'>before</th><th class='num'>after</th>"
         "<th class='num'>change</th><th class='num'>interval</th><th class='num'>p</th>"
         f"<th>outcome</th></tr>{rows}</table></section>"

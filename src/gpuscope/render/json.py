@@ -18,6 +18,7 @@ from msgspec.structs import asdict
 from gpuscope import __version__
 from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
 from gpuscope.analyses.counters import CounterStat, CounterSummary
+from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
@@ -205,6 +206,7 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             "kernels": [_point(p) for p in roofline_points(d.bounds, d.work, by="kernel")],
             "operators": [_point(p) for p in roofline_points(d.bounds, d.work, by="operator")],
         },
+        "views": None if d.views is None else views_document(d.views),
         "top_kernels": [
             {
                 "name": k.name,
@@ -217,6 +219,35 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             }
             for k in d.kernels
         ],
+    }
+
+
+def views_document(v: DeviceViews) -> dict[str, Any]:
+    """The module tree (preorder; ``parent`` indexes the same list) and the operator table."""
+
+    def row(r: ViewRow, path: str | None) -> dict[str, Any]:
+        share = 100.0 * r.total_ns / v.busy_ns if v.busy_ns else None
+        fields = asdict(r)
+        if path is None:
+            del fields["parent"], fields["depth"]
+        else:
+            fields["path"] = path
+        return {**fields, "share_of_busy_pct": _pct(share)}
+
+    def tree(rows: list[ViewRow]) -> list[dict[str, Any]]:
+        paths: list[str] = []
+        for r in rows:
+            paths.append(r.name if r.parent < 0 else f"{paths[r.parent]}/{r.name}")
+        return [row(r, p) for r, p in zip(rows, paths, strict=True)]
+
+    return {
+        "busy_ns": v.busy_ns,
+        "idle_ns": v.idle_ns,
+        "module_source": v.module_source,
+        "modules": tree(v.modules),
+        "module_types": tree(v.module_types),
+        "operators": [row(r, None) for r in v.operators],
+        "location_rows": dict(v.location_rows),
     }
 
 
@@ -318,6 +349,16 @@ def _sampled_device(g: GpuUtilisation) -> dict[str, Any]:
                 {"start_ns": s.start_ns, "end_ns": s.end_ns, "dur_ns": s.dur_ns} for s in g.gaps
             ],
             "gap_ns": g.gap_ns,
+            "worked": g.worked,
+            "held_idle": None
+            if g.held_idle is None
+            else {
+                "start_ns": g.held_idle.start_ns,
+                "end_ns": g.held_idle.end_ns,
+                "dur_ns": g.held_idle.dur_ns,
+                "memory_bytes": g.held_idle.memory_bytes,
+                "activity_mean_pct": _pct(g.held_idle.activity_mean),
+            },
         },
     }
 

@@ -23,6 +23,7 @@ from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.render import predicted
 from gpuscope.render.ranks import render_ranks
+from gpuscope.render.views import render_views
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -46,6 +47,7 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(_findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd))
     if diagnosis.all_fixes is not None:
         console.print(_all_fixes(diagnosis.all_fixes, diagnosis.verdict.gpu_hour_usd))
+    render_views(diagnosis, console)
     devices = diagnosis.devices
     if len(devices) > 1:
         console.print(_device_table(devices))
@@ -200,7 +202,11 @@ def _header(d: DeviceReport) -> Text:
         text.append(f"  ({f.display_name}: {', '.join(peaks)})", style="dim")
     else:
         text.append("  (not in the GPU facts table: peak figures unknown)", style="dim")
-    steps = f"{len(d.steps)} profiler steps" if d.steps else "no profiler steps found"
+    steps = "no steps found"
+    if d.steps:  # a step finder other than profiler steps says which (analyses.timeline)
+        found = d.steps[0].source
+        steps = f"{len(d.steps)} {found}" if found == "profiler steps" else f"{len(d.steps)} steps"
+        steps += "" if found == "profiler steps" else f" from a {found}"
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")
@@ -342,7 +348,7 @@ def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     periods = sorted({g.period_ns for g in gpus if g.period_ns})
     every = f", a sample every {periods[0] / 1e9:,.1f} s" if len(periods) == 1 else ""
     table = Table(
-        title=f"Sampled utilisation ({len(gpus)} GPUs{every})",
+        title=f"Sampled utilisation ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''}{every})",
         title_justify="left",
     )
     columns = ["GPU", "samples", "util", "p50", "p90", "p99"]

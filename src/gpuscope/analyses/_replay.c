@@ -1,0 +1,165 @@
+/* The what-if replay's longest-path solve in one pass (gpuscope.analyses.whatif.replay).
+ *
+ * Each node v of the dependency graph has a start S[v] and an end E[v]:
+ *   S[v] = max(fixed[v], E[prev[v]] + gap[v], S[launch src] + delay, E[event src])
+ *   E[v] = max(S[v] + dur[v], E[wait src] + tail)
+ * The 2n quantities and their edges form a DAG; Kahn's algorithm visits them in a topological
+ * order and relaxes every edge once: O(n + edges). The numpy fixpoint in whatif.py is the
+ * pure-Python twin (it settles one cross-chain hop per pass, which long zig-zags of tiny kernels
+ * between streams make slow); tests compare the two. A cycle (which a consistent trace cannot
+ * make) returns False and the caller falls back to the twin.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define REPLAY_NEG (-(((int64_t)1) << 42))
+
+typedef struct {
+    Py_buffer b;
+    int held;
+} Arg;
+
+static int take(PyObject *obj, Arg *a, int writable, Py_ssize_t want) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &a->b, flags) < 0) return -1;
+    a->held = 1;
+    if (a->b.itemsize != 8 || (a->b.format && a->b.format[0] != 'l' && a->b.format[0] != 'q')) {
+        PyErr_SetString(PyExc_TypeError, "replay arrays must be int64");
+        return -1;
+    }
+    if (want >= 0 && a->b.len / 8 != want) {
+        PyErr_SetString(PyExc_ValueError, "replay arrays of mismatched lengths");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *solve(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[14];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13]))
+        return NULL;
+    Arg a[14];
+    for (int i = 0; i < 14; i++) a[i].held = 0;
+    PyObject *result = NULL;
+    int64_t *indeg = NULL, *start = NULL, *to = NULL, *weight = NULL, *queue = NULL, *fill = NULL;
+    /* prev, gap, dur, fixed | ls, ld, lw | es, ed | ws, wd, wt | s_out, e_out */
+    if (take(o[0], &a[0], 0, -1) < 0) goto done;
+    Py_ssize_t n = a[0].b.len / 8;
+    for (int i = 1; i < 4; i++)
+        if (take(o[i], &a[i], 0, n) < 0) goto done;
+    if (take(o[4], &a[4], 0, -1) < 0) goto done;
+    Py_ssize_t m1 = a[4].b.len / 8;
+    for (int i = 5; i < 7; i++)
+        if (take(o[i], &a[i], 0, m1) < 0) goto done;
+    if (take(o[7], &a[7], 0, -1) < 0) goto done;
+    Py_ssize_t m2 = a[7].b.len / 8;
+    if (take(o[8], &a[8], 0, m2) < 0) goto done;
+    if (take(o[9], &a[9], 0, -1) < 0) goto done;
+    Py_ssize_t m3 = a[9].b.len / 8;
+    for (int i = 10; i < 12; i++)
+        if (take(o[i], &a[i], 0, m3) < 0) goto done;
+    for (int i = 12; i < 14; i++)
+        if (take(o[i], &a[i], 1, n) < 0) goto done;
+
+    const int64_t *prev = a[0].b.buf, *gap = a[1].b.buf, *dur = a[2].b.buf, *fixed = a[3].b.buf;
+    const int64_t *ls = a[4].b.buf, *ld = a[5].b.buf, *lw = a[6].b.buf;
+    const int64_t *es = a[7].b.buf, *ed = a[8].b.buf;
+    const int64_t *ws = a[9].b.buf, *wd = a[10].b.buf, *wt = a[11].b.buf;
+    int64_t *val = NULL; /* S in [0, n), E in [n, 2n): the outputs are filled at the end */
+    Py_ssize_t q = 2 * n, edges = n + n + m1 + m2 + m3;
+    int ok = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    val = malloc(sizeof(int64_t) * (size_t)(q ? q : 1));
+    indeg = calloc((size_t)(q ? q : 1), sizeof(int64_t));
+    start = calloc((size_t)q + 1, sizeof(int64_t));
+    fill = calloc((size_t)q + 1, sizeof(int64_t));
+    to = malloc(sizeof(int64_t) * (size_t)(edges ? edges : 1));
+    weight = malloc(sizeof(int64_t) * (size_t)(edges ? edges : 1));
+    queue = malloc(sizeof(int64_t) * (size_t)(q ? q : 1));
+    if (val && indeg && start && fill && to && weight && queue) {
+        int bad = 0;
+        /* Out-degree counts, then the CSR offsets. */
+#define COUNT(u) do { if ((u) < 0 || (u) >= q) bad = 1; else start[(u) + 1]++; } while (0)
+        for (Py_ssize_t v = 0; v < n; v++) {
+            COUNT(v); /* S[v] -> E[v] */
+            if (prev[v] >= 0) COUNT(n + prev[v]);
+        }
+        for (Py_ssize_t k = 0; k < m1; k++) COUNT(ls[k]);
+        for (Py_ssize_t k = 0; k < m2; k++) COUNT(n + es[k]);
+        for (Py_ssize_t k = 0; k < m3; k++) COUNT(n + ws[k]);
+#undef COUNT
+        for (Py_ssize_t k = 0; k < m1 && !bad; k++) bad = ld[k] < 0 || ld[k] >= n;
+        for (Py_ssize_t k = 0; k < m2 && !bad; k++) bad = ed[k] < 0 || ed[k] >= n;
+        for (Py_ssize_t k = 0; k < m3 && !bad; k++) bad = wd[k] < 0 || wd[k] >= n;
+        if (!bad) {
+            for (Py_ssize_t u = 0; u < q; u++) start[u + 1] += start[u];
+            for (Py_ssize_t u = 0; u <= q; u++) fill[u] = start[u];
+#define ADD(u, w, x) do { to[fill[u]] = (w); weight[fill[u]++] = (x); indeg[w]++; } while (0)
+            for (Py_ssize_t v = 0; v < n; v++) {
+                ADD(v, n + v, dur[v]);
+                if (prev[v] >= 0) ADD(n + prev[v], v, gap[v]);
+            }
+            for (Py_ssize_t k = 0; k < m1; k++) ADD(ls[k], ld[k], lw[k]);
+            for (Py_ssize_t k = 0; k < m2; k++) ADD(n + es[k], ed[k], 0);
+            for (Py_ssize_t k = 0; k < m3; k++) ADD(n + ws[k], n + wd[k], wt[k]);
+#undef ADD
+            for (Py_ssize_t v = 0; v < n; v++) {
+                val[v] = fixed[v];
+                val[n + v] = REPLAY_NEG;
+            }
+            Py_ssize_t head = 0, tail = 0;
+            for (Py_ssize_t u = 0; u < q; u++)
+                if (indeg[u] == 0) queue[tail++] = u;
+            while (head < tail) {
+                int64_t u = queue[head++];
+                for (int64_t k = start[u]; k < start[u + 1]; k++) {
+                    int64_t w = to[k], x = val[u] + weight[k];
+                    if (x > val[w]) val[w] = x;
+                    if (--indeg[w] == 0) queue[tail++] = w;
+                }
+            }
+            ok = tail == q; /* every quantity visited: no cycle */
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    if (!val || !indeg || !start || !fill || !to || !weight || !queue) {
+        free(val);
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ok) {
+        int64_t *s_out = a[12].b.buf, *e_out = a[13].b.buf;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            s_out[v] = val[v];
+            e_out[v] = val[n + v];
+        }
+    }
+    free(val);
+    result = PyBool_FromLong(ok);
+done:
+    free(indeg);
+    free(start);
+    free(fill);
+    free(to);
+    free(weight);
+    free(queue);
+    for (int i = 0; i < 14; i++)
+        if (a[i].held) PyBuffer_Release(&a[i].b);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"solve", solve, METH_VARARGS,
+     "solve(prev, gap, dur, fixed, ls, ld, lw, es, ed, ws, wd, wt, s_out, e_out) -> bool"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_replay", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }

@@ -1,0 +1,18 @@
+from typing import Any
+
+def solve(
+    prev: Any,
+    gap: Any,
+    dur: Any,
+    fixed: Any,
+    launch_src: Any,
+    launch_dst: Any,
+    launch_delay: Any,
+    event_src: Any,
+    event_dst: Any,
+    wait_src: Any,
+    wait_dst: Any,
+    wait_tail: Any,
+    start_out: Any,
+    end_out: Any,
+) -> bool: ...

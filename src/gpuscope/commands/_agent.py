@@ -1,0 +1,251 @@
+"""What ``gpuscope mcp``'s tools answer, as plain JSON values: the library called the way the
+commands call it, shaped for a coding agent (compact first, in full on request).
+
+Contract: every function takes paths as strings and returns a ``dict`` of JSON types, or raises
+:class:`~gpuscope.errors.InputError` with the message the command line would print. Nothing here
+imports the MCP SDK, so the answers are tested without it. A :class:`Session` keeps the last few
+diagnoses (a file is read again only when it changed), as an agent asks about one trace several
+times: the verdict, then a finding, then a report.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuscope.analyses.operators import DeviceViews
+    from gpuscope.diagnosis import Diagnosis
+    from gpuscope.diagnosis.findings import Finding
+
+#: Diagnoses kept by a session (a trace of a few hundred MB holds ~100 MB of columns).
+KEPT = 4
+#: Locations and view rows in the compact answer; ``explain`` gives them all.
+COMPACT_LOCATIONS = 3
+COMPACT_ROWS = 8
+#: Files listed at most by ``list_traces``.
+LISTED = 500
+
+
+class Session:
+    """The tools of one MCP connection, sharing a small cache of diagnoses."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[str, int, int, float | None], Diagnosis] = OrderedDict()
+
+    def diagnosis(self, path: str, gpu_hour_usd: float | None = None) -> Diagnosis:
+        from gpuscope.diagnosis import Options, diagnose
+        from gpuscope.readers import load
+
+        where = Path(path).expanduser()
+        if not where.exists():
+            raise InputError(where, "no such file or folder")
+        stat = where.stat()
+        key = (str(where.resolve()), stat.st_mtime_ns, stat.st_size, gpu_hour_usd)
+        found = self._kept.get(key)
+        if found is None:
+            found = diagnose(load(where), Options(gpu_hour_usd=gpu_hour_usd))
+            self._kept[key] = found
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        return found
+
+    def diagnose(self, path: str, gpu_hour_usd: float | None = None) -> dict[str, Any]:
+        """The verdict, the findings with their top locations, and where the GPU time goes."""
+        d = self.diagnosis(path, gpu_hour_usd)
+        v = d.verdict
+        views = _busiest_views(d)
+        return {
+            "source": d.source,
+            "verdict": {
+                "bound": v.bound,
+                "summary": v.summary,
+                "idle_pct": _round(v.idle_pct, 1),
+                "wasted_usd_per_gpu_hour": _round(v.wasted_usd_per_gpu_hour, 2),
+                "gpu_hour_usd": v.gpu_hour_usd,
+            },
+            "findings": [_compact(i, f, views) for i, f in enumerate(d.findings, 1)],
+            "devices": [
+                {
+                    "rank": r.rank,
+                    "device": r.device,
+                    "name": r.info.name,
+                    "busy_pct": _round(r.temporal.pct(r.temporal.busy_ns), 1),
+                }
+                for r in d.devices[:COMPACT_ROWS]
+            ],
+            "modules": [] if views is None else _top_modules(views),
+            "operators": [] if views is None else _top_operators(views),
+            "warnings": d.warnings[:COMPACT_ROWS],
+            "next": "explain_finding(path, n) gives finding n in full; render_report writes "
+            "the HTML report with the whole module tree",
+        }
+
+    def explain(self, path: str, finding: int, gpu_hour_usd: float | None = None) -> dict[str, Any]:
+        """One finding in full: evidence, every location (with its module row), the fix."""
+        from gpuscope.render.json import to_document
+
+        d = self.diagnosis(path, gpu_hour_usd)
+        if not 1 <= finding <= len(d.findings):
+            have = f"findings 1 to {len(d.findings)}" if d.findings else "no findings"
+            raise InputError(path, f"has {have}; there is no finding {finding}")
+        full = to_document(d)["findings"][finding - 1]
+        views = _busiest_views(d)
+        if views is not None:
+            for loc in full["locations"]:
+                row = views.location_rows.get(loc["location"])
+                loc["module"] = None if row is None else views.path(row)
+        return {"finding": finding, **full}
+
+    def diff(self, before: str, after: str, gpu_hour_usd: float | None = None) -> dict[str, Any]:
+        """What changed between two runs (files, folders or saved run ids)."""
+        from gpuscope.analyses.diff import diff as diff_runs
+        from gpuscope.analyses.diff import summarize
+        from gpuscope.render.diff import to_document
+
+        def summary(ref: str) -> Any:
+            if Path(ref).exists() or not ref.lstrip("#").isdigit():
+                return summarize(self.diagnosis(ref, gpu_hour_usd))
+            from gpuscope.commands.diff import summary_of
+
+            return summary_of(ref, gpu_hour_usd)[0]
+
+        return to_document(diff_runs(summary(before), summary(after)), before, after)
+
+    def report(
+        self,
+        path: str,
+        output: str,
+        compare_with: str | None = None,
+        gpu_hour_usd: float | None = None,
+    ) -> dict[str, Any]:
+        """Write the HTML report of ``path`` (before/after when ``compare_with`` is given)."""
+        from gpuscope.commands._common import write_output
+        from gpuscope.render import html
+
+        d = self.diagnosis(path, gpu_hour_usd)
+        if compare_with is None:
+            page = html.render(d)
+        else:
+            page = html.render_diff(d, self.diagnosis(compare_with, gpu_hour_usd))
+        data = page.encode()
+        target = Path(output).expanduser()
+        write_output(target, data)
+        return {"output": str(target), "bytes": len(data)}
+
+
+def list_traces(folder: str) -> dict[str, Any]:
+    """The files under ``folder`` that gpuscope reads, with their format (by content)."""
+    from gpuscope.readers import READERS
+    from gpuscope.readers._io import head_bytes
+
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise InputError(root, "no such folder" if not root.exists() else "not a folder")
+    found: list[dict[str, Any]] = []
+    others = 0
+    for base, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            path = Path(base) / name
+            if len(found) == LISTED:
+                return {"folder": str(root), "traces": found, "other_files": others, "more": True}
+            kind = _format_of(path, READERS, head_bytes)
+            if kind is None:
+                others += 1
+            else:
+                found.append({"path": str(path), "format": kind, "bytes": path.stat().st_size})
+    return {"folder": str(root), "traces": found, "other_files": others, "more": False}
+
+
+def _format_of(path: Path, readers: Any, head_bytes: Any) -> str | None:
+    if path.suffix == ".nsys-rep":
+        return "nsys-rep (export it to SQLite first: nsys export --type sqlite)"
+    try:
+        head = head_bytes(path)
+    except (InputError, OSError):
+        return None
+    return next((r.name for r in readers if r.sniff(head)), None)
+
+
+def _busiest_views(d: Diagnosis) -> DeviceViews | None:
+    shown = [r for r in d.devices if r.views is not None and r.views.busy_ns > 0]
+    if not shown:
+        return None
+    return max(shown, key=lambda r: r.temporal.busy_ns).views
+
+
+def _compact(i: int, f: Finding, views: DeviceViews | None) -> dict[str, Any]:
+    where = []
+    for loc in f.locations[:COMPACT_LOCATIONS]:
+        entry: dict[str, Any] = {
+            "location": loc.location,
+            "lost_ms": _round(loc.lost_ns / 1e6, 2),
+            "gaps": loc.gaps,
+        }
+        row = None if views is None else views.location_rows.get(loc.location)
+        if views is not None and row is not None:
+            entry["module"] = views.path(row)
+        where.append(entry)
+    return {
+        "finding": i,
+        "cause": f.cause,
+        "pattern": f.pattern,
+        "title": f.title,
+        "share_pct": _round(f.share_pct, 1),
+        "lost_ms": _round(f.lost_ns / 1e6, 2),
+        "cost_usd_per_gpu_hour": _round(f.cost_usd_per_gpu_hour, 2),
+        "locations": where,
+    }
+
+
+def _top_modules(views: DeviceViews) -> list[dict[str, Any]]:
+    from gpuscope.render.views import top_module_rows
+
+    rows = views.module_types
+    result = []
+    for r in top_module_rows(views):
+        path = [r.name]
+        up = r.parent
+        while up >= 0:
+            path.append(rows[up].name)
+            up = rows[up].parent
+        result.append(
+            {
+                "module": "/".join(reversed(path)),
+                "calls": r.calls,
+                "gpu_ms": _round(r.total_ns / 1e6, 2),
+                "share_pct": _round(100.0 * r.total_ns / views.busy_ns, 1),
+                "self_ms": _round(r.self_ns / 1e6, 2),
+                "idle_caused_ms": _round(r.idle_ns / 1e6, 2),
+            }
+        )
+    return result
+
+
+def _top_operators(views: DeviceViews) -> list[dict[str, Any]]:
+    rows = sorted(views.operators, key=lambda r: (-r.self_ns, r.name))[:COMPACT_ROWS]
+    return [
+        {
+            "operator": r.name,
+            "launches": r.self_launches,
+            "self_ms": _round(r.self_ns / 1e6, 2),
+            "share_pct": _round(100.0 * r.self_ns / views.busy_ns, 1),
+            "total_ms": _round(r.total_ns / 1e6, 2),
+        }
+        for r in rows
+    ]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    if value is None or math.isnan(value):  # not available
+        return None
+    return round(value, digits)

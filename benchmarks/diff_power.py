@@ -16,8 +16,8 @@ Realistic noise:
 "N steps" below means N per-step values a side: a capture of N + 1 profiler steps, since the first
 step only marks where the second begins (``analyses.diff``). The 4-value rows show a capture of 5.
 
-Measured per step count, over ``--pairs`` independent pairs each (a quarter as many at 20
-steps, whose runs cost four times as much):
+Measured per step count, over ``--pairs`` independent pairs each (half as many at 20 steps,
+whose runs cost four times as much):
 
 * no change (two seeds of one config): false alarms of the gate at ``--max-regression-pct 0``
   (exit 1: "over the bound at 95% confidence"), and of the diff (two-sided "significant",
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscope import generator as g
-from gpuscope.analyses.diff import STEP_TIME, compare, regression, summarize
+from gpuscope.analyses.diff import STEP_TIME, compare, regression, summarize, typical_steps
 from gpuscope.analyses.timeline import device_work, step_breakdown
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
@@ -96,7 +96,7 @@ class Tally:
         verdict = regression(before, after, 0.0).verdict
         self.gate_failed += verdict == "over"
         self.gate_inconclusive += verdict == "inconclusive"
-        c = compare(before, after)
+        c = compare(*typical_steps(before, after)[:2])  # as the diff compares step time
         self.diff_significant += bool(c.significant)
         self.diff_worse += bool(c.significant) and (c.change or 0.0) > 0
 
@@ -161,7 +161,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.jobs) as pool:
         for index, values in enumerate(sizes):
             # Long runs cost more: half the pairs still resolve a 99% target to one miss in 100.
-            pairs = 50 if args.quick else args.pairs // 4 if values >= 10 else args.pairs
+            pairs = 50 if args.quick else args.pairs // 2 if values >= 10 else args.pairs
             same, worse, realised = experiment(values, pairs, rng, pool, 100_000 * (index + 1))
             rows.append((values, same, worse, realised))
     print(

@@ -23,6 +23,12 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
     "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
 )
 @click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
+)
+@click.option(
     "--whole",
     is_flag=True,
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
@@ -41,6 +47,7 @@ def diagnose(
     top: int,
     all_devices: bool,
     gpu_hour_usd: float | None,
+    gpu_name: str | None,
     save: bool,
     label: str | None,
     whole: bool,
@@ -53,6 +60,7 @@ def diagnose(
         top=top,
         all_devices=all_devices,
         gpu_hour_usd=gpu_hour_usd,
+        gpu=gpu_name,
         save=save or label is not None,
         label=label,
         whole=whole,
@@ -80,6 +88,7 @@ def run_diagnose(
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
+    gpu: str | None = None,
     save: bool = False,
     label: str | None = None,
     whole: bool = False,
@@ -95,7 +104,9 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict)
+    options = Options(
+        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+    )
     result = diagnose(load(path, prefetch=prefetch), options)
     if save:
         from gpuscope.analyses.diff import summarize

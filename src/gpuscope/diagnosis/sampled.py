@@ -443,24 +443,34 @@ def counter_verdict(summaries: list[CounterSummary], found: list[Finding], price
         for limiter, ns in summary.time_ns_by_limiter.items():
             time[limiter] += ns
     balanced = 100.0 * time[Limiter.BALANCED] / total
+    # Latency-bound kernels are device time, not host time; with no timeline there is no idle
+    # or communication share to report (left out, never NaN).
     shares = {
-        "host": 100.0 * time[Limiter.LATENCY] / total,
-        "communication": math.nan,
+        "latency": 100.0 * time[Limiter.LATENCY] / total,
         "memory": 100.0 * time[Limiter.MEMORY] / total,
         "compute": 100.0 * time[Limiter.COMPUTE] / total + balanced,
     }
-    bound = max(("host", "memory", "compute"), key=lambda k: shares[k])
+    bound = max(shares, key=lambda k: shares[k])
     kernels = sum(s.kernels for s in summaries)
     text = (
-        f"from Nsight Compute counters ({kernels} kernel launch(es), no timeline): latency-bound"
-        f" kernels take {shares['host']:.0f}% of the profiled kernel time, memory-bound"
-        f" {shares['memory']:.0f}%, compute-bound {shares['compute'] - balanced:.0f}%"
+        f"{bound}-bound, from Nsight Compute counters ({kernels} kernel launch(es), no timeline):"
+        f" latency-bound kernels take {shares['latency']:.0f}% of the profiled kernel time,"
+        f" memory-bound {shares['memory']:.0f}%, compute-bound {shares['compute'] - balanced:.0f}%"
         f", balanced {balanced:.0f}%"
     )
     wasted = _wasted(found, price)
+    if found:
+        # The finding's share is what ncu's rules estimate fixing it saves, not the kernels' time.
+        top = found[0]
+        text += (
+            f"; the top finding: {top.title}; fixing it could save up to"
+            f" {top.share_pct:.0f}% of the profiled kernel time"
+        )
+    if wasted is not None:
+        text += f"; about ${wasted:.2f} per GPU-hour wasted"
     return Verdict(
         bound=bound,
-        summary=_with_top(text, found, wasted, "of the profiled kernel time"),
+        summary=text,
         shares_pct=shares,
         idle_pct=math.nan,
         wasted_usd_per_gpu_hour=wasted,
@@ -468,7 +478,7 @@ def counter_verdict(summaries: list[CounterSummary], found: list[Finding], price
         price_source=price.source,
         world_size=max(len({d for s in summaries for d in s.devices}), 1),
         figures={
-            "latency_bound_kernels_pct": shares["host"],
+            "latency_bound_kernels_pct": shares["latency"],
             "memory_bound_pct": shares["memory"],
             "compute_bound_pct": 100.0 * time[Limiter.COMPUTE] / total,
             "balanced_pct": balanced,

@@ -72,7 +72,14 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(_counters_table(summary, console.width))
 
 
-_BOUND_STYLE = {"host": "red", "memory": "yellow", "compute": "green", "communication": "magenta"}
+_BOUND_STYLE = {
+    "host": "red",
+    "memory": "yellow",
+    "compute": "green",
+    "communication": "magenta",
+    "transfer": "cyan",
+    "latency": "red",
+}
 
 
 def _verdict(v: Verdict) -> Text:
@@ -240,6 +247,10 @@ def _bounds(d: DeviceReport) -> Text:
     text.append(", ")
     text.append(f"memory-bound {_ms(t[Bound.MEMORY])}", style="yellow")
     text.append(f", latency-bound (tiny kernels) {_ms(t[Bound.LATENCY])}")
+    if t.get(Bound.UNCLASSIFIED):
+        text.append(f", unclassified {_ms(t[Bound.UNCLASSIFIED])}")
+    if t.get(Bound.TRANSFER):
+        text.append(f", copies over PCIe/NVLink {_ms(t[Bound.TRANSFER])}")
     if b.gemm_ns:
         text.append(f"; {100 * b.fp32_gemm_ns / b.gemm_ns:.0f}% of GEMM time not on tensor cores")
     if b.mfu_pct is not None:

@@ -199,7 +199,7 @@ def findings(
             continue
         seen = [loc.location for loc in locations] + note + seen_names
         cost_hour = (
-            100.0 * saving / total_span / 100.0 * gpu_hour_usd
+            saving / total_span * gpu_hour_usd
             if gpu_hour_usd is not None and saving is not None and total_span
             else None
         )

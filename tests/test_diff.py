@@ -23,6 +23,7 @@ from gpuscope.analyses.diff import (
     regression,
     stable_name,
     summarize,
+    typical_steps,
 )
 from gpuscope.cli import main
 from gpuscope.diagnosis import diagnose
@@ -222,3 +223,13 @@ def test_nsys_before_after_pair_diffs_end_to_end() -> None:
     assert step.comparison.change_pct == pytest.approx(12.6, abs=1.0)
     assert step.comparison.p_value is not None and step.comparison.p_value < 0.005
     assert result.kernels, "the fix changed which kernels run"
+
+
+def test_slow_outlier_steps_are_left_out_of_step_time_only() -> None:
+    before = [100.0, 101.0, 99.0, 100.5, 140.0, 99.5, 100.2, 100.8, 99.8, 100.1]
+    after = [110.0, 111.0, 109.0, 110.5, 109.5, 110.2, 110.8, 109.8, 110.1, 109.9]
+    kept_b, kept_a, left_b, left_a = typical_steps(before, after)
+    assert (left_b, left_a) == (1, 0) and 140.0 not in kept_b and kept_a == after
+    # Many slow steps are the run's pace, not outliers; a 0.5% slower step is jitter.
+    assert typical_steps([100.0, 140.0, 100.0, 140.0, 100.0], after)[2] == 0
+    assert typical_steps([100.0, 100.1, 100.0, 100.5, 100.0], [100.0] * 5)[2] == 0

@@ -100,6 +100,16 @@ def test_a_gpu_never_used_is_named_and_the_batch_is_not_blamed(tmp_path: Path) -
     assert [dev["samples"]["worked"] for dev in doc["devices"]] == [True, False]
 
 
+def test_a_log_where_no_gpu_worked_asks_whether_the_job_reached_the_gpu(tmp_path: Path) -> None:
+    d = diagnosed(tmp_path, smi_log([(0, 0.0, 0.0)] * 60))
+    no_overclaim(d)
+    (finding,) = d.findings
+    assert finding.cause == "unused_gpu"
+    assert finding.title == "the GPU never ran work: no sample reached 5% utilisation"
+    assert "torch.cuda.is_available()" in finding.fix and "torchrun" not in finding.fix
+    assert d.verdict.idle_pct == pytest.approx(100.0)
+
+
 # --- held idle after the work ended ---------------------------------------------------------------
 
 

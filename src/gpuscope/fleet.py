@@ -27,6 +27,7 @@ import glob
 import importlib
 import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -190,9 +191,10 @@ def _rows(
             *category(f.cause),
             int(f.lost_ns),
             float(f.share_pct),
-            f.cost_usd_per_gpu_hour,
+            _finite(f.cost_usd_per_gpu_hour),
         )
         for f in d.findings
+        if math.isfinite(f.share_pct)
     ]
     lost_hours = sum(f.lost_ns for f in found) / NS_PER_HOUR
     usd = lost_hours * v.gpu_hour_usd if v.gpu_hour_usd is not None else None
@@ -208,10 +210,10 @@ def _rows(
         devices=", ".join(sorted({n for n in names if n})) or None,
         gpus=int(v.world_size),
         span_ns=_span_ns(d),
-        idle_pct=float(v.idle_pct),
+        idle_pct=_finite(v.idle_pct),
         bound=v.bound,
         gpu_hour_usd=v.gpu_hour_usd,
-        wasted_usd_per_gpu_hour=v.wasted_usd_per_gpu_hour,
+        wasted_usd_per_gpu_hour=_finite(v.wasted_usd_per_gpu_hour),
         wasted_gpu_hours=lost_hours,
         wasted_usd=usd,
         date=date,
@@ -220,6 +222,12 @@ def _rows(
         top_category=top.category if top else None,
     )
     return FleetTable([job], found)
+
+
+def _finite(value: float | None) -> float | None:
+    """A figure the input could not give (NaN: no timeline to measure idle time from) is None in
+    the table, never NaN: NaN is not JSON, and Parquet readers would average it in."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _span_ns(d: Diagnosis) -> int | None:
@@ -355,7 +363,9 @@ def write(table: FleetTable, path: str | Path) -> None:
             "jobs": [asdict(j) for j in table.jobs],
             "findings": [asdict(f) for f in table.findings],
         }
-        atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())
+        # allow_nan=False: a NaN that slipped through fails here, not in a reader of the file.
+        text = json.dumps(doc, indent=1, allow_nan=False)
+        atomic_write(path, (text + "\n").encode())
         return
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
     import pyarrow.parquet as pq  # type: ignore[import-untyped]  # noqa: PLC0415

@@ -473,8 +473,15 @@ def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
     largest = points[-1]
     knee_point = next(p for p in points if p.batch == knee)
     freed = None
-    if knee_point.memory_bytes is not None and largest.memory_bytes is not None:
-        freed = max(largest.memory_bytes - knee_point.memory_bytes, 0)
+    # Memory is compared only between two different batches, and only when the smaller one
+    # holds less: "batch 64 instead of 64 frees 0.00 GiB" says nothing.
+    if (
+        knee_point.batch != largest.batch
+        and knee_point.memory_bytes is not None
+        and largest.memory_bytes is not None
+        and largest.memory_bytes > knee_point.memory_bytes
+    ):
+        freed = largest.memory_bytes - knee_point.memory_bytes
     found = _sweep_findings(knee_point, largest, freed, memory_source)
     return SweepReport(
         batch_source=batch_source,

@@ -29,6 +29,12 @@ from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, writ
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
 @click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
+)
+@click.option(
     "--whole",
     is_flag=True,
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
@@ -47,6 +53,7 @@ def diagnose(
     top: int,
     all_devices: bool,
     gpu_hour_usd: float | None,
+    gpu_name: str | None,
     save: bool,
     label: str | None,
     whole: bool,
@@ -59,6 +66,7 @@ def diagnose(
         top=top,
         all_devices=all_devices,
         gpu_hour_usd=gpu_hour_usd,
+        gpu=gpu_name,
         save=save or label is not None,
         label=label,
         whole=whole,
@@ -86,6 +94,7 @@ def run_diagnose(
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
+    gpu: str | None = None,
     save: bool = False,
     label: str | None = None,
     whole: bool = False,
@@ -101,7 +110,9 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict)
+    options = Options(
+        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+    )
     result = diagnose(load(path, prefetch=prefetch), options)
     # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
     # corrupt, read-only) then costs the save alone, with its own line and exit 2.

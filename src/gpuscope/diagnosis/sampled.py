@@ -79,7 +79,7 @@ _HEADLINE = {
     "unused_gpu": "GPUs that never ran work",
     "held_idle": "GPUs held idle after the work ended",
     "small_batch": "low utilisation with memory to spare: a larger batch may keep the GPUs busy",
-    "insufficient_memory": "low utilisation with memory nearly full: memory stops a larger batch",
+    "insufficient_memory": "low utilisation, memory nearly full: memory may stop a larger batch",
     "low_utilization": "low utilisation",
     "misleading_gpu_util": "'GPU util' overstates how busy the SMs were",
 }
@@ -177,6 +177,13 @@ def _sample_finding(
     ranked = sorted(members, key=lambda m: -m[1])
     evidence = [_gpu_evidence(g) for g, _ in ranked[:4]]
     evidence += [f"... and {len(members) - 4} more GPUs"] if len(members) > 4 else []
+    fix = None
+    if cause == "unused_gpu" and not any(g.worked for g in gpus):
+        fix = (
+            "Nothing ran on the GPU during the log: check that the job reached its GPU work"
+            " (`torch.cuda.is_available()`, the model and batches moved with `.to('cuda')`),"
+            " that it was sampled while it ran, or release the GPU."
+        )
     if cause == "held_idle" and price.gpu_hour_usd is not None:
         hours = lost_ns / 3.6e12
         evidence.append(
@@ -198,6 +205,8 @@ def _sample_finding(
     )
     if cause == "held_idle":  # a tail at the end of one job is not a daily rate
         found = msgspec.structs.replace(found, cost_usd_per_day=None)
+    if fix is not None:  # no GPU of the log worked: placing ranks is not the question
+        found = msgspec.structs.replace(found, fix=fix)
     return found
 
 
@@ -230,7 +239,8 @@ def _sample_title(cause: str, members: list[GpuUtilisation], of: int) -> str:
         them = "it" if len(members) == 1 else "them"
         return f"{ran} with at most {peak:.0f}% of memory used: a larger batch may keep {them} busy"
     if cause == "insufficient_memory":
-        return f"{ran} with memory {peak:.0f}% full: memory stops a larger batch"
+        # memory.used counts what the process reserved, the caching allocator's free blocks too.
+        return f"{ran} with memory {peak:.0f}% full: memory may stop a larger batch"
     return f"{ran}: it idled the rest"
 
 
@@ -443,24 +453,34 @@ def counter_verdict(summaries: list[CounterSummary], found: list[Finding], price
         for limiter, ns in summary.time_ns_by_limiter.items():
             time[limiter] += ns
     balanced = 100.0 * time[Limiter.BALANCED] / total
+    # Latency-bound kernels are device time, not host time; with no timeline there is no idle
+    # or communication share to report (left out, never NaN).
     shares = {
-        "host": 100.0 * time[Limiter.LATENCY] / total,
-        "communication": math.nan,
+        "latency": 100.0 * time[Limiter.LATENCY] / total,
         "memory": 100.0 * time[Limiter.MEMORY] / total,
         "compute": 100.0 * time[Limiter.COMPUTE] / total + balanced,
     }
-    bound = max(("host", "memory", "compute"), key=lambda k: shares[k])
+    bound = max(shares, key=lambda k: shares[k])
     kernels = sum(s.kernels for s in summaries)
     text = (
-        f"from Nsight Compute counters ({kernels} kernel launch(es), no timeline): latency-bound"
-        f" kernels take {shares['host']:.0f}% of the profiled kernel time, memory-bound"
-        f" {shares['memory']:.0f}%, compute-bound {shares['compute'] - balanced:.0f}%"
+        f"{bound}-bound, from Nsight Compute counters ({kernels} kernel launch(es), no timeline):"
+        f" latency-bound kernels take {shares['latency']:.0f}% of the profiled kernel time,"
+        f" memory-bound {shares['memory']:.0f}%, compute-bound {shares['compute'] - balanced:.0f}%"
         f", balanced {balanced:.0f}%"
     )
     wasted = _wasted(found, price)
+    if found:
+        # The finding's share is what ncu's rules estimate fixing it saves, not the kernels' time.
+        top = found[0]
+        text += (
+            f"; the top finding: {top.title}; fixing it could save up to"
+            f" {top.share_pct:.0f}% of the profiled kernel time"
+        )
+    if wasted is not None:
+        text += f"; about ${wasted:.2f} per GPU-hour wasted"
     return Verdict(
         bound=bound,
-        summary=_with_top(text, found, wasted, "of the profiled kernel time"),
+        summary=text,
         shares_pct=shares,
         idle_pct=math.nan,
         wasted_usd_per_gpu_hour=wasted,
@@ -468,7 +488,7 @@ def counter_verdict(summaries: list[CounterSummary], found: list[Finding], price
         price_source=price.source,
         world_size=max(len({d for s in summaries for d in s.devices}), 1),
         figures={
-            "latency_bound_kernels_pct": shares["host"],
+            "latency_bound_kernels_pct": shares["latency"],
             "memory_bound_pct": shares["memory"],
             "compute_bound_pct": 100.0 * time[Limiter.COMPUTE] / total,
             "balanced_pct": balanced,

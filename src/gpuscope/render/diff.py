@@ -254,6 +254,8 @@ def _metrics_table(d: RunDiff) -> Table:
         verdict = Text(m.outcome, style=_OUTCOME_STYLE[m.outcome])
         if c.p_value is not None:
             verdict.append(f"\np={c.p_value:.2g}", style="dim")
+            if c.note:  # slow outlier steps left out of the comparison
+                verdict.append(f"\n{c.note.removeprefix('left out as outliers: ')} left out")
         elif c.note:
             verdict.append(f"\n{c.note.split(':')[0]}", style="dim")
         table.add_row(

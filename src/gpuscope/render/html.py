@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -230,7 +231,8 @@ def _rank(rank: int | None) -> str:
 def _verdict(v: Verdict) -> str:
     figures = [
         ("bound", v.bound),
-        ("GPU idle", f"{v.idle_pct:.1f}%"),
+        # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
+        ("GPU idle", f"{v.idle_pct:.1f}%" if math.isfinite(v.idle_pct) else "n/a (no timeline)"),
         ("wasted per GPU-hour", _usd(v.wasted_usd_per_gpu_hour)),
         ("price per GPU-hour", _usd(v.gpu_hour_usd)),
         ("GPUs", str(v.world_size)),
@@ -251,10 +253,15 @@ _BOUND_COLOURS = {
     "communication": "#9467bd",
     "memory": "#bcbd22",
     "compute": "#2ca02c",
+    "transfer": "#17becf",
+    "latency": "#ff7f0e",
+    "unclassified": "#7f7f7f",
 }
 
 
-def _shares(shares: dict[str, float]) -> str:
+def _shares(all_shares: dict[str, float]) -> str:
+    # A share the input cannot give (NaN) is left out, never drawn or printed as "nan%".
+    shares = {k: x for k, x in all_shares.items() if math.isfinite(x)}
     spans = "".join(
         f"<span style='width:{max(x, 0.0):.2f}%;background:{_BOUND_COLOURS.get(k, '#999')}' "
         f"title='{_e(k)} {x:.1f}%'></span>"

@@ -73,7 +73,14 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(_counters_table(summary, console.width))
 
 
-_BOUND_STYLE = {"host": "red", "memory": "yellow", "compute": "green", "communication": "magenta"}
+_BOUND_STYLE = {
+    "host": "red",
+    "memory": "yellow",
+    "compute": "green",
+    "communication": "magenta",
+    "transfer": "cyan",
+    "latency": "red",
+}
 
 
 def _verdict(v: Verdict) -> Text:
@@ -199,8 +206,9 @@ def _header(d: DeviceReport) -> Text:
     steps = "no steps found"
     if d.steps:  # a step finder other than profiler steps says which (analyses.timeline)
         found = d.steps[0].source
-        steps = f"{len(d.steps)} {found}" if found == "profiler steps" else f"{len(d.steps)} steps"
-        steps += "" if found == "profiler steps" else f" from a {found}"
+        noun = "step" if len(d.steps) == 1 else "steps"
+        steps = f"{len(d.steps)} profiler {noun}" if found == "profiler steps" else ""
+        steps = steps or f"{len(d.steps)} {noun} from a {found}"
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")
@@ -241,6 +249,10 @@ def _bounds(d: DeviceReport) -> Text:
     text.append(", ")
     text.append(f"memory-bound {_ms(t[Bound.MEMORY])}", style="yellow")
     text.append(f", latency-bound (tiny kernels) {_ms(t[Bound.LATENCY])}")
+    if t.get(Bound.UNCLASSIFIED):
+        text.append(f", unclassified {_ms(t[Bound.UNCLASSIFIED])}")
+    if t.get(Bound.TRANSFER):
+        text.append(f", copies over PCIe/NVLink {_ms(t[Bound.TRANSFER])}")
     if b.gemm_ns:
         text.append(f"; {100 * b.fp32_gemm_ns / b.gemm_ns:.0f}% of GEMM time not on tensor cores")
     if b.mfu_pct is not None:

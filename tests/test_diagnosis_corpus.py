@@ -51,7 +51,8 @@ def test_dlrm_ranks_lose_time_to_communication_mostly_waiting_for_a_straggler() 
     assert "rank 7" in comm["straggler"].evidence[0]
     assert d.verdict.world_size == 8
     for f in comm.values():
-        assert f.cost_usd_per_day == pytest.approx(f.cost_usd_per_gpu_hour * 24 * 8)
+        # One profiled step per rank: a per-day figure would extrapolate a single step.
+        assert f.cost_usd_per_gpu_hour is not None and f.cost_usd_per_day is None
 
 
 @pytest.mark.parametrize(

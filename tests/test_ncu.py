@@ -132,10 +132,16 @@ def test_corpus_kernel_is_latency_bound_and_costs_what_ncu_estimates() -> None:
     (summary,) = result.counters
     assert summary.time_ns_by_limiter[Limiter.LATENCY] == 406_240
     assert summary.stats[0].limiter is Limiter.LATENCY
-    # No timeline: the verdict is the measured limiters' time, latency counted as host.
-    assert result.verdict.bound == "host"
-    assert result.verdict.shares_pct["host"] == pytest.approx(100.0)
+    # No timeline: the verdict is the measured limiters' time; latency-bound kernels are device
+    # time, never host time, and no idle or communication share is claimed.
+    assert result.verdict.bound == "latency"
+    assert result.verdict.shares_pct == pytest.approx(
+        {"latency": 100.0, "memory": 0.0, "compute": 0.0}
+    )
     assert "Nsight Compute" in result.verdict.summary
+    # One sentence, no contradiction: the kernels' time (100%) and the saving (50%) are named so.
+    assert "latency-bound kernels take 100% of the profiled kernel time" in result.verdict.summary
+    assert "could save up to 50% of the profiled kernel time" in result.verdict.summary
     top = result.findings[0]
     # The largest "global" estimated speedup of its rules (LaunchConfiguration: 50%).
     assert (top.cause, top.lost_ns, top.share_pct) == ("latency_bound", 203_120, 50.0)

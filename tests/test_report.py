@@ -181,7 +181,8 @@ def test_hostile_names_are_escaped_everywhere(tmp_path: Path) -> None:
 
 
 def test_trace_without_steps_says_so(tmp_path: Path) -> None:
-    _, page = report_of(without_steps(slow_loader_trace(steps=3)), tmp_path / "report.html")
+    # One iteration: no profiler step, no repeated range, no repeating kernel sequence.
+    _, page = report_of(without_steps(slow_loader_trace(steps=1)), tmp_path / "report.html")
     assert "chart-steps" not in figures(page)
     assert "The trace has no profiler steps." in page
 

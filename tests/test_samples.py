@@ -138,7 +138,10 @@ def test_small_batch_finding_and_its_cost(tmp_path: Path) -> None:
     v = result.verdict
     busy = (mean0 + 70.0) / 2  # both GPUs cover 20 s
     assert v.idle_pct == pytest.approx(100 - busy)
-    assert v.bound == "compute"  # busy more than idle; no DRAM activity to say memory
+    assert v.bound == "underused"  # utilisation alone cannot say host, memory or compute
+    assert v.shares_pct == {"busy": pytest.approx(busy), "idle": pytest.approx(100 - busy)}
+    # All idle time is priced, not only the finding's.
+    assert v.wasted_usd_per_gpu_hour == pytest.approx((100 - busy) / 100 * facts.usd_per_gpu_hour)
     assert "sampled utilisation" in v.summary
 
 

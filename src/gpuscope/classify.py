@@ -19,6 +19,11 @@ from numpy.typing import NDArray
 #: Package data; read from the file system (importlib.resources would cost more to import).
 DATA = Path(__file__).parent / "data"
 
+#: How much of a name is classified: C++ template kernel names run to a few thousand
+#: characters, and what identifies a kernel (its library, collective, algorithm) comes first.
+#: A name of megabytes (a corrupt or hostile trace) would otherwise cost minutes per pattern.
+MAX_CLASSIFIED_CHARS = 8192
+
 #: Escaped letters whose meaning does not depend on case (classes and anchors): kept as written.
 _CASELESS_ESCAPES = frozenset("bBwWdDsSAZ")
 
@@ -50,6 +55,8 @@ class NamePattern:
         return self._caseless
 
     def search(self, name: str) -> bool:
+        """Whether the pattern occurs in the name's first :data:`MAX_CLASSIFIED_CHARS`."""
+        name = name[:MAX_CLASSIFIED_CHARS]
         if self._lowered is not None and name.isascii():
             return self._lowered.search(name.lower()) is not None
         return self.pattern.search(name) is not None

@@ -14,6 +14,10 @@ Contract:
 * ``interconnect_bytes_per_s`` is the GPU-to-GPU link's total (bidirectional) bandwidth as vendors
   quote it: NVLink / Infinity Fabric, or the PCIe x16 slot for PCIe-only cards.
 * An MI250 / MI250X appears to software as two devices (GCDs); its rows give one GCD's figures.
+* ``host_link_bytes_per_s`` is the link to the host's memory (total, both directions): the PCIe
+  x16 slot of the GPU's generation, or NVLink-C2C on a Grace superchip; host copies cross it.
+* ``architecture`` (``volta``, ``ampere``, ``hopper``, ``cdna3``...) says which precisions the
+  tensor / matrix cores take: the fixes are fitted to it.
 * ``usd_per_gpu_hour`` is a typical public on-demand price (``source`` names it); a user's own
   price always wins.
 
@@ -23,6 +27,13 @@ for "not recorded") contradicts the matched row: a MIG slice or an MI300X partit
 parent's name but fewer SMs, and full-chip peaks would be wrong for it. A generic or empty AMD
 name ("AMD Radeon Graphics", "") is unknown too: a CU count alone does not name a GPU (304 CUs is
 an MI300X or an MI325X, with different memory and bandwidth).
+
+:func:`device_facts` is what the diagnosis uses: the exact row when there is one, else the
+family's (``data/gpu_families.csv``: a name pattern, the architecture and, where the variants of a
+chip share its peaks, a stand-in row) marked ``estimated`` and "estimated from family" in its
+name, else None. A family whose models differ too much to share peaks (GeForce series) gives the
+architecture alone, with no peaks and no price; so does a MIG slice or a partition of a known chip.
+``gpu=`` (the ``--gpu NAME`` option) names the device when the trace does not.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ _COLUMNS = (
     "key",
     "display_name",
     "vendor",
+    "architecture",
     "match",
     "sm_count",
     "memory_gib",
@@ -50,6 +62,7 @@ _COLUMNS = (
     "memory_bandwidth_gb_s",
     "interconnect",
     "interconnect_gb_s",
+    "host_link_gb_s",
     "usd_per_gpu_hour",
     "source",
 )
@@ -77,6 +90,9 @@ class GpuFacts(msgspec.Struct, frozen=True):
     interconnect_bytes_per_s: float | None
     usd_per_gpu_hour: float | None
     source: str
+    architecture: str | None = None
+    host_link_bytes_per_s: float | None = None
+    estimated: bool = False  # from the GPU's family, not its own row
 
 
 def _float(text: str, scale: float) -> float | None:
@@ -106,6 +122,8 @@ def _row_facts(row: dict[str, str]) -> GpuFacts:
         interconnect_bytes_per_s=_float(row["interconnect_gb_s"], 1e9),
         usd_per_gpu_hour=_float(row["usd_per_gpu_hour"], 1.0),
         source=row["source"].strip(),
+        architecture=row["architecture"].strip() or None,
+        host_link_bytes_per_s=_float(row["host_link_gb_s"], 1e9),
     )
 
 
@@ -136,6 +154,10 @@ def all_facts() -> list[GpuFacts]:
     return [facts for _, facts in _table()]
 
 
+#: The part of a device name matched against the table.
+MAX_DEVICE_NAME_CHARS = 256
+
+
 def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | None:
     """The facts for a device name as a trace reports it, or ``None`` when not known for sure.
 
@@ -143,7 +165,9 @@ def match_device(name: str | None, *, num_sms: int | None = None) -> GpuFacts | 
     docstring for how it confirms a name match and how it identifies generically named AMD GPUs.
     """
     sms = num_sms if num_sms is not None and num_sms > 0 else None
-    text = (name or "").strip()
+    # A bounded prefix: device names are tens of characters, and a corrupt trace's name of
+    # megabytes would take each of the table's patterns minutes to search.
+    text = (name or "")[:MAX_DEVICE_NAME_CHARS].strip()
     if not text or _GENERIC_AMD_NAME.match(text) or _MIG_NAME.search(text):
         return None
     for pattern, facts in _table():
@@ -165,3 +189,96 @@ def gpu_hour_price(
         if facts is not None and facts.usd_per_gpu_hour:
             return facts.usd_per_gpu_hour, f"typical on-demand price of {facts.display_name}"
     return None, f"unknown device: pass --gpu-hour-usd to {purpose}"
+
+
+_FAMILY_COLUMNS = ("match", "vendor", "architecture", "stand_in", "why")
+
+
+class _Family(msgspec.Struct, frozen=True):
+    pattern: re.Pattern[str]
+    vendor: str
+    architecture: str
+    stand_in: GpuFacts | None
+    why: str
+
+
+@cache
+def _families() -> tuple[_Family, ...]:
+    text = (DATA / "gpu_families.csv").read_text("utf-8")
+    reader = csv.DictReader(text.splitlines())
+    if tuple(reader.fieldnames or ()) != _FAMILY_COLUMNS:
+        raise ValueError(f"gpu_families.csv: expected columns {_FAMILY_COLUMNS}")
+    by_key = {f.key: f for f in all_facts()}
+    families: list[_Family] = []
+    for line, row in enumerate(reader, start=2):
+        key = row["stand_in"].strip()
+        if key and key not in by_key:
+            raise ValueError(f"gpu_families.csv line {line}: unknown stand-in {key!r}")
+        families.append(
+            _Family(
+                re.compile(row["match"].strip(), re.IGNORECASE),
+                row["vendor"].strip(),
+                row["architecture"].strip(),
+                by_key.get(key),
+                row["why"].strip(),
+            )
+        )
+    return tuple(families)
+
+
+def family_facts(name: str | None, *, num_sms: int | None = None) -> GpuFacts | None:
+    """The facts of the GPU's family, marked estimated; None when no family matches. Peaks come
+    from the stand-in row only when the SM count (if recorded) agrees and the name is not a MIG
+    slice; otherwise only the architecture is known."""
+    text = (name or "").strip()
+    if not text or _GENERIC_AMD_NAME.match(text):
+        return None
+    sms = num_sms if num_sms is not None and num_sms > 0 else None
+    for family in _families():
+        if not family.pattern.search(text):
+            continue
+        base = family.stand_in
+        whole_chip = not _MIG_NAME.search(text) and (
+            sms is None or base is None or base.sm_count is None or sms == base.sm_count
+        )
+        if base is not None and whole_chip:
+            return msgspec.structs.replace(
+                base,
+                display_name=f"{base.display_name} (estimated from family)",
+                source=f"estimated from family: {family.why}; peaks of {base.key}: {base.source}",
+                sm_count=sms or base.sm_count,
+                estimated=True,
+            )
+        return GpuFacts(
+            key=f"family_{family.architecture}",
+            display_name=f"{text} ({family.architecture.title()}, estimated from family: no peaks)",
+            vendor=family.vendor,
+            sm_count=sms,
+            memory_bytes=None,
+            fp32_flops_per_s=None,
+            tf32_flops_per_s=None,
+            bf16_flops_per_s=None,
+            fp8_flops_per_s=None,
+            memory_bandwidth_bytes_per_s=None,
+            interconnect=None,
+            interconnect_bytes_per_s=None,
+            usd_per_gpu_hour=None,
+            source=f"estimated from family: {family.why}",
+            architecture=family.architecture,
+            estimated=True,
+        )
+    return None
+
+
+def device_facts(
+    name: str | None, *, num_sms: int | None = None, gpu: str | None = None
+) -> GpuFacts | None:
+    """The facts to diagnose a device with: its own row, else the row ``gpu`` (``--gpu NAME``)
+    names, else the family of either (estimated). ``gpu`` never overrides a row the trace's own
+    name finds: it names the device when the trace does not."""
+    return (
+        match_device(name, num_sms=num_sms)
+        or match_device(gpu)
+        or family_facts(name, num_sms=num_sms)
+        or family_facts(gpu)
+    )

@@ -27,6 +27,7 @@ import glob
 import importlib
 import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscope import causes
+from gpuscope._files import atomic_write
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -189,9 +191,10 @@ def _rows(
             *category(f.cause),
             int(f.lost_ns),
             float(f.share_pct),
-            f.cost_usd_per_gpu_hour,
+            _finite(f.cost_usd_per_gpu_hour),
         )
         for f in d.findings
+        if math.isfinite(f.share_pct)
     ]
     lost_hours = sum(f.lost_ns for f in found) / NS_PER_HOUR
     usd = lost_hours * v.gpu_hour_usd if v.gpu_hour_usd is not None else None
@@ -209,10 +212,10 @@ def _rows(
         # ranks traced was measured on 2 GPUs, and its findings' lost time is summed over them.
         gpus=len(d.devices) or len(d.sampled),
         span_ns=_span_ns(d),
-        idle_pct=float(v.idle_pct),
+        idle_pct=_finite(v.idle_pct),
         bound=v.bound,
         gpu_hour_usd=v.gpu_hour_usd,
-        wasted_usd_per_gpu_hour=v.wasted_usd_per_gpu_hour,
+        wasted_usd_per_gpu_hour=_finite(v.wasted_usd_per_gpu_hour),
         wasted_gpu_hours=lost_hours,
         wasted_usd=usd,
         date=date,
@@ -221,6 +224,12 @@ def _rows(
         top_category=top.category if top else None,
     )
     return FleetTable([job], found)
+
+
+def _finite(value: float | None) -> float | None:
+    """A figure the input could not give (NaN: no timeline to measure idle time from) is None in
+    the table, never NaN: NaN is not JSON, and Parquet readers would average it in."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _span_ns(d: Diagnosis) -> int | None:
@@ -356,7 +365,9 @@ def write(table: FleetTable, path: str | Path) -> None:
             "jobs": [asdict(j) for j in table.jobs],
             "findings": [asdict(f) for f in table.findings],
         }
-        Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        # allow_nan=False: a NaN that slipped through fails here, not in a reader of the file.
+        text = json.dumps(doc, indent=1, allow_nan=False)
+        atomic_write(path, (text + "\n").encode())
         return
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
     import pyarrow.parquet as pq  # type: ignore[import-untyped]  # noqa: PLC0415
@@ -366,7 +377,9 @@ def write(table: FleetTable, path: str | Path) -> None:
         (table.findings, FindingRow, findings_path(path)),
     ):
         columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
-        pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), target)
+        sink = pa.BufferOutputStream()  # in memory, then replaced in one step: a job killed
+        pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), sink)  # mid-write keeps
+        atomic_write(target, sink.getvalue().to_pybytes())  # the table it had
 
 
 def _arrow_schema(cls: type) -> Any:

@@ -256,6 +256,13 @@ class GeneratorConfig:
     collectives_per_step: int | None = None  # None: 2 when world_size > 1, else 0
     script: str = "train.py"
     inject: tuple[Injection, ...] = ()
+    #: Every kernel takes this many times as long (a slower build, library or clock): a known
+    #: regression for before/after comparisons.
+    kernel_scale: float = 1.0
+    #: Step-to-step noise: each step's kernels take a factor drawn once per step from a normal of
+    #: this standard deviation in % (clocks, contention); 0 draws nothing (the bytes are those
+    #: of a config without it).
+    step_noise_pct: float = 0.0
 
     def __post_init__(self) -> None:
         problems = _config_problems(self)
@@ -283,6 +290,7 @@ def _config_problems(cfg: GeneratorConfig) -> list[str]:
         (cfg.device in DEVICES, f"unknown device {cfg.device!r}; known: {sorted(DEVICES)}"),
         (cfg.compute_stream != cfg.comm_stream, "compute and comm streams must differ"),
         ((cfg.collectives_per_step or 0) >= 0, "collectives_per_step must be >= 0"),
+        (cfg.kernel_scale > 0 and cfg.step_noise_pct >= 0, "kernel_scale > 0, step_noise_pct >= 0"),
         (all(isinstance(i, tuple(_INJECTED_NAME)) for i in cfg.inject), "unknown injection"),
         (
             all(i.kind in STARTUP_KINDS for i in cfg.inject if isinstance(i, Startup)),
@@ -699,6 +707,7 @@ class _Sim:
         self.coll_starts: list[int] = []
         self.coll_base: list[int] = []
         self.gemm_extra_ns = _straggler_extra_ns(cfg)
+        self.step_speed = cfg.kernel_scale  # times as long as nominal, this step
         self._next_py = 0
         self._next_ext = 0
         self._next_corr = 7_000 + 100_000 * cfg.rank
@@ -719,7 +728,7 @@ class _Sim:
         self.now += self.jitter(us, spread)
 
     def kernel_ns(self, us: float) -> int:
-        return max(1_000, self.jitter(us, 0.02))
+        return max(1_000, round(self.jitter(us, 0.02) * self.step_speed))
 
     @property
     def compute(self) -> int:
@@ -953,7 +962,8 @@ class _Sim:
 
     def memory_ns(self, nbytes: float) -> int:
         """A memory-bound kernel: bytes moved at ~85% of DRAM bandwidth (bytes / GB/s = ns)."""
-        return max(1_500, round(nbytes / (_DRAM_EFFICIENCY * self.spec.dram_gbps)))
+        ns = nbytes / (_DRAM_EFFICIENCY * self.spec.dram_gbps) * self.step_speed
+        return max(1_500, round(ns))
 
     def fp32(self, linear_index: int) -> bool:
         share = max((i.share for i in self.all(Fp32Gemm)), default=0.0)
@@ -1031,6 +1041,9 @@ def _loop_function(sim: _Sim) -> str:
 def _step(sim: _Sim, index: int) -> None:
     name = f"ProfilerStep#{index}"
     start = sim.now
+    if sim.cfg.step_noise_pct:
+        noise = sim.rng.gauss(1.0, sim.cfg.step_noise_pct / 100.0)
+        sim.step_speed = sim.cfg.kernel_scale * max(noise, 0.5)
     with sim.annotation(name) as ext:
         _load_batch(sim)
         _copy_batch(sim)

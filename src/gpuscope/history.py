@@ -14,7 +14,12 @@ Contract:
   rewritten.
 * Several processes may write at once: the database is in WAL mode, every connection waits up to
   :data:`BUSY_TIMEOUT_MS` for a lock, and writes take the write lock up front
-  (``BEGIN IMMEDIATE``), so a writer never fails half-way.
+  (``BEGIN IMMEDIATE``), so a writer never fails half-way. A lock still held after the wait is
+  an :class:`~gpuscope.errors.InputError` (one line), and the run is not saved.
+* Reading (``History(readonly=True)``) never writes: a history on a read-only disk, or one a
+  newer schema's migration has not reached, can be listed. A missing one reads as empty.
+* A row that does not decode (a corrupt or hand-edited one) is skipped and counted in
+  :attr:`History.skipped`; a ``runs`` table of another shape is one line, not a traceback.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
 
 import msgspec
 
+from gpuscope._files import note_input_path
 from gpuscope.analyses.diff import RunSummary
 from gpuscope.errors import InputError
 
@@ -89,17 +97,37 @@ SCHEMA_VERSION = len(MIGRATIONS)
 class History:
     """A connection to one history database, migrated to :data:`SCHEMA_VERSION` on open."""
 
-    def __init__(self, path: Path | None = None, *, upto: int = SCHEMA_VERSION) -> None:
+    def __init__(
+        self, path: Path | None = None, *, upto: int = SCHEMA_VERSION, readonly: bool = False
+    ) -> None:
         self.path = path or default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: Rows that did not decode, skipped by :meth:`runs`.
+        self.skipped = 0
+        note_input_path(self.path)  # no command's output may be written over the history
         try:
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
+            if readonly:
+                self._db = _open_readonly(self.path)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db.isolation_level = None  # explicit transactions only
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._migrate(upto)
+            if readonly:
+                self._check_version()
+                if self.version == 0:  # missing or empty: nothing saved yet
+                    self._db.close()
+                    self._db = sqlite3.connect(":memory:")
+                    self._db.isolation_level = None
+                    self._migrate(upto)
+            else:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._migrate(upto)
+        except sqlite3.OperationalError as error:
+            raise InputError(self.path, _locked_or(error, "cannot be opened")) from None
         except sqlite3.DatabaseError as error:
             raise InputError(self.path, f"not a gpuscope history database ({error})") from None
+        except OSError as error:
+            raise InputError(self.path, f"cannot be opened ({error.strerror or error})") from None
 
     def __enter__(self) -> History:
         return self
@@ -124,13 +152,16 @@ class History:
             raise
         self._db.execute("COMMIT")
 
-    def _migrate(self, upto: int) -> None:
+    def _check_version(self) -> None:
         if self.version > SCHEMA_VERSION:
             raise InputError(
                 self.path,
                 f"history schema version {self.version} is newer than this gpuscope's"
                 f" ({SCHEMA_VERSION}): upgrade gpuscope",
             )
+
+    def _migrate(self, upto: int) -> None:
+        self._check_version()
         while self.version < upto:
             with self._write() as db:
                 current = int(db.execute("PRAGMA user_version").fetchone()[0])
@@ -152,6 +183,25 @@ class History:
         when = (created_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
         metrics = msgspec.json.encode(summary).decode()
         findings = msgspec.json.encode(summary.findings).decode()
+        try:
+            return self._insert(when, label, git_commit, source_sha256, summary, metrics, findings)
+        except sqlite3.OperationalError as error:
+            raise InputError(self.path, _locked_or(error, "the run was not saved")) from None
+        except sqlite3.DatabaseError as error:
+            raise InputError(
+                self.path, f"not a gpuscope history database ({error}); the run was not saved"
+            ) from None
+
+    def _insert(
+        self,
+        when: str,
+        label: str | None,
+        git_commit: str | None,
+        source_sha256: str | None,
+        summary: RunSummary,
+        metrics: str,
+        findings: str,
+    ) -> int:
         with self._write() as db:
             cursor = db.execute(
                 "INSERT INTO runs (created_at, label, git_commit, source, source_sha256, device,"
@@ -173,10 +223,14 @@ class History:
         return run_id
 
     def get(self, run_id: int) -> StoredRun:
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        sql = f"SELECT {_COLUMNS} FROM runs WHERE id = ?"
+        row = self._query(lambda: self._db.execute(sql, (run_id,)).fetchone())
         if row is None:
             raise InputError(self.path, f"no saved run with id {run_id}")
-        return _stored(row)
+        stored = _stored_or_none(row)
+        if stored is None:
+            raise InputError(self.path, f"saved run {run_id} is corrupt (its row does not decode)")
+        return stored
 
     def runs(self, *, label: str | None = None, limit: int | None = None) -> list[StoredRun]:
         """Saved runs, newest first."""
@@ -189,10 +243,58 @@ class History:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_stored(row) for row in self._db.execute(sql, params)]
+        rows = self._query(lambda: self._db.execute(sql, params).fetchall())
+        stored = [_stored_or_none(row) for row in rows]
+        self.skipped = sum(s is None for s in stored)
+        return [s for s in stored if s is not None]
+
+    def _query(self, query: Callable[[], T]) -> T:
+        """A read; a ``runs`` table of another shape or a locked file is one line."""
+        try:
+            return query()
+        except sqlite3.OperationalError as error:
+            raise InputError(self.path, _locked_or(error, "not a gpuscope history")) from None
+        except sqlite3.DatabaseError as error:
+            raise InputError(self.path, f"not a gpuscope history database ({error})") from None
+
+
+T = TypeVar("T")
+
+
+def _locked_or(error: sqlite3.Error, otherwise: str) -> str:
+    """One line for an SQLite error: a lock held past the wait, or ``otherwise``."""
+    if "locked" in str(error) or "busy" in str(error):
+        return (
+            f"locked by another gpuscope for over {BUSY_TIMEOUT_MS // 1000} s ({error});"
+            f" {otherwise if 'saved' in otherwise else 'try again'}"
+        )
+    return f"{otherwise} ({error})"
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """Open for reading only, writing nothing (no WAL switch, no migration, no lock files where
+    the folder is read-only: then the file is read as immutable)."""
+    if not path.exists():
+        return sqlite3.connect(":memory:")
+    uri = f"file:{quote(str(path.resolve()))}"
+    try:
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        db.execute("PRAGMA user_version").fetchone()
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        db = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    return db
 
 
 _COLUMNS = "id, created_at, label, git_commit, source, source_sha256, device, metrics, findings"
+
+
+def _stored_or_none(row: tuple[object, ...]) -> StoredRun | None:
+    """A row as a run, or None when it does not decode (corrupt, or written by hand)."""
+    try:
+        return _stored(row)
+    except (msgspec.DecodeError, ValueError, TypeError):
+        return None
 
 
 def _stored(row: tuple[object, ...]) -> StoredRun:

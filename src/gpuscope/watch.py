@@ -20,6 +20,7 @@ Contract:
 from __future__ import annotations
 
 import importlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -252,15 +253,41 @@ def _float(value: int | None) -> float | None:
     return None if value is None else float(value)
 
 
+class ServeError(Exception):
+    """The metrics server cannot listen where asked: one line saying why."""
+
+
+#: Seconds a scrape connection may stay silent before it is closed: each holds a thread, and a
+#: client that connects and sends nothing would otherwise hold one for ever.
+CONNECTION_TIMEOUT_S = 10.0
+
+
+def listen_address(bind: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+    """The socket family and address for ``--bind`` (empty: localhost, never every interface;
+    an IPv6 address such as ``::1`` listens on IPv6). :class:`ServeError` when it is not one."""
+    host = bind.strip() or "127.0.0.1"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as error:
+        raise ServeError(f"--bind {bind!r} is not an address of this machine ({error})") from None
+    family, _, _, _, address = found[0]
+    return family, address
+
+
 class MetricsServer:
     """``/metrics`` over HTTP, serving whatever text :meth:`publish` last set."""
 
     def __init__(self, port: int, bind: str = "127.0.0.1") -> None:
+        family, address = listen_address(bind, port)
         self._text = b""
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = CONNECTION_TIMEOUT_S
+
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] not in ("/metrics", "/"):
                     self.send_error(404)
@@ -275,7 +302,16 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: scrapes would flood the terminal."""
 
-        self.httpd = ThreadingHTTPServer((bind, port), Handler)
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+
+        try:
+            self.httpd = Server(address, Handler)
+        except OSError as error:  # in use, privileged, not an address of this machine
+            raise ServeError(
+                f"cannot serve on {bind or 'localhost'} port {port}: {error.strerror or error}"
+            ) from None
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 

@@ -7,6 +7,24 @@ shapes were recorded (``record_shapes``), and whether it is compute-, memory- or
 Run-level MFU and MBU are reported only when shapes cover most of the compute time; otherwise they
 are None with the reason.
 
+Without shapes or GPU facts a kernel is still classed, by what its name says and how long it ran:
+
+* The name family says the work: GEMM / convolution / attention libraries (cuBLAS, cuBLASLt's
+  ``nvjet``, CUTLASS, ``xmma``, ``sm80``/``sm90``/``sm100`` GEMMs, FlashAttention, ``fmha``,
+  cuDNN, MIOpen, hipBLASLt ``Cijk``, Triton ``mm`` templates) run on tensor cores and are
+  compute-bound when they are long enough to fill the GPU; elementwise, normalisation,
+  reduction, copy, gather and scatter kernels do a few operations per byte, so DRAM bandwidth
+  bounds them; collectives are communication.
+* Duration says latency: a kernel shorter than :data:`SHORT_KERNEL_NS` (about what the host
+  spends launching one) cannot amortise its launch and tail, whatever it computes. A long
+  kernel is never latency-bound by its name or grid alone.
+* A kernel whose name says none of these is ``UNCLASSIFIED``: busy time of unknown kind, never
+  counted as host time.
+
+:func:`exclusive_by_bound` splits a device's busy time among the bounds without counting a
+nanosecond twice (compute before memory before latency before unclassified before communication
+before transfers), so that with the idle time they add up to the window.
+
 Estimates follow the usual conventions: a matmul of (M, K) by (K, N) is 2·M·K·N FLOPs; attention
 is 4·B·H·Lq·Lk·D forward; elementwise ops move every input and output once.
 """
@@ -29,7 +47,8 @@ from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
 from gpuscope.model import CopyDirection, Kind
 
-#: Kernels shorter than this are dominated by launch and tail latency.
+#: Kernels shorter than this are dominated by launch and tail latency: PyTorch spends about this
+#: long on the host to dispatch and launch one kernel, so a stream of them cannot keep the GPU busy.
 SHORT_KERNEL_NS = 5_000
 #: Shapes must explain this share of compute-kernel time before MFU/MBU are given.
 MIN_ESTIMATED_SHARE = 0.5
@@ -53,22 +72,25 @@ class Bound(IntEnum):
     LATENCY = 2
     COMMUNICATION = 3
     TRANSFER = 4  # host-device or peer copies: bounded by PCIe / NVLink, not DRAM
+    UNCLASSIFIED = 5  # busy with kernels whose name says neither compute nor memory work
 
 
 _KIND_PATTERNS: tuple[tuple[KernelKind, NamePattern], ...] = (
     (KernelKind.ELEMENTWISE, NamePattern(r"epilogue|splitKreduce")),  # GEMM helpers
     (
         KernelKind.ATTENTION,
-        NamePattern(r"flash|fmha|attention|attn_fwd|attn_bwd|paged_attention"),
+        NamePattern(r"flash|fmha|attention|attn_fwd|attn_bwd|paged_attention|mha_fwd|mha_bwd"),
     ),
     (
         KernelKind.GEMM_FP32,
         NamePattern(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel"),
     ),
+    (KernelKind.CONV, NamePattern(r"igemm|implicit_gemm")),  # convolutions as implicit GEMMs
     (
         KernelKind.GEMM,
         NamePattern(
-            r"gemm|xmma|cutlass|nvjet|matmul|s16816|h16816|884|1688|wgmma|cublasLt|Cijk_|_mm_|bmm",
+            r"gemm|xmma|cutlass|nvjet|matmul|s16816|h16816|884|1688|wgmma|cublasLt|Cijk_|_mm_|bmm"
+            r"|triton_tem_|triton_mm|\bmm_kernel|grouped_mm|deep_gemm|fp8_gemm|hgemm",
         ),
     ),
     (
@@ -77,16 +99,24 @@ _KIND_PATTERNS: tuple[tuple[KernelKind, NamePattern], ...] = (
     ),
     (
         KernelKind.REDUCTION,
-        NamePattern(r"reduce|norm|softmax|sum_kernel|mean|argmax|topk|scan|cross_entropy"),
+        NamePattern(
+            r"reduce|norm|softmax|sum_kernel|mean|argmax|argmin|topk|scan|cross_entropy"
+            r"|triton_red|triton_per|sort|cumsum|histogram|nll_loss",
+        ),
     ),
     (
         KernelKind.COPY,
-        NamePattern(r"copy|CatArray|gather|scatter|index|transpose|permute|cat_"),
+        NamePattern(
+            r"copy|CatArray|gather|scatter|index|transpose|permute|cat_|embedding|memcpy|memset"
+            r"|pack|unpack|pad_|roll|flip|repeat|concat|split",
+        ),
     ),
     (
         KernelKind.ELEMENTWISE,
         NamePattern(
-            r"elementwise|vectorized|unrolled|Functor|fill|triton_poi|activation|gelu|silu|relu",
+            r"elementwise|vectorized|unrolled|Functor|fill|triton_poi|activation|gelu|silu|relu"
+            r"|TensorOp|dropout|cast|quant|rotary|rope|swiglu|add_kernel|mul_kernel|bias|"
+            r"philox|distribution|uniform|normal_|arange|clamp|where|masked|zero",
         ),
     ),
 )
@@ -216,6 +246,43 @@ def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
         mbu_pct=mbu,
         not_estimable_reason=reason,
     )
+
+
+#: Which bound a nanosecond of busy time belongs to when several kinds of work overlap: the work
+#: that keeps the SMs busy first, then what only occupies links (collectives, then copies), which
+#: is "exposed" exactly when nothing above it runs.
+EXCLUSIVE_ORDER = (
+    Bound.COMPUTE,
+    Bound.MEMORY,
+    Bound.LATENCY,
+    Bound.UNCLASSIFIED,
+    Bound.COMMUNICATION,
+    Bound.TRANSFER,
+)
+
+
+def exclusive_by_bound(bounds: KernelBounds, work: DeviceWork) -> dict[Bound, int]:
+    """The device's busy time split among the bounds, each nanosecond once (see
+    :data:`EXCLUSIVE_ORDER`): the parts add up to the busy time."""
+    from gpuscope.analyses.intervals import union, weighted_pieces  # noqa: PLC0415
+
+    ev = work.trace.events
+    starts, ends = ev.start_ns[bounds.rows], ev.end_ns[bounds.rows]
+    sets = [
+        (union(starts[bounds.bound == b], ends[bounds.bound == b]), 1 << i)
+        for i, b in enumerate(EXCLUSIVE_ORDER)
+    ]
+    points, covering = weighted_pieces(sets)
+    result = dict.fromkeys(Bound, 0)
+    if points.size < 2:
+        return result
+    length = np.diff(points)
+    claimed = np.zeros(length.size, dtype=np.bool_)
+    for i, b in enumerate(EXCLUSIVE_ORDER):
+        mine = ((covering & (1 << i)) != 0) & ~claimed
+        result[b] = int(length[mine].sum())
+        claimed |= mine
+    return result
 
 
 def _estimates(
@@ -400,7 +467,10 @@ def _bounds(
     compute_kinds = among(
         kind, (KernelKind.GEMM, KernelKind.GEMM_FP32, KernelKind.ATTENTION, KernelKind.CONV)
     )
+    # The name family decides when shapes cannot: tensor-core libraries compute, the rest of the
+    # named families stream memory, and a name that says nothing is unclassified (never host).
     bound = np.where(compute_kinds, Bound.COMPUTE, Bound.MEMORY).astype(np.uint8)
+    bound[kind == KernelKind.OTHER] = Bound.UNCLASSIFIED
     # Share of the roofline's attainable throughput each kernel reached (NaN when unknown).
     attained = np.full(rows.size, np.nan)
     if facts is not None and facts.memory_bandwidth_bytes_per_s:
@@ -414,15 +484,10 @@ def _bounds(
             bound[k] = Bound.COMPUTE if intensity >= peak / bandwidth else Bound.MEMORY
             roof = min(peak, intensity * bandwidth)
             attained[k] = (flops[k] / (dur[k] / 1e9)) / roof if roof > 0 else np.nan
-    device = work.trace.devices.get(work.device)
-    num_sms = device.num_sms if device is not None and device.num_sms else 0
-    grid = ev.grid_blocks[rows]
-    small_grid = (grid >= 0) & (grid < num_sms)
-    occupancy = ev.occupancy_pct[rows]
-    low_occupancy = ~np.isnan(occupancy) & (occupancy < 5)
-    # Too short, too few blocks to fill the SMs, or nearly empty SMs: unless the kernel reached
-    # a good share of its roof anyway, latency bounds it, not compute or memory.
-    starved = (dur < SHORT_KERNEL_NS) | small_grid | (low_occupancy & (dur < 4 * SHORT_KERNEL_NS))
+    # Shorter than a launch: launch and tail latency bound it, unless it reached a good share of
+    # its roof anyway. A long kernel is not latency-bound for its grid alone: a grouped GEMM of
+    # few large tiles still keeps its SMs' tensor cores busy for its whole duration.
+    starved = dur < SHORT_KERNEL_NS
     reached_roof = ~np.isnan(attained) & (attained >= 0.3)
     bound[starved & ~reached_roof] = Bound.LATENCY
     bound[kind == KernelKind.COMMUNICATION] = Bound.COMMUNICATION

@@ -20,6 +20,14 @@ Definitions:
   ``min_idle_ns``, not crossing a gap; utilisation decides, SM active when util was not recorded.
 * Memory peak is the largest ``memory_used`` sample, and its share of the memory total the
   samples report (else the facts table's capacity).
+* A GPU **worked** when at least one sample reached ``idle_util_pct``; one that never did, in
+  the whole log, ran no work worth the name (a process may still hold a context on it).
+* **Held idle**: the log ends in an idle stretch of at least ``held_idle_min_ns``, after the GPU
+  worked, with at least ``held_memory_bytes`` used in every sample of it. That much memory is a
+  CUDA context or more (a context alone takes a few hundred MiB; with no process, memory.used
+  reads a few MiB): a process still holds the GPU after its work ended (a notebook kernel, a
+  job blocked on a barrier or on input, a script that does not exit). The *work* figures are
+  those of the samples before that stretch, so that the idle tail is not counted twice.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ class SampleOptions:
     idle_util_pct: float = 5.0  # a sample below this is idle
     min_idle_ns: int = 10_000_000_000  # idle runs shorter than this are not stretches
     gap_factor: float = 2.0  # a spacing above this many periods is a gap
+    held_idle_min_ns: int = 300_000_000_000  # an idle tail this long, memory held: held idle
+    held_memory_bytes: int = 256 * 2**20  # a CUDA context or more: a process holds the GPU
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,14 @@ class Stretch:
 
 
 @dataclass(frozen=True)
+class HeldIdle(Stretch):
+    """The idle stretch that ends the log while memory stays allocated."""
+
+    memory_bytes: int  # the least memory used in any of its samples
+    activity_mean: float  # utilisation (or SM active) over it, below the idle threshold
+
+
+@dataclass(frozen=True)
 class GpuUtilisation:
     source: str
     measured_from: str  # "nvml-samples", "nvidia-smi-samples", "dcgm-samples", ...
@@ -92,6 +110,12 @@ class GpuUtilisation:
     power_mean_w: float | None
     idle: list[Stretch]
     gaps: list[Stretch]
+    worked: bool | None = None  # None: neither utilisation nor SM activity recorded
+    held_idle: HeldIdle | None = None
+    #: Activity and covered time of the samples before the held-idle tail (all, without one).
+    work: Distribution | None = None
+    work_covered_ns: int = 0
+    idle_below_pct: float = SampleOptions.idle_util_pct  # the threshold these figures used
 
     @property
     def span_ns(self) -> int:
@@ -183,6 +207,15 @@ def gpu_utilisation(
     sm_active = _optional(samples.sm_active_pct)
     activity = samples.utilization_pct if utilization is not None else samples.sm_active_pct
     idle = idle_stretches(time_ns, widths, activity, options) if activity is not None else []
+    worked = None
+    held = None
+    work, work_covered = (utilization or sm_active), int(widths.sum())
+    if activity is not None and not np.isnan(activity).all():
+        worked = bool(np.nanmax(activity) >= options.idle_util_pct)
+        held = held_idle(time_ns, activity, samples.memory_used_bytes, idle, options)
+        if held is not None:
+            before = time_ns < held.start_ns
+            work, work_covered = distribution(activity[before]), int(widths[before].sum())
     peak, total, peak_pct = _memory(samples, facts)
     power = _optional(samples.power_w)
     return GpuUtilisation(
@@ -205,7 +238,35 @@ def gpu_utilisation(
         power_mean_w=power.mean if power is not None else None,
         idle=idle,
         gaps=gaps,
+        worked=worked,
+        held_idle=held,
+        work=work,
+        work_covered_ns=work_covered,
+        idle_below_pct=options.idle_util_pct,
     )
+
+
+def held_idle(
+    time_ns: NDArray[np.int64],
+    activity: NDArray[np.float64],
+    memory_used: NDArray[np.float64] | None,
+    idle: list[Stretch],
+    options: SampleOptions,
+) -> HeldIdle | None:
+    """The log's last idle stretch when it runs to the last sample, follows work, lasts at least
+    ``held_idle_min_ns`` and keeps at least ``held_memory_bytes`` in every sample (see above)."""
+    if not idle or memory_used is None:
+        return None
+    last = idle[-1]
+    tail = time_ns >= last.start_ns
+    if int(time_ns[-1]) >= last.end_ns or last.dur_ns < options.held_idle_min_ns:
+        return None  # the log goes on after it, or it is short
+    if not np.any(activity[~tail] >= options.idle_util_pct):
+        return None  # no work before it: not "after the work ended"
+    held = memory_used[tail]
+    if np.isnan(held).any() or held.min() < options.held_memory_bytes:
+        return None
+    return HeldIdle(last.start_ns, last.end_ns, int(held.min()), float(np.nanmean(activity[tail])))
 
 
 def sample_set_utilisation(

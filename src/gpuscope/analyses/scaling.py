@@ -7,14 +7,21 @@ typed options; they return typed reports and never print. A run without a device
 
 Figures per run are per GPU and per step, averaged over the run's GPUs:
 
-* step time = device span / profiler steps (the whole span is one step when none are recorded);
-* its split, from the exclusive breakdown (``analyses.timeline``): compute, exposed communication
-  (communication with no compute alongside), idle, and other (memcpy/memset): the four sum to the
-  step time exactly;
+* step time = the mean of the per-step device windows (``analyses.timeline.step_breakdown``:
+  profiler steps, repeated ranges or kernel cycles, each from the end of the previous step's
+  device work to the end of its own; the first only marks where the second begins), the whole
+  span as one step when there are not two steps. Device span / steps would leave out the idle time
+  before the first step's work and after the last's: with few host-bound steps, most of a step;
+* its split inside those windows: compute, exposed communication (communication with no compute
+  alongside), idle, and other (memcpy/memset under neither): the four sum to the step time
+  exactly;
 * GPUs = the declared ``world_size``, else the number of ranks (devices) present.
 
-**Scaling.** Work per GPU per step is ``units_per_step`` (per GPU), else the batch size read from
-recorded input shapes when the units are samples or tokens, else one "GPU-step". Throughput =
+**Scaling.** Runs must be one workload: their compute kernel mixes (share of compute time by
+kernel name) must have :data:`MIN_SAME_WORKLOAD` in common with the run with the fewest GPUs,
+else :class:`~gpuscope.errors.InputError` (unless ``force``: then a warning). Work per GPU per
+step is ``units_per_step`` (per GPU), else the batch size read from recorded input shapes when
+the units are samples or tokens, else one "GPU-step". Throughput =
 work x GPUs / step time. Against the run with the fewest GPUs (n0): speed-up = throughput ratio,
 efficiency = speed-up / (n / n0), and the loss per GPU-step = step time - ideal step time (the
 base run's step scaled by the work per GPU), split into the growth of each of the four parts over
@@ -43,13 +50,17 @@ from pathlib import Path
 import numpy as np
 
 from gpuscope.analyses.bounds import Bound, kernel_bounds
-from gpuscope.analyses.timeline import device_work, temporal_breakdown
+from gpuscope.analyses.intervals import Intervals, covered_ns, difference
+from gpuscope.analyses.timeline import DeviceWork, WorkClass, device_work, step_breakdown
 from gpuscope.errors import InputError
 from gpuscope.facts import GpuFacts, gpu_hour_price, match_device
 from gpuscope.model import Job, Kind, Trace
 
 #: Busy time this memory-bound (share of busy) makes the knee Bloated Context.
 MEMORY_BOUND_PCT = 50.0
+#: Share of compute-kernel time two runs must have in common to count as one workload (scale).
+MIN_SAME_WORKLOAD = 0.5
+_STABLE_DIGITS = re.compile(r"\d+")
 _BATCH_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:bs|batch|batch_?size|b)[-_=]?(\d+)(?![0-9])", re.I)
 _ELEMENT_BYTES = {
     "double": 8,
@@ -95,21 +106,13 @@ def run_figures(job: Job) -> RunFigures:
     if not job.traces:
         raise InputError(job.source, "no device timeline in this run (a trace is needed)")
     parts: list[StepSplit] = []
+    counts: list[int] = []
     facts: GpuFacts | None = None
     for trace in job.traces:
-        steps = max(len(trace.steps), 1)
         for device in trace.device_ids:
-            t = temporal_breakdown(device_work(trace, device))
-            other = t.exclusive_memcpy_ns + t.exclusive_memset_ns
-            parts.append(
-                StepSplit(
-                    t.span_ns / steps,
-                    t.exclusive_compute_ns / steps,
-                    t.exclusive_communication_ns / steps,
-                    t.idle_ns / steps,
-                    other / steps,
-                )
-            )
+            split, steps = _device_split(device_work(trace, device))
+            parts.append(split)
+            counts.append(steps)
             info = trace.devices.get(device)
             if facts is None and info is not None:
                 facts = match_device(info.name, num_sms=info.num_sms)
@@ -118,10 +121,39 @@ def run_figures(job: Job) -> RunFigures:
         source=job.source,
         gpus=declared or len(parts),
         gpus_source="world_size" if declared else "ranks present",
-        steps=max(max(len(t.steps), 1) for t in job.traces),
+        steps=max(counts),
         split=_mean_split(parts),
         facts=facts,
     )
+
+
+def _device_split(work: DeviceWork) -> tuple[StepSplit, int]:
+    """One device's mean step and its split, over its whole steps on the device
+    (``timeline.step_breakdown``: each from the end of the previous step's work to the end of its
+    own; the first only marks where the second begins). The device span divided by the step
+    count would leave out the idle time before the first step's work and after the last's: with
+    few host-bound steps that is most of a step. Without two steps, the whole span is one."""
+    steps = step_breakdown(work)
+    if len(steps) >= 2:
+        lo, hi, count = steps[1].start_ns, steps[-1].end_ns, len(steps) - 1
+    else:
+        lo, hi, count = work.span_start_ns, work.span_end_ns, 1
+    window_lo = np.array([lo], dtype=np.int64)
+    window_hi = np.array([hi], dtype=np.int64)
+
+    def inside(iv: Intervals) -> float:
+        return float(covered_ns(iv, window_lo, window_hi)[0])
+
+    c = work.by_class
+    compute = inside(c[WorkClass.COMPUTE])
+    exposed = inside(difference(c[WorkClass.COMMUNICATION], c[WorkClass.COMPUTE]))
+    busy = inside(work.busy)
+    other = busy - compute - exposed  # memcpy and memset under neither
+    idle = (hi - lo) - busy
+    split = StepSplit(
+        (hi - lo) / count, compute / count, exposed / count, idle / count, other / count
+    )
+    return split, max(len(steps), 1)
 
 
 def _mean_split(parts: list[StepSplit]) -> StepSplit:
@@ -153,6 +185,7 @@ class ScalingOptions:
     units: str | None = None  # what a unit is: "samples", "tokens", "images"...
     threshold_pct: float = 80.0
     gpu_hour_usd: float | None = None
+    force: bool = False  # compare runs whose kernel mixes differ (see :func:`same_workload`)
 
 
 @dataclass(frozen=True)
@@ -186,9 +219,10 @@ class ScalingReport:
 def scaling(jobs: list[Job], options: ScalingOptions | None = None) -> ScalingReport:
     options = options or ScalingOptions()
     runs = sorted((run_figures(j) for j in jobs), key=lambda r: r.gpus)
+    workload_warnings = _check_workloads(jobs, runs[0].source, options.force)
     units, source, per_gpu = _units(jobs, runs, options)
     price, price_source = _price(runs, options.gpu_hour_usd)
-    warnings = []
+    warnings = list(workload_warnings)
     counts = [r.gpus for r in runs]
     if len(set(counts)) < len(counts):
         warnings.append(f"several runs have the same GPU count ({counts}): compare like with like")
@@ -220,6 +254,54 @@ def scaling(jobs: list[Job], options: ScalingOptions | None = None) -> ScalingRe
     return ScalingReport(
         units, source, options.threshold_pct, price, price_source, points, found, warnings
     )
+
+
+def kernel_mix(job: Job) -> dict[str, float]:
+    """Share of the run's compute-kernel time by kernel name (ids taken out): what the job runs.
+    Communication is left out: its kernels and their share change with the GPU count."""
+    totals: dict[str, float] = {}
+    for trace in job.traces:
+        ev = trace.events
+        for device in trace.device_ids:
+            work = device_work(trace, device)
+            rows = work.rows[work.work_class == WorkClass.COMPUTE]
+            rows = rows[ev.kind[rows] == Kind.KERNEL]
+            for name_id, dur in zip(
+                ev.name_id[rows].tolist(), ev.dur_ns[rows].tolist(), strict=True
+            ):
+                name = _STABLE_DIGITS.sub("N", trace.names[name_id])
+                totals[name] = totals.get(name, 0.0) + dur
+    whole = sum(totals.values()) or 1.0
+    return {name: t / whole for name, t in totals.items()}
+
+
+def same_workload(a: dict[str, float], b: dict[str, float]) -> float:
+    """The share of compute time the two kernel mixes have in common (0-1): the sum over kernel
+    names of the smaller share. The same job at another GPU count runs the same kernels in about
+    the same proportions (per-GPU shapes shift them a little); another job runs other kernels."""
+    return sum(min(share, b.get(name, 0.0)) for name, share in a.items())
+
+
+def _check_workloads(jobs: list[Job], base_source: str, force: bool) -> list[str]:
+    """Refuse runs whose kernel mix differs from the base run's (fewest GPUs) unless ``force``:
+    efficiency between different workloads means nothing (it can exceed 100% many times)."""
+    mixes = {job.source: kernel_mix(job) for job in jobs}
+    base = mixes[base_source]
+    warnings = []
+    for job in jobs:
+        if job.source == base_source:
+            continue
+        common = same_workload(base, mixes[job.source])
+        if common >= MIN_SAME_WORKLOAD:
+            continue
+        message = (
+            f"not the same workload as {base_source}: only {100 * common:.0f}% of the compute"
+            " kernel time is in kernels both runs launch"
+        )
+        if not force:
+            raise InputError(job.source, message + " (pass --force to compare anyway)")
+        warnings.append(f"{job.source}: {message}; compared anyway (--force)")
+    return warnings
 
 
 def _growth(split: StepSplit, base: StepSplit, ratio: float) -> StepSplit:
@@ -391,8 +473,15 @@ def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
     largest = points[-1]
     knee_point = next(p for p in points if p.batch == knee)
     freed = None
-    if knee_point.memory_bytes is not None and largest.memory_bytes is not None:
-        freed = max(largest.memory_bytes - knee_point.memory_bytes, 0)
+    # Memory is compared only between two different batches, and only when the smaller one
+    # holds less: "batch 64 instead of 64 frees 0.00 GiB" says nothing.
+    if (
+        knee_point.batch != largest.batch
+        and knee_point.memory_bytes is not None
+        and largest.memory_bytes is not None
+        and largest.memory_bytes > knee_point.memory_bytes
+    ):
+        freed = largest.memory_bytes - knee_point.memory_bytes
     found = _sweep_findings(knee_point, largest, freed, memory_source)
     return SweepReport(
         batch_source=batch_source,

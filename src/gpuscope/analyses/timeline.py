@@ -15,6 +15,7 @@ Definitions (the same as HTA's where HTA has one):
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 import msgspec
@@ -30,7 +31,7 @@ from gpuscope.analyses.intervals import (
     weighted_pieces,
 )
 from gpuscope.classify import communication_of
-from gpuscope.model import BUSY_KINDS, Kind, Trace
+from gpuscope.model import BUSY_KINDS, Kind, Step, Trace
 
 #: HTA's threshold between a short "kernel wait" and a longer unexplained gap on one stream.
 KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -266,13 +267,33 @@ def stream_idle(work: DeviceWork) -> list[StreamIdle]:
 
 # --- steps -------------------------------------------------------------------------------------
 
+#: Fewest repetitions of a user range, or of a kernel sequence, that make it an iteration.
+MIN_REPEATS = 3
+#: Share of kernels whose name recurs one cycle later for a kernel sequence to count as a loop.
+CYCLE_MATCH = 0.9
+#: Cycle lengths tried when looking for a repeating kernel sequence (the most frequent distances
+#: between two launches of one kernel).
+_CYCLE_CANDIDATES = 32
+PROFILER_STEPS = "profiler steps"
+_DIGITS = re.compile(r"\d+")
+
+
+class FoundSteps(msgspec.Struct, frozen=True):
+    """A trace's iterations on the host clock, and where they came from (``source`` is None when
+    the trace has neither profiler steps nor a repeated range)."""
+
+    steps: list[Step]
+    source: str | None
+
 
 class StepStat(msgspec.Struct, frozen=True):
     name: str
     number: int
-    start_ns: int  # of the step's window on the device clock
+    start_ns: int  # of the step's window, on the device clock when ``timed_on`` is "device"
     end_ns: int
     busy_ns: int
+    timed_on: str = "device"  # "device": from its own device work; "host": it launched none
+    source: str = PROFILER_STEPS  # profiler steps, a repeated range, or a kernel sequence
 
     @property
     def dur_ns(self) -> int:
@@ -283,32 +304,219 @@ class StepStat(msgspec.Struct, frozen=True):
         return 100.0 * self.busy_ns / self.dur_ns if self.dur_ns > 0 else float("nan")
 
 
-def step_breakdown(work: DeviceWork) -> list[StepStat]:
-    """Per profiler step: its duration and how busy the device was inside it.
+def find_steps(trace: Trace) -> FoundSteps:
+    """The trace's iterations on the host: its profiler steps (``ProfilerStep#N``, or step-named
+    NVTX ranges, as the readers found them); failing those, the repeated user range (NVTX push/pop
+    in an nsys export, ``record_function`` in a Kineto trace) that covers the most host time.
 
-    A step's window on the device is its GPU-side annotation when the trace has one (kernels of a
-    step run after the host has moved on), else the host-side step range; each window then starts
-    where the previous one ended, so that idle time between steps is counted in the step that
-    waited.
+    A training or serving loop runs the same code each iteration, so a range its code opens once
+    per iteration recurs at the loop's period; the one covering the most time is the outermost
+    (a ``train_step`` range contains its ``forward``). A family is the name with its numbers
+    taken out (``blocks.3`` and ``blocks.4`` are one range opened by each FSDP block); one that
+    overlaps itself is recursion, not a loop. Each repetition starts an iteration that lasts until
+    the next one starts (the work a block launches after its ``pre_forward`` range closes is still
+    that block's), so ``c`` repetitions give ``c - 1`` whole steps, and ``c`` when the ranges
+    cover most of the loop (a ``train_step`` range wraps its iteration, so the last one ends where
+    it closes). Fewer than :data:`MIN_REPEATS` steps are no loop.
     """
-    trace = work.trace
-    if not trace.steps:
-        return []
+    if trace.steps:
+        return FoundSteps(list(trace.steps), PROFILER_STEPS)
     ev = trace.events
-    gpu_windows: dict[str, tuple[int, int]] = {}
+    rows = np.flatnonzero(ev.kind == Kind.ANNOTATION)
+    if rows.size <= MIN_REPEATS:
+        return FoundSteps([], None)
+    family = {i: _DIGITS.sub("N", trace.names[i]) for i in distinct(ev.name_id[rows]).tolist()}
+    members: dict[tuple[str, int], list[int]] = {}
+    for row, name_id, tid in zip(
+        rows.tolist(), ev.name_id[rows].tolist(), ev.tid[rows].tolist(), strict=True
+    ):
+        members.setdefault((family[name_id], tid), []).append(row)
+    best: tuple[int, int, str, NDArray[np.int64]] | None = None
+    for (name, _tid), chosen in members.items():
+        if len(chosen) < MIN_REPEATS:
+            continue
+        picked = np.array(chosen, dtype=np.int64)
+        starts, ends = ev.start_ns[picked], ev.end_ns[picked]
+        if np.any(starts[1:] < ends[:-1]):
+            continue
+        covered = int((ends - starts).sum())
+        key = (covered, -picked.size)
+        if best is None or key > (best[0], best[1]):
+            best = (covered, -picked.size, name, picked)
+    if best is None:
+        return FoundSteps([], None)
+    picked = best[3]
+    starts = ev.start_ns[picked].tolist()
+    steps = [
+        Step(trace.name(int(row)), number, starts[number], starts[number + 1])
+        for number, row in enumerate(picked[:-1].tolist())
+    ]
+    durations = ev.dur_ns[picked]
+    if 2 * int(durations[:-1].sum()) >= starts[-1] - starts[0]:
+        # The range wraps the iteration (a ``train_step`` range): the last one ends where it ends.
+        steps.append(
+            Step(
+                trace.name(int(picked[-1])), len(steps), starts[-1], starts[-1] + int(durations[-1])
+            )
+        )
+    if len(steps) < MIN_REPEATS:
+        return FoundSteps([], None)
+    tool = "NVTX" if trace.format == "nsys" else "record_function"
+    return FoundSteps(steps, f"repeated {tool} range '{best[2]}'")
+
+
+def step_breakdown(work: DeviceWork, found: FoundSteps | None = None) -> list[StepStat]:
+    """Per step (:func:`find_steps`; failing those, a repeating kernel sequence): its window on
+    the device and how busy the device was inside it.
+
+    A step is timed on the device whenever it launched device work: the host runs ahead of the
+    device (a step's launches return long before its kernels run) and pays its own stalls at
+    other moments (a sync, the next batch), so host step ranges swing while the device does the
+    same work each step. Work belongs to the step whose host window holds its launch call. A
+    step's device window runs from the end of the previous step's work to the end of its own, so
+    the device's idle time before a step's first kernel (waiting for the next batch) belongs to
+    the step that waited. The first step's predecessor is not in the trace: its window starts
+    where the host began it (or earlier device work ended, if later); the host's lead over the
+    device makes it unlike the others, so per-step statistics use it only when it is alone.
+    Without launch links a GPU step annotation gives the window, else the host range
+    ("timed_on" says "host").
+    """
+    found = found if found is not None else find_steps(work.trace)
+    if not found.steps:
+        return _kernel_cycles(work)
+    steps = found.steps
+    source = found.source or PROFILER_STEPS
+    first, last = _launched_work(work, steps)
+    gpu_windows = _gpu_step_windows(work) if not np.any(last >= 0) else {}
+    lo = np.empty(len(steps), dtype=np.int64)
+    hi = np.empty(len(steps), dtype=np.int64)
+    on_device = np.zeros(len(steps), dtype=np.bool_)
+    for i, s in enumerate(steps):
+        if last[i] >= 0:
+            lo[i], hi[i], on_device[i] = first[i], last[i], True
+            if i and on_device[i - 1] and hi[i - 1] < hi[i]:
+                lo[i] = hi[i - 1]  # the device's idle time before a step belongs to it
+        elif s.name in gpu_windows:
+            (lo[i], hi[i]), on_device[i] = gpu_windows[s.name], True
+            if i and on_device[i - 1]:
+                lo[i] = min(lo[i], hi[i - 1])  # the idle time before a step belongs to it
+        else:
+            lo[i], hi[i] = s.start_ns, s.end_ns
+    if on_device[0] and last[0] >= 0:
+        lo[0] = _first_window_start(work, steps[0].start_ns, int(first[0]))
+    busy = covered_ns(work.busy, lo, hi)
+    return [
+        StepStat(
+            s.name,
+            s.number,
+            int(lo[i]),
+            int(hi[i]),
+            int(busy[i]),
+            "device" if on_device[i] else "host",
+            source,
+        )
+        for i, s in enumerate(steps)
+    ]
+
+
+def _first_window_start(work: DeviceWork, host_start_ns: int, first_ns: int) -> int:
+    """Where the first step's device window starts: its predecessor is not in the trace, so the
+    device idle before its first kernel counts from the moment the host began the step, or from
+    the end of earlier device work if that came later (the device was free for this step)."""
+    ev = work.trace.events
+    earlier = work.rows[ev.start_ns[work.rows] < first_ns]
+    reach = int(ev.end_ns[earlier].max()) if earlier.size else host_start_ns
+    return min(first_ns, max(host_start_ns, reach))
+
+
+def _launched_work(
+    work: DeviceWork, steps: list[Step]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """First start and last end of the device work each step launched (-1: none), by the host
+    time of each launch call (``Events.link``)."""
+    ev = work.trace.events
+    count = len(steps)
+    first = np.full(count, -1, dtype=np.int64)
+    last = np.full(count, -1, dtype=np.int64)
+    launcher = ev.link[work.rows]
+    linked = launcher >= 0
+    if not np.any(linked):
+        return first, last
+    rows = work.rows[linked]
+    launched_at = ev.start_ns[launcher[linked]]
+    host_start = np.array([s.start_ns for s in steps], dtype=np.int64)
+    host_end = np.array([s.end_ns for s in steps], dtype=np.int64)
+    index = np.searchsorted(host_start, launched_at, side="right") - 1
+    inside = (index >= 0) & (launched_at < host_end[np.maximum(index, 0)])
+    index, rows = index[inside], rows[inside]
+    if not index.size:
+        return first, last
+    big = np.iinfo(np.int64).max
+    lowest = np.full(count, big, dtype=np.int64)
+    np.minimum.at(lowest, index, ev.start_ns[rows])
+    np.maximum.at(last, index, ev.end_ns[rows])
+    first = np.where(lowest < big, lowest, -1)
+    return first, last
+
+
+def _gpu_step_windows(work: DeviceWork) -> dict[str, tuple[int, int]]:
+    """``ProfilerStep#N`` ranges Kineto projects onto the device (``gpu_user_annotation``)."""
+    trace, ev = work.trace, work.trace.events
+    windows: dict[str, tuple[int, int]] = {}
     for row in np.flatnonzero((ev.kind == Kind.GPU_ANNOTATION) & (ev.device == work.device)):
         name = trace.names[int(ev.name_id[row])]
         if name.startswith("ProfilerStep#"):
             start = int(ev.start_ns[row])
-            gpu_windows[name] = (start, start + int(ev.dur_ns[row]))
-    windows = [gpu_windows.get(s.name, (s.start_ns, s.end_ns)) for s in trace.steps]
-    lo = np.array([w[0] for w in windows], dtype=np.int64)
-    hi = np.array([w[1] for w in windows], dtype=np.int64)
-    # Steps tile the device's time: what idles between two steps' work (the next batch loading)
-    # belongs to the step that waited for it.
-    lo[1:] = np.minimum(lo[1:], hi[:-1])
-    busy = covered_ns(work.busy, lo, hi)
+            windows[name] = (start, start + int(ev.dur_ns[row]))
+    return windows
+
+
+def _kernel_cycles(work: DeviceWork) -> list[StepStat]:
+    """Iterations found from the device's kernel names alone, for traces with neither steps nor
+    repeated ranges: a loop launches the same kernels in the same order every iteration, so the
+    name sequence repeats with the loop's period. The shortest cycle length at which (nearly)
+    every kernel recurs one cycle later is the iteration (a layer's cycle fails at the layers'
+    edges; multiples of the iteration match as well but are not the shortest). Cycles start at
+    the kernel that most often follows idle time: between iterations the device waits for the
+    host (the next batch, the optimizer's sync), inside one it rarely does."""
+    ev = work.trace.events
+    kernels = work.rows[ev.kind[work.rows] == Kind.KERNEL]
+    period = _cycle_length(ev.name_id[kernels])
+    if period is None:
+        return []
+    starts = ev.start_ns[kernels]
+    reach = np.maximum.accumulate(ev.end_ns[kernels])
+    idle_before = np.zeros(kernels.size, dtype=np.float64)
+    idle_before[1:] = np.maximum(starts[1:] - reach[:-1], 0)
+    phase = int(np.argmax(np.bincount(np.arange(kernels.size) % period, weights=idle_before)))
+    bounds = np.arange(phase, kernels.size + 1, period)
+    if bounds.size - 1 < MIN_REPEATS - 1:
+        return []
+    lo = np.array([reach[b - 1] if b else starts[b] for b in bounds[:-1].tolist()])
+    hi = reach[bounds[1:] - 1]
+    busy = covered_ns(work.busy, lo.astype(np.int64), hi.astype(np.int64))
+    source = f"repeating kernel sequence ({period} kernels per iteration)"
     return [
-        StepStat(s.name, s.number, int(lo[i]), int(hi[i]), int(busy[i]))
-        for i, s in enumerate(trace.steps)
+        StepStat(f"iteration {k}", k, int(lo[k]), int(hi[k]), int(busy[k]), "device", source)
+        for k in range(bounds.size - 1)
     ]
+
+
+def _cycle_length(ids: NDArray[np.int32]) -> int | None:
+    """The shortest period at which the name sequence repeats (see :func:`_kernel_cycles`)."""
+    n = int(ids.size)
+    if n < 2 * MIN_REPEATS:
+        return None
+    order = np.argsort(ids, kind="stable")
+    same = ids[order][1:] == ids[order][:-1]
+    distances = np.diff(order)[same]
+    distances = distances[(distances > 0) & (distances <= n // MIN_REPEATS)]
+    if not distances.size:
+        return None
+    values, counts = np.unique(distances, return_counts=True)
+    tried = values[np.argsort(-counts, kind="stable")[:_CYCLE_CANDIDATES]].tolist()
+    match = {int(k): float(np.mean(ids[k:] == ids[:-k])) for k in tried}
+    best = max(match.values())
+    if best < CYCLE_MATCH:
+        return None
+    return min(k for k, m in match.items() if m >= best - 0.01)

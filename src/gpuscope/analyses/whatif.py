@@ -669,11 +669,11 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
         idle = inputs.launch_gap_ns[nodes >= 0]
         nodes = nodes[nodes >= 0]
         at = np.searchsorted(g.launch_dst, nodes)
-        # A trace without launch calls (rocprofv3 with kernel tracing only) has no launch edge.
+        if g.launch_dst.size == 0:  # no launch linked to device work (an export without kernels)
+            at = at[:0]
+            nodes, idle = nodes[:0], idle[:0]
         ok = (at < g.launch_dst.size) & (
             g.launch_dst[np.minimum(at, max(g.launch_dst.size - 1, 0))] == nodes
-            if g.launch_dst.size
-            else np.zeros(at.size, dtype=bool)
         )
         at, idle = at[ok], idle[ok]
         edit.launch_delay[at] = NEG

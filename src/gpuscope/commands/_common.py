@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -21,6 +22,52 @@ EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
+class Number(click.ParamType[float]):
+    """A finite number within bounds: the one validator of every numeric option.
+
+    ``float()`` takes ``nan``, ``inf`` and ``-5``, and click's ``FloatRange`` lets NaN through
+    (every comparison with it is false): a CI gate given ``--max-idle-pct nan`` (an unset
+    variable) could then never fail, and a price of ``nan`` printed "$nan". Refused with a
+    usage error (exit 2) naming the option instead.
+    """
+
+    name = "number"
+
+    def __init__(
+        self, minimum: float = 0.0, maximum: float | None = None, *, above: bool = False
+    ) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        self.above = above  # strictly above the minimum (a duration, a price of zero is fine)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        low = number <= self.minimum if self.above else number < self.minimum
+        if low or (self.maximum is not None and number > self.maximum):
+            self.fail(f"{value!r} is not in {self._range()}", param, ctx)
+        return number
+
+    def _range(self) -> str:
+        low = f"{'>' if self.above else '>='} {self.minimum:g}"
+        return low if self.maximum is None else f"{low} and <= {self.maximum:g}"
+
+
+#: A price or cost in USD.
+PRICE = Number(0.0)
+#: A percentage bound.
+PERCENT = Number(0.0, 100.0)
+#: A growth in percent (a regression bound; may exceed 100).
+GROWTH_PERCENT = Number(0.0)
+
+
 def input_errors_exit(func: F) -> F:
     """Turn an :class:`InputError` into one line on stderr and exit code 2."""
 
@@ -29,7 +76,8 @@ def input_errors_exit(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except InputError as error:
-            click.echo(f"gpuscope: error: {error}", err=True)
+            # One line, whatever the reason holds (an SQLite error quotes a schema's lines).
+            click.echo(f"gpuscope: error: {' '.join(str(error).split())}", err=True)
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper  # type: ignore[return-value]
@@ -43,21 +91,21 @@ def missing_extra(feature: str, package: str, extra: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def write_output(path: Path, data: bytes) -> None:
-    """Write an output file; a path that cannot be written is bad input (exit 2), not a crash."""
-    try:
-        path.write_bytes(data)
-    except OSError as error:
-        raise InputError(path, f"cannot be written ({error.strerror})") from None
+def write_output(path: Path, data: bytes, *, inputs: tuple[Path, ...] = ()) -> None:
+    """Write an output file atomically, never over a file the command read (nor ``inputs``);
+    a path that cannot be written is bad input (exit 2), not a crash (see ``gpuscope._files``)."""
+    from gpuscope._files import atomic_write
+
+    atomic_write(path, data, extra_inputs=inputs)
 
 
-def write_json(json_out: Path, document: bytes) -> bool:
+def write_json(json_out: Path, document: bytes, *, inputs: tuple[Path, ...] = ()) -> bool:
     """Write a JSON document and a line feed to ``json_out``, or to stdout for ``-``. True when
     it went to stdout: it is then the command's only output."""
     if str(json_out) == "-":
         sys.stdout.buffer.write(document + b"\n")
         return True
-    write_output(json_out, document + b"\n")
+    write_output(json_out, document + b"\n", inputs=inputs)
     return False
 
 

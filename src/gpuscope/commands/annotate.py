@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, prefetched, write_output
+from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_output
 from gpuscope.errors import InputError, UnknownFormatError
 
 
@@ -21,7 +21,7 @@ from gpuscope.errors import InputError, UnknownFormatError
     help="The annotated trace (gzip when it ends in .gz); a folder when PATH is a folder.",
 )
 @click.option(
-    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+    "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
 @input_errors_exit
 def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:

@@ -1,30 +1,43 @@
 """``gpuscope check TARGET``: a CI gate. Exit 0 when every bound holds, 1 with a one-line reason
 when one is broken, 2 for bad input (including a bound that cannot be checked, such as a cost
-bound on an unknown device without ``--gpu-hour-usd``)."""
+bound on an unknown device without ``--gpu-hour-usd``, or a bound that is not a number), 3 when
+the step time against a baseline is inconclusive: too few steps to tell at the gate's confidence,
+with the number of steps that would settle it (docs/ci-gate.md)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import NoReturn
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, input_errors_exit
+from gpuscope.commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    PERCENT,
+    PRICE,
+    input_errors_exit,
+)
+
+#: The evidence cannot decide a bound yet: more steps would (distinct from a broken bound).
+EXIT_INCONCLUSIVE = 3
 
 
 @click.command()
 @click.argument("target")
-@click.option("--max-idle-pct", type=float, help="Fail when the GPU is idle more than this.")
+@click.option("--max-idle-pct", type=PERCENT, help="Fail when the GPU is idle more than this.")
 @click.option(
-    "--max-cost-usd-per-gpu-hour", type=float, help="Fail when the waste costs more than this."
+    "--max-cost-usd-per-gpu-hour", type=PRICE, help="Fail when the waste costs more than this."
 )
 @click.option("--baseline", help="Trace, folder or saved run id to compare step time with.")
 @click.option(
     "--max-regression-pct",
-    type=float,
-    help="With --baseline: fail when step time grows more than this (and beyond noise).",
+    type=float,  # checked below, in one line (finite); see _common.Number for the others
+    help="With --baseline: fail when the median step time is over the baseline's by more than"
+    " this at 95% confidence (exit 3: too few steps to tell).",
 )
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @input_errors_exit
 def check(
     target: str,
@@ -40,6 +53,14 @@ def check(
     from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.commands.diff import summary_of
 
+    for option, value in (
+        ("--max-idle-pct", max_idle_pct),
+        ("--max-cost-usd-per-gpu-hour", max_cost_usd_per_gpu_hour),
+        ("--max-regression-pct", max_regression_pct),
+        ("--gpu-hour-usd", gpu_hour_usd),
+    ):
+        if value is not None and not math.isfinite(value):
+            _bad_input(f"{option} must be a finite number, not {value}")
     if (baseline is None) != (max_regression_pct is None):
         _bad_input("--baseline and --max-regression-pct go together")
     if max_idle_pct is None and max_cost_usd_per_gpu_hour is None and baseline is None:
@@ -58,6 +79,11 @@ def check(
     if outcome.reasons:
         click.echo(f"gpuscope: check failed: {name}: {'; '.join(outcome.reasons)}", err=True)
         sys.exit(EXIT_CHECK_FAILED)
+    if outcome.inconclusive:
+        click.echo(
+            f"gpuscope: check inconclusive: {name}: {'; '.join(outcome.inconclusive)}", err=True
+        )
+        sys.exit(EXIT_INCONCLUSIVE)
     click.echo(f"gpuscope: check passed: {name}: {'; '.join(outcome.passed)}")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, prefetched, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_json
 
 
 @click.command()
@@ -17,10 +17,22 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_json
     type=click.Path(path_type=Path),
     help="Write the diagnosis as JSON ('-': stdout).",
 )
-@click.option("--top", default=10, show_default=True, help="Kernels to list per device.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Kernels to list per device.",
+)
 @click.option("--all-devices", is_flag=True, help="Detail every device, not just the extremes.")
 @click.option(
-    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+    "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
 @click.option(
     "--whole",
@@ -41,6 +53,7 @@ def diagnose(
     top: int,
     all_devices: bool,
     gpu_hour_usd: float | None,
+    gpu_name: str | None,
     save: bool,
     label: str | None,
     whole: bool,
@@ -53,6 +66,7 @@ def diagnose(
         top=top,
         all_devices=all_devices,
         gpu_hour_usd=gpu_hour_usd,
+        gpu=gpu_name,
         save=save or label is not None,
         label=label,
         whole=whole,
@@ -80,6 +94,7 @@ def run_diagnose(
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
+    gpu: str | None = None,
     save: bool = False,
     label: str | None = None,
     whole: bool = False,
@@ -95,19 +110,24 @@ def run_diagnose(
     from gpuscope.readers import load
     from gpuscope.render import terminal
 
-    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict)
+    options = Options(
+        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+    )
     result = diagnose(load(path, prefetch=prefetch), options)
+    # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
+    # corrupt, read-only) then costs the save alone, with its own line and exit 2.
+    to_stdout = False
+    if json_out is not None:
+        from gpuscope.render import json as json_renderer
+
+        to_stdout = write_json(json_out, json_renderer.dumps(result))
+    if not to_stdout:
+        from gpuscope.render import console
+
+        terminal.render(result, console(), all_devices=all_devices)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run
 
         run_id = save_run(summarize(result), path, label)
         click.echo(f"gpuscope: saved as run {run_id}", err=True)
-    if json_out is not None:
-        from gpuscope.render import json as json_renderer
-
-        if write_json(json_out, json_renderer.dumps(result)):
-            return
-    from gpuscope.render import console
-
-    terminal.render(result, console(), all_devices=all_devices)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -26,12 +26,23 @@ if TYPE_CHECKING:
     type=click.Path(path_type=Path),
     help="Write the diff as JSON ('-': stdout).",
 )
-@click.option("--top", default=10, show_default=True, help="Kernel changes to list.")
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour (for traces).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Kernel changes to list.",
+)
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (for traces).")
 @click.option(
     "--whole",
     is_flag=True,
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
+@click.option(
+    "--items-per-step",
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Samples or tokens one step processes: adds items per second to iterations per second.",
 )
 @input_errors_exit
 def diff(
@@ -41,14 +52,16 @@ def diff(
     top: int,
     gpu_hour_usd: float | None,
     whole: bool,
+    items_per_step: float | None,
 ) -> None:
-    """Compare two runs: step time, GPU busy, lost time per cause, cost, kernels, findings."""
+    """Compare two runs: step time and throughput, GPU busy, lost time per cause, cost, kernels,
+    findings. Per-step medians, compared by a rank test (docs/ci-gate.md)."""
     from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.render import diff as render
 
     old, old_name = summary_of(before, gpu_hour_usd, whole)
     new, new_name = summary_of(after, gpu_hour_usd, whole)
-    result = diff_runs(old, new, top_kernels=top)
+    result = diff_runs(old, new, top_kernels=top, items_per_step=items_per_step)
     if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
         return
     from gpuscope.render import console
@@ -62,18 +75,21 @@ def summary_of(
     """The summary of a trace file or folder, or of a saved run given by its id; and a name.
     A trace whose start-up was left out says so on stderr, so that a steady window is never
     compared with a warm-up one unannounced."""
+    import os.path
+
     from gpuscope.analyses.diff import summarize
     from gpuscope.errors import InputError
 
     path = Path(ref)
-    if not path.exists() and ref.lstrip("#").isdigit():
+    exists = os.path.exists(path)  # False, not an error, for a name too long to exist
+    if not exists and ref.lstrip("#").isdigit():
         from gpuscope.history import History
 
-        with History() as history:
+        with History(readonly=True) as history:
             run = history.get(int(ref.lstrip("#")))
         name = f"run {run.id}" + (f" ({run.label})" if run.label else "")
         return run.summary, name
-    if not path.exists():
+    if not exists:
         raise InputError(path, "no such file, folder or saved run id")
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, missing_extra
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @click.option("--workers", type=click.IntRange(min=1), help="Local processes (default: cores).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="An existing Ray cluster (default: start a local one).")
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @input_errors_exit
 def fleet(
     inputs: tuple[str, ...],
@@ -104,5 +104,5 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     render.render_terminal(summary, console())
     if output is not None:
         page = render.render_html(summary)
-        write_output(output, page.encode())
+        write_output(output, page.encode(), inputs=(table,))
         click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)

@@ -38,9 +38,14 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
     from gpuscope.history import History
     from gpuscope.render import diff as render
 
-    with History() as store:
+    with History(readonly=True) as store:
         runs = store.runs(label=label, limit=limit)
         path = store.path
+    if store.skipped:
+        click.echo(
+            f"gpuscope: warning: {path}: skipped {store.skipped} saved run(s) that do not decode",
+            err=True,
+        )
     if metric and runs and all(metric not in metric_names(r.summary) for r in runs):
         known = ", ".join(all_metric_names())
         raise InputError(path, f"no run has the metric {metric!r}; known: {known}")

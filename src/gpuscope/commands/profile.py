@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, input_errors_exit, missing_extra
+from gpuscope.commands._common import EXIT_BAD_INPUT, Number, input_errors_exit, missing_extra
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 @click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--steps", default=5, show_default=True, help="Steps to record.")
 @click.option("--warmup", default=3, show_default=True, help="Steps to skip first.")
-@click.option("--seconds", type=float, help="Record steps for this long instead of --steps.")
+@click.option(
+    "--seconds", type=Number(above=True), help="Record steps for this long instead of --steps."
+)
 @click.option(
     "--out",
     "out_dir",

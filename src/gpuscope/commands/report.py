@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, prefetched, write_output
+from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_output
 
 
 @click.command()
@@ -26,7 +26,13 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_outpu
     help="The HTML file to write.",
 )
 @click.option(
-    "--gpu-hour-usd", type=float, help="Your price per GPU-hour (overrides the facts table)."
+    "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
 @click.option(
     "--whole",
@@ -34,7 +40,13 @@ from gpuscope.commands._common import input_errors_exit, prefetched, write_outpu
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
 )
 @input_errors_exit
-def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None, whole: bool) -> None:
+def report(
+    paths: tuple[Path, ...],
+    output: Path,
+    gpu_hour_usd: float | None,
+    gpu_name: str | None,
+    whole: bool,
+) -> None:
     """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
 
     Given two, BEFORE and AFTER, the report compares them side by side.
@@ -50,7 +62,7 @@ def report(paths: tuple[Path, ...], output: Path, gpu_hour_usd: float | None, wh
     from gpuscope.readers import load
     from gpuscope.render import html
 
-    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole)
+    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu_name)
     prefetches = [prefetch, *(None for _ in paths[1:])]
     diagnoses = [
         diagnose(load(p, prefetch=f), options) for p, f in zip(paths, prefetches, strict=True)

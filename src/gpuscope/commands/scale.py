@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import PERCENT, PRICE, Number, input_errors_exit, write_json
 
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--units-per-step",
-    type=float,
+    type=Number(above=True),
     help="Work one GPU does per step (e.g. its batch size); default: one GPU-step.",
 )
 @click.option(
@@ -24,13 +24,19 @@ from gpuscope.commands._common import input_errors_exit, write_json
 )
 @click.option(
     "--threshold",
+    type=PERCENT,
     default=80.0,
     show_default=True,
     help="Scaling efficiency (%) below which gpuscope reports a finding.",
 )
-@click.option("--gpu-hour-usd", type=float, help="Your price per GPU-hour.")
+@click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON ('-')."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare runs whose kernel mixes differ (by default they are refused: not one workload).",
 )
 @input_errors_exit
 def scale(
@@ -40,6 +46,7 @@ def scale(
     threshold: float,
     gpu_hour_usd: float | None,
     json_out: Path | None,
+    force: bool,
 ) -> None:
     """Compare runs of one job at different GPU counts (each a trace or a folder of ranks):
     speed-up, efficiency per GPU, and where the loss goes (compute, communication, idle)."""
@@ -49,7 +56,7 @@ def scale(
     from gpuscope.readers import load
     from gpuscope.render import ranks as render
 
-    options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd)
+    options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd, force)
     report = scaling([load(run) for run in runs], options)
     if json_out is not None:
         import msgspec

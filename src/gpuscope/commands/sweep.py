@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import Number, input_errors_exit, write_json
 
 
 def _batch_list(
@@ -31,7 +31,9 @@ def _batch_list(
     help="One batch size per run, in order (e.g. 1,8,32); default: recorded input shapes,"
     " else names like bs32.",
 )
-@click.option("--max-latency-ms", type=float, help="Pick the best batch whose step fits this.")
+@click.option(
+    "--max-latency-ms", type=Number(above=True), help="Pick the best batch whose step fits this."
+)
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON ('-')."
 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT
+from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -22,23 +22,28 @@ GIB = 2**30
 
 
 @click.command()
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
+@click.option("--interval", type=Number(0.05), default=1.0, show_default=True)
 @click.option(
     "--idle-threshold-pct",
-    type=click.FloatRange(0, 100),
+    type=PERCENT,
     default=5.0,
     show_default=True,
     help="At or below this utilisation a GPU counts as idle.",
 )
 @click.option(
     "--idle-after-s",
-    type=click.FloatRange(min=0),
+    type=Number(0.0),
     default=60.0,
     show_default=True,
     help="Flag a held GPU idle this long.",
 )
 @click.option("--prometheus", "port", type=click.IntRange(0, 65535), help="Serve /metrics.")
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address for --prometheus.")
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --prometheus (empty: localhost; an IPv6 address such as ::1 works too).",
+)
 @click.option("--once", is_flag=True, help="Sample once, print, exit.")
 def watch(
     interval: float,
@@ -49,8 +54,22 @@ def watch(
     once: bool,
 ) -> None:
     """Watch local GPUs: utilisation, SM activity, memory, processes, idle-but-held alerts."""
-    from gpuscope.watch import IdleTracker, MetricsServer, NvmlUnavailableError, Sampler, load_nvml
+    from gpuscope.watch import (
+        IdleTracker,
+        MetricsServer,
+        NvmlUnavailableError,
+        Sampler,
+        ServeError,
+        listen_address,
+        load_nvml,
+    )
 
+    if port is not None:
+        try:  # a bad address is said before NVML loads: it is the user's to fix either way
+            listen_address(bind, port)
+        except ServeError as error:
+            click.echo(f"gpuscope: error: {error}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
     try:
         nvml = load_nvml()
     except NvmlUnavailableError as error:
@@ -58,9 +77,16 @@ def watch(
         sys.exit(EXIT_BAD_INPUT)
     sampler = Sampler(nvml)
     tracker = IdleTracker(idle_threshold_pct, idle_after_s)
-    server = MetricsServer(port, bind) if port is not None else None
+    try:
+        server = MetricsServer(port, bind) if port is not None else None
+    except ServeError as error:
+        nvml.nvmlShutdown()
+        click.echo(f"gpuscope: error: {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     if server is not None:
-        click.echo(f"serving http://{bind}:{server.port}/metrics", err=True)
+        host = bind.strip() or "127.0.0.1"
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        click.echo(f"serving http://{host}:{server.port}/metrics", err=True)
     try:
         _loop(sampler, tracker, server, interval, once)
     except KeyboardInterrupt:
@@ -104,6 +130,7 @@ def _loop(
 def table(samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> Table:
     """One row per GPU; n/a where NVML cannot say; IDLE where a held GPU idles too long."""
     from rich.table import Table
+    from rich.text import Text
 
     flagged = {a.index: a for a in alerts}
     out = Table(title="gpuscope watch", title_justify="left")
@@ -118,7 +145,7 @@ def table(samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> Table:
             _pct(s.sm_active_pct),
             _memory(s),
             ", ".join(f"{p.pid} {p.name or '?'}" for p in s.processes) or "-",
-            f"[bold red]IDLE {alert.idle_s:.0f} s while held[/]" if alert else "",
+            Text(f"IDLE {alert.idle_s:.0f} s while held", style="bold red") if alert else "",
         )
     return out
 

@@ -55,7 +55,7 @@ from gpuscope.diagnosis.startup import (
     startup_evidence,
     window_of,
 )
-from gpuscope.facts import GpuFacts, match_device
+from gpuscope.facts import GpuFacts, device_facts
 from gpuscope.model import DeviceInfo, Job, Trace
 
 if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a job has them
@@ -69,6 +69,7 @@ class Options(msgspec.Struct, frozen=True):
     samples: SampleOptions | None = None  # idle/gap thresholds of sampled inputs; None: defaults
     predict: bool = True  # replay each finding's fix for its predicted saving (analyses.whatif)
     whole: bool = False  # analyse the whole trace, start-up included
+    gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
 
 
 class InputSummary(msgspec.Struct, frozen=True):
@@ -176,10 +177,6 @@ def diagnose_timelines(
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
-    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus)
-    if startup or kinds:
-        span = sum(d.temporal.span_ns for d in devices)
-        found, judged = revise(found, judged, kinds, startup, span, options.whole)
     all_fixes = None
     if options.predict:
         from gpuscope.diagnosis.predict import predict  # noqa: PLC0415
@@ -187,6 +184,11 @@ def diagnose_timelines(
         found, all_fixes = predict(
             found, traces, devices, hosts, participants, ranks, gpu_hour_usd, gpus
         )
+    # The verdict prices the findings as predicted: its waste is the sum of their dollars.
+    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus)
+    if startup or kinds:
+        span = sum(d.temporal.span_ns for d in devices)
+        found, judged = revise(found, judged, kinds, startup, span, options.whole)
     result = Diagnosis(
         source=job.source,
         inputs=[_input_summary(t) for t in traces],
@@ -244,7 +246,7 @@ def _device_report(
     work = device_work(trace, device)
     idle = attribute_idle(work, host, phases)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
-    facts = match_device(info.name, num_sms=info.num_sms)
+    facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
     return DeviceReport(
         source=trace.source,
         rank=trace.rank,

@@ -18,22 +18,21 @@ from typing import TypeAlias
 
 import msgspec
 import numpy as np
+from numpy.typing import NDArray
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
-from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind
+from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind, exclusive_by_bound
 from gpuscope.analyses.intervals import difference, union
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
 from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.analyses.whatif import Prediction
-from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
+from gpuscope.diagnosis.fixes import Hardware, advice, short_name, straggler_advice
 from gpuscope.facts import GpuFacts, gpu_hour_price
-from gpuscope.model import CopyDirection, Kind
+from gpuscope.model import CopyDirection
 from gpuscope.names import plural
 
-#: A GPU that waits this share of the time (for the host or for peers) is bound by what it waits on.
-STARVED_PCT = 25.0
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
 #: Memory-bound kernels must take this share of busy time before fusing them is a finding, and
@@ -110,6 +109,15 @@ def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:
     return declared if declared and declared > 0 else max(len(evidence), 1)
 
 
+#: A per-day cost needs a window of at least this many steps: one step (or none) says nothing about
+#: the days that follow it (it may be warm-up, a checkpoint or a one-off).
+MIN_STEPS_PER_DAY = 3
+
+#: (pattern, cause, lost_ns, events, locations, evidence, saving_ns): ``saving_ns`` is what fixing
+#: the cause would save, which the dollars price; None when it cannot be estimated (no dollars).
+RawFinding: TypeAlias = tuple[str, str, int, int, list[LocationStat], list[str], int | None]
+
+
 def findings(
     evidence: list[DeviceEvidence],
     gpu_hour_usd: float | None,
@@ -118,10 +126,8 @@ def findings(
 ) -> list[Finding]:
     total_span = sum(e.temporal.span_ns for e in evidence)
     steps = max((e.steps for e in evidence), default=0)
-    raw: list[tuple[str, str, int, int, list[LocationStat], list[str]]] = []
-    transfers = [exposed_transfers(e) for e in evidence]
-    h2d_exposed = sum(t[0] for t in transfers)
-    d2h_exposed = sum(t[1] for t in transfers)
+    raw: list[RawFinding] = []
+    copies = _copy_stats(evidence)
     for cause in Cause:
         lost = sum(e.idle.lost_ns(cause) for e in evidence)
         stats = [s for e in evidence for s in e.idle.causes if s.cause is cause]
@@ -129,17 +135,32 @@ def findings(
         locations = _merge_locations([loc for s in stats for loc in s.locations])
         pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
-        if cause is Cause.H2D_COPY and h2d_exposed:
-            lost += h2d_exposed
-            note.append(
-                f"{h2d_exposed / 1e6:,.2f} ms of host-to-device copies with no compute alongside"
+        # One-time start-up is paid once per process, not per GPU-hour: no dollars.
+        saving: int | None = None if cause.value == "warmup" else lost
+        h2d = copies["h2d"]
+        if cause is Cause.H2D_COPY and h2d.exposed_ns:
+            note += h2d.notes("host-to-device")
+            saving = lost + (h2d.saving_ns or 0)
+            lost += h2d.exposed_ns
+        raw.append((pattern, cause.value, lost, count, locations, note, saving))
+    for group, cause_name, words in (
+        ("d2h", "d2h_copy", "device-to-host"),
+        ("p2p", "p2p_copy", "peer-to-peer"),
+        ("um", "page_migration", "unified-memory page-migration"),
+    ):
+        stat = copies[group]
+        if stat.exposed_ns:
+            raw.append(
+                (
+                    "ghost_gpu",
+                    cause_name,
+                    stat.exposed_ns,
+                    stat.count,
+                    [],
+                    stat.notes(words),
+                    stat.saving_ns,
+                )
             )
-        raw.append((pattern, cause.value, lost, count, locations, note))
-    if d2h_exposed:
-        note = [
-            f"{d2h_exposed / 1e6:,.2f} ms of device-to-host or peer copies, no compute alongside"
-        ]
-        raw.append(("ghost_gpu", "d2h_copy", d2h_exposed, 0, [], note))
     exposed = sum(e.overlap.exposed_ns for e in evidence)
     comm = sum(e.overlap.communication_ns for e in evidence)
     exposed_note = [f"{comm / 1e6:,.2f} ms of communication, {exposed / 1e6:,.2f} ms of it exposed"]
@@ -150,24 +171,42 @@ def findings(
         exposed_note += ranks.exposed_notes
         exposed_locations = ranks.exposed_locations
     raw.append(
-        ("latency_mirage", "exposed_communication", exposed, 0, exposed_locations, exposed_note)
+        (
+            "latency_mirage",
+            "exposed_communication",
+            exposed,
+            0,
+            exposed_locations,
+            exposed_note,
+            exposed,
+        )
     )
     raw += ranks.raw if ranks is not None else []
     fp32_lost, fp32_note = _fp32_gemm_saving(evidence)
     mem_lost, mem_kernels, mem_note, mem_pattern = _memory_bound_saving(evidence)
     compute_total = sum(e.temporal.compute_ns for e in evidence)
     scale = min(1.0, compute_total / (fp32_lost + mem_lost)) if fp32_lost + mem_lost else 1.0
-    raw.append(("tensor_cores_unused", "fp32_gemm", int(fp32_lost * scale), 0, [], fp32_note))
-    raw.append((mem_pattern, "memory_bound", int(mem_lost * scale), mem_kernels, [], mem_note))
+    fp32 = int(fp32_lost * scale)
+    raw.append(("tensor_cores_unused", "fp32_gemm", fp32, 0, [], fp32_note, fp32))
+    mem = int(mem_lost * scale)
+    raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
 
+    seen_names = _launch_names(evidence)
     result: list[Finding] = []
-    for pattern, cause_name, lost, count, locations, note in raw:
+    for pattern, cause_name, lost, count, locations, note, saving in raw:
         share = 100.0 * lost / total_span if total_span else 0.0
         kept = ranks is not None and cause_name in ranks.always
         if (share < MIN_SHARE_PCT or lost <= 0) and not kept:
             continue
-        seen = [loc.location for loc in locations] + note
-        cost_hour = share / 100.0 * gpu_hour_usd if gpu_hour_usd is not None else None
+        seen = [loc.location for loc in locations] + note + seen_names
+        cost_hour = (
+            saving / total_span * gpu_hour_usd
+            if gpu_hour_usd is not None and saving is not None and total_span
+            else None
+        )
+        per_day = (
+            cost_hour * 24 * gpus if cost_hour is not None and steps >= MIN_STEPS_PER_DAY else None
+        )
         result.append(
             Finding(
                 pattern=pattern,
@@ -178,36 +217,230 @@ def findings(
                 share_pct=share,
                 events=count,
                 cost_usd_per_gpu_hour=cost_hour,
-                cost_usd_per_day=cost_hour * 24 * gpus if cost_hour is not None else None,
+                cost_usd_per_day=per_day,
                 locations=locations,
                 evidence=note,
-                fix=(ranks.fixes.get(cause_name) if ranks else None) or advice(cause_name, seen),
+                fix=(ranks.fixes.get(cause_name) if ranks else None)
+                or advice(cause_name, seen, _hardware(evidence)),
             )
         )
     result.sort(key=lambda f: -f.lost_ns)
     return result
 
 
-def exposed_transfers(e: DeviceEvidence) -> tuple[int, int]:
-    """Host-to-device and device-to-host copy time with no compute or communication alongside:
-    the GPU's engines wait for data to cross PCIe/NVLink."""
+def _launch_names(evidence: list[DeviceEvidence]) -> list[str]:
+    """Facts about how the work was launched that change the advice: graph launches (the work is
+    already a CUDA / HIP graph, so capturing it saves nothing more)."""
+    graph = total = 0
+    for e in evidence:
+        ev = e.work.trace.events
+        launches = ev.link[e.work.rows]
+        launches = launches[launches >= 0]
+        total += int(launches.size)
+        if launches.size:
+            names = e.work.trace.names
+            ids, counts = np.unique(ev.name_id[launches], return_counts=True)
+            graph += sum(
+                int(c)
+                for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
+                if "GraphLaunch" in names[i]
+            )
+    return ["graph-launched"] if total and graph * 2 >= total else []
+
+
+def _hardware(evidence: list[DeviceEvidence]) -> Hardware:
+    """The architecture the advice must fit: the first known device's."""
+    for e in evidence:
+        if e.facts is not None:
+            return Hardware(e.facts.architecture, e.facts.vendor)
+    return Hardware(None, None)
+
+
+class CopyStat(msgspec.Struct, frozen=True):
+    """The job's copies of one kind: how long they held the device with nothing else running,
+    how fast they moved data against the link's peak, and from which host memory."""
+
+    count: int
+    exposed_ns: int
+    copy_ns: int  # union of the copies
+    bytes: int  # -1 when the trace records no sizes
+    pageable: int  # copies from / to pageable host memory
+    pinned: int  # copies the trace names as from / to pinned host memory
+    link: str | None
+    link_bytes_per_s: float | None  # one direction of the link
+    saving_ns: int | None  # None: not estimable
+    slowest_bytes_per_s: float | None = None  # of one copy
+    fastest_bytes_per_s: float | None = None
+
+    @property
+    def achieved_bytes_per_s(self) -> float | None:
+        return self.bytes / (self.copy_ns / 1e9) if self.bytes > 0 and self.copy_ns else None
+
+    def notes(self, words: str) -> list[str]:
+        text = [
+            f"{self.exposed_ns / 1e6:,.2f} ms of {words} copies with nothing else running"
+            f" ({self.count:,} copies, {self.copy_ns / 1e6:,.2f} ms in all)"
+        ]
+        achieved = self.achieved_bytes_per_s
+        if achieved is not None:
+            line = f"they moved {self.bytes / 1e9:,.2f} GB at {achieved / 1e9:,.1f} GB/s"
+            if self.slowest_bytes_per_s and self.fastest_bytes_per_s and self.count > 1:
+                line += (
+                    f" (one copy: {self.slowest_bytes_per_s / 1e9:,.1f} to"
+                    f" {self.fastest_bytes_per_s / 1e9:,.1f} GB/s)"
+                )
+            if self.link_bytes_per_s:
+                line += (
+                    f", {100 * achieved / self.link_bytes_per_s:.0f}% of {self.link}'s"
+                    f" {self.link_bytes_per_s / 1e9:,.0f} GB/s per direction"
+                )
+            text.append(line)
+        if self.pageable:
+            text.append(f"{self.pageable:,} of {self.count:,} copies use pageable host memory")
+        if self.pinned and self.pinned == self.count:
+            text.append("every copy uses pinned host memory")
+        elif self.pinned and self.pinned * 2 >= self.count:
+            text.append(f"{self.pinned:,} of {self.count:,} copies already use pinned host memory")
+        if self.saving_ns is None:
+            text.append(
+                "saving not estimable: nothing runs to hide the copies under and the link's"
+                " bandwidth is unknown (pass --gpu NAME)"
+            )
+        return text
+
+
+#: Copy groups: host-to-device, device-to-host, between GPUs, and unified-memory page migrations
+#: (the driver moving pages a processor touched: their fix is prefetching, not pinning).
+COPY_GROUPS = ("h2d", "d2h", "p2p", "um")
+_GROUP_DIRECTION = {"h2d": CopyDirection.H2D, "d2h": CopyDirection.D2H, "p2p": CopyDirection.P2P}
+
+
+def _copy_groups(e: DeviceEvidence) -> dict[str, NDArray[np.bool_]]:
+    """Which of the device's transfer rows (``e.bounds.rows``) fall in each copy group."""
     ev = e.work.trace.events
     rows = e.bounds.rows
     over_link = e.bounds.bound == Bound.TRANSFER
-    if not over_link.any():
-        return 0, 0
-    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
-    busy_work = ~over_link & (ev.kind[rows] == Kind.KERNEL)
-    hidden_by = union(starts[busy_work], ends[busy_work])
+    names = e.work.trace.names
+    ids = ev.name_id[rows]
+    used = np.unique(ids[over_link]) if over_link.any() else np.zeros(0, dtype=np.int32)
+    um_names = np.zeros(len(names), dtype=np.bool_)
+    um_names[used] = [names[i].startswith("Unified Memory") for i in used.tolist()]
+    um = over_link & um_names[ids]
     direction = ev.copy_direction[rows]
-    result = []
-    for wanted in (
-        over_link & (direction == CopyDirection.H2D),
-        over_link & (direction != CopyDirection.H2D),
-    ):
-        copies = union(starts[wanted], ends[wanted])
-        result.append(difference(copies, hidden_by).total_ns)
-    return result[0], result[1]
+    groups = {g: over_link & ~um & (direction == d) for g, d in _GROUP_DIRECTION.items()}
+    groups["um"] = um
+    return groups
+
+
+def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
+    """Per copy group, summed over devices. The saving is what overlap and bandwidth can give
+    back: the exposed time could hide under the device's other work, and a copy slower than the
+    link could run at its peak; a copy already at link speed with nothing to hide under is the
+    work itself, and saves nothing."""
+    result: dict[str, CopyStat] = {}
+    per_device = [(e, _copy_groups(e), exposed_transfers_by_group(e)) for e in evidence]
+    for group in COPY_GROUPS:
+        count = exposed = copy_ns = nbytes = pageable = pinned = 0
+        saving: int | None = 0
+        link: str | None = None
+        link_bw: float | None = None
+        rates: list[float] = []
+        for e, groups, exposed_by in per_device:
+            ev = e.work.trace.events
+            mine = groups[group]
+            if not mine.any():
+                continue
+            picked = e.bounds.rows[mine]
+            ex = exposed_by[group]
+            span = union(ev.start_ns[picked], ev.end_ns[picked]).total_ns
+            sizes = ev.bytes[picked]
+            sized = (sizes > 0) & (ev.dur_ns[picked] > 0)
+            moved = int(sizes[sized].sum())
+            rates += (sizes[sized] / (ev.dur_ns[picked][sized] / 1e9)).tolist()
+            direction = _GROUP_DIRECTION.get(group, CopyDirection.H2D)
+            peak = _link_peak(e.facts, direction)
+            other_busy = e.temporal.busy_ns - e.temporal.exclusive_memcpy_ns
+            faster = 0.0
+            if peak and moved and span:
+                faster = max(0.0, 1.0 - (moved / (span / 1e9)) / peak) * ex
+            elif not other_busy and group != "um":
+                saving = None  # nothing to hide under, and no link speed to compare with
+            if group == "um":
+                faster = float(ex)  # prefetched pages move once, in bulk, before the kernel runs
+            if saving is not None:
+                saving += int(min(ex, other_busy + faster))
+            count += int(mine.sum())
+            exposed += ex
+            copy_ns += span
+            nbytes += moved
+            pageable += int(ev.pageable[picked].sum())
+            pinned += _pinned(e, picked)
+            if peak and e.facts is not None:
+                link = e.facts.interconnect if direction == CopyDirection.P2P else "the host link"
+                link_bw = peak
+        result[group] = CopyStat(
+            count,
+            exposed,
+            copy_ns,
+            nbytes if nbytes else -1,
+            pageable,
+            pinned,
+            link,
+            link_bw,
+            saving,
+            min(rates) if rates else None,
+            max(rates) if rates else None,
+        )
+    return result
+
+
+def _pinned(e: DeviceEvidence, rows: NDArray[np.int64]) -> int:
+    """Copies whose name says pinned host memory (``Memcpy HtoD (Pinned -> Device)``)."""
+    names = e.work.trace.names
+    ids, counts = np.unique(e.work.trace.events.name_id[rows], return_counts=True)
+    return sum(
+        int(c)
+        for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
+        if "pinned" in names[i].lower()
+    )
+
+
+def _link_peak(facts: GpuFacts | None, direction: CopyDirection) -> float | None:
+    """One direction of the link a copy crosses: the GPU-to-GPU link for peer copies, the host
+    link (the PCIe slot, or NVLink-C2C on a superchip) for host copies."""
+    if facts is None:
+        return None
+    if direction == CopyDirection.P2P:
+        return facts.interconnect_bytes_per_s / 2 if facts.interconnect_bytes_per_s else None
+    return facts.host_link_bytes_per_s / 2 if facts.host_link_bytes_per_s else None
+
+
+def exposed_transfers_by_group(e: DeviceEvidence) -> dict[str, int]:
+    """Copy time over a link with nothing else running on the device (no kernel of any kind and
+    no on-device copy), per copy group (:data:`COPY_GROUPS`, taken in that order where copies of
+    several overlap): the GPU's engines wait for data to cross PCIe/NVLink."""
+    ev = e.work.trace.events
+    rows = e.bounds.rows
+    result = dict.fromkeys(COPY_GROUPS, 0)
+    over_link = e.bounds.bound == Bound.TRANSFER
+    if not over_link.any():
+        return result
+    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
+    hidden_by = union(starts[~over_link], ends[~over_link])
+    for group, wanted in _copy_groups(e).items():
+        copies = difference(union(starts[wanted], ends[wanted]), hidden_by)
+        result[group] = copies.total_ns
+        hidden_by = union(
+            np.concatenate([hidden_by.start_ns, copies.start_ns]),
+            np.concatenate([hidden_by.end_ns, copies.end_ns]),
+        )
+    return result
+
+
+def exposed_transfers(e: DeviceEvidence) -> tuple[int, int]:
+    """Host-to-device copy time, and the other copies over a link, with nothing else running."""
+    by = exposed_transfers_by_group(e)
+    return by["h2d"], by["d2h"] + by["p2p"] + by["um"]
 
 
 def _merge_locations(locations: list[LocationStat]) -> list[LocationStat]:
@@ -298,6 +531,11 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
     return saving, kernels, note, pattern
 
 
+#: A device busy at least this share of its window is bound by the work it runs, never by the host:
+#: the host cannot be what limits a GPU that is rarely waiting for it.
+BUSY_NOT_HOST_PCT = 80.0
+
+
 def verdict(
     evidence: list[DeviceEvidence],
     found: list[Finding],
@@ -305,57 +543,97 @@ def verdict(
     price_source: str,
     gpus: int,
 ) -> Verdict:
+    """The bound is the largest share of device time, of a partition of the window: idle time
+    split by what it waits for (the host, or peers inside collectives), busy time split by what
+    bounds its work (:func:`~gpuscope.analyses.bounds.exclusive_by_bound`). The shares add up to
+    100%. A job busy :data:`BUSY_NOT_HOST_PCT` or more of the time is bound by the largest busy
+    share: copies that fill it make it transfer-bound, not host-bound."""
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
-    host = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
-    comm = sum(e.overlap.exposed_ns + e.idle.lost_ns(Cause.COMMUNICATION_WAIT) for e in evidence)
-    memory = sum(e.bounds.time_ns_by_bound[Bound.MEMORY] for e in evidence)
-    compute = sum(e.bounds.time_ns_by_bound[Bound.COMPUTE] for e in evidence)
-    latency = sum(e.bounds.time_ns_by_bound[Bound.LATENCY] for e in evidence)
-    transfer = sum(sum(exposed_transfers(e)) for e in evidence)
+    comm_wait = sum(e.idle.lost_ns(Cause.COMMUNICATION_WAIT) for e in evidence)
+    host_causes = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
+    busy = dict.fromkeys(Bound, 0)
+    for e in evidence:
+        for b, ns in exclusive_by_bound(e.bounds, e.work).items():
+            busy[b] += ns
     shares = {
-        "host": 100.0 * (host + latency + transfer) / span,
-        "communication": 100.0 * comm / span,
-        "memory": 100.0 * memory / span,
-        "compute": 100.0 * compute / span,
+        "host": 100.0 * (idle - comm_wait) / span,
+        "communication": 100.0 * (busy[Bound.COMMUNICATION] + comm_wait) / span,
+        "transfer": 100.0 * busy[Bound.TRANSFER] / span,
+        "memory": 100.0 * busy[Bound.MEMORY] / span,
+        "compute": 100.0 * busy[Bound.COMPUTE] / span,
+        "latency": 100.0 * busy[Bound.LATENCY] / span,
+        "unclassified": 100.0 * busy[Bound.UNCLASSIFIED] / span,
     }
-    bound = _bound(shares)
-    wasted_share = sum(f.share_pct for f in found)
-    wasted = wasted_share / 100.0 * gpu_hour_usd if gpu_hour_usd is not None else None
+    idle_pct = 100.0 * idle / span
+    bound = _bound(shares, 100.0 - idle_pct)
+    # What the findings would save, priced: the sum of their dollars (never the time they name).
+    wasted = (
+        sum(f.cost_usd_per_gpu_hour or 0.0 for f in found) if gpu_hour_usd is not None else None
+    )
+    transfers = _transfer_split(evidence)
     return Verdict(
         bound=bound,
-        summary=_summary(bound, shares, 100.0 * idle / span, found, wasted),
+        summary=_summary(bound, shares, idle_pct, found, wasted, transfers, span),
         shares_pct=shares,
-        idle_pct=100.0 * idle / span,
+        idle_pct=idle_pct,
         wasted_usd_per_gpu_hour=wasted,
         gpu_hour_usd=gpu_hour_usd,
         price_source=price_source,
         world_size=gpus,
         figures={
-            "idle_host_pct": 100.0 * host / span,
-            "latency_bound_kernels_pct": 100.0 * latency / span,
-            "exposed_transfer_pct": 100.0 * transfer / span,
-            "exposed_communication_pct": 100.0 * comm / span,
-            "memory_bound_pct": 100.0 * memory / span,
-            "compute_bound_pct": 100.0 * compute / span,
+            "busy_pct": 100.0 - idle_pct,
+            "idle_host_pct": 100.0 * host_causes / span,
+            "idle_unexplained_pct": 100.0 * (idle - comm_wait - host_causes) / span,
+            "latency_bound_kernels_pct": shares["latency"],
+            "unclassified_kernels_pct": shares["unclassified"],
+            "exposed_transfer_pct": shares["transfer"],
+            "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
+            "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
+            "exposed_p2p_pct": 100.0 * transfers["p2p"] / span,
+            "exposed_page_migration_pct": 100.0 * transfers["um"] / span,
+            "exposed_communication_pct": shares["communication"],
+            "memory_bound_pct": shares["memory"],
+            "compute_bound_pct": shares["compute"],
             "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
             "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
         },
     )
 
 
-def _bound(shares: dict[str, float]) -> str:
-    """Waiting first: a GPU starved by the host or its peers for a large share of the time is
-    bound by them, whatever its kernels are. Otherwise the busy time's kernels decide."""
-    waste = max(("host", "communication"), key=lambda k: shares[k])
-    if shares[waste] >= STARVED_PCT:
-        return waste
-    return max(shares, key=lambda k: shares[k])
+def _bound(shares: dict[str, float], busy_pct: float) -> str:
+    """The largest share; when the device is busy most of the time, the largest busy share."""
+    candidates = [k for k in shares if k != "host"] if busy_pct >= BUSY_NOT_HOST_PCT else shares
+    return max(candidates, key=lambda k: shares[k])
+
+
+def _transfer_split(evidence: list[DeviceEvidence]) -> dict[str, int]:
+    """Exposed copy time (nothing else on the device) by copy group, summed over devices."""
+    total = dict.fromkeys(COPY_GROUPS, 0)
+    for e in evidence:
+        for group, ns in exposed_transfers_by_group(e).items():
+            total[group] += ns
+    return total
 
 
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
+
+
+_BOUND_WORDS = {
+    "communication": "communication with no compute to hide it, or waiting for peers, takes",
+    "memory": "memory-bound kernels (DRAM bandwidth) take",
+    "compute": "compute-bound kernels take",
+    "latency": "kernels shorter than a launch take",
+    "unclassified": "kernels whose names say neither compute nor memory work take",
+}
+_TRANSFER_WORDS = {
+    "p2p": "peer-to-peer copies between GPUs",
+    "h2d": "host-to-device copies",
+    "d2h": "device-to-host copies",
+    "um": "unified-memory page migrations",
+}
 
 
 def _summary(
@@ -364,12 +642,32 @@ def _summary(
     idle_pct: float,
     found: list[Finding],
     wasted: float | None,
+    transfers: dict[str, int],
+    span_ns: int,
 ) -> str:
+    """One sentence whose every number is a figure of the verdict or of its top finding."""
+    if bound == "host":
+        text = f"host-bound: the GPU is idle {idle_pct:.0f}% of the window"
+    elif bound == "transfer":
+        text = f"transfer-bound: copies with nothing else running fill {shares['transfer']:.0f}%"
+        main = max(_TRANSFER_WORDS, key=lambda d: transfers[d])
+        if transfers[main]:
+            text += (
+                f" of the window, mostly {_TRANSFER_WORDS[main]}"
+                f" ({100.0 * transfers[main] / span_ns:.0f}%)"
+            )
+        else:
+            text += " of the window"
+        text += f"; the GPU is idle {idle_pct:.0f}%"
+    else:
+        text = (
+            f"{bound}-bound: {_BOUND_WORDS[bound]} {shares[bound]:.0f}% of the window;"
+            f" the GPU is idle {idle_pct:.0f}%"
+        )
     top = found[0] if found else None
-    text = f"{bound}-bound: the GPU is idle {idle_pct:.0f}% of the window"
     if top is not None:
         idle_only = top.cause in {c.value for c in Cause} and top.share_pct <= idle_pct + 1e-9
-        if idle_only:
+        if idle_only and bound == "host":
             text += f", {top.share_pct:.0f} percentage points of it lost because {top.title}"
         else:
             text += f"; the costliest finding: {top.title} ({top.share_pct:.0f}% of device time)"
@@ -379,8 +677,6 @@ def _summary(
 
 
 # --- many GPUs: what the rank analysis adds -----------------------------------------------------
-
-RawFinding: TypeAlias = tuple[str, str, int, int, list[LocationStat], list[str]]
 
 
 class RankEvidence(msgspec.Struct, frozen=True):
@@ -403,7 +699,7 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
         notes = [_straggler_note(s) for s in analysis.stragglers[:3]]
         count = sum(s.last_arrivals for s in analysis.stragglers)
         lost = analysis.straggler_exposed_wait_ns
-        raw.append(("latency_mirage", "straggler", lost, count, [], notes))
+        raw.append(("latency_mirage", "straggler", lost, count, [], notes, lost))
         fixes["straggler"] = straggler_advice(analysis.stragglers[0])
     if analysis.collective_wait_ns is not None:
         other = analysis.exposed_wait_ns - analysis.straggler_exposed_wait_ns
@@ -415,6 +711,7 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
                 analysis.matched_collectives,
                 [],
                 [_collective_wait_note(analysis, other)],
+                other,
             )
         )
         fixes["collective_wait"] = advice("collective_wait")

@@ -1,36 +1,125 @@
 """What to change for each cause: concrete advice, in the words a PyTorch user would type.
 
 Contract: :func:`advice` returns the fix for a finding's cause given what the evidence says
-(locations, names seen in the trace). The text is data for the renderers; nothing here
-measures.
+(locations, names seen in the trace) and the hardware it ran on. The text is data for the
+renderers; nothing here measures.
+
+Advice fits the evidence and the hardware, or it is not given:
+
+* Precision follows the architecture's tensor cores: before Ampere (Volta, Turing) they take FP16
+  only, which needs a ``GradScaler`` in training (FP16's range underflows gradients), and a
+  Pascal GPU has no tensor cores at all; Ampere and Ada add TF32 and BF16; Hopper and Blackwell
+  (and AMD CDNA3) add FP8. Unknown hardware gets the general advice, naming which GPUs take what.
+* Work already launched as CUDA / HIP graphs gets no "capture a CUDA graph" advice: it is captured.
+* Copies already from pinned memory get no "pin your memory" advice: overlap and size decide then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from gpuscope import causes
 from gpuscope.analyses.ranks import StragglerStat
+
+
+class Hardware(NamedTuple):
+    """What the advice must fit: the GPU's architecture (``data/gpu_facts.csv``) and vendor."""
+
+    architecture: str | None  # "volta", "ampere", "hopper", "cdna3"...; None when unknown
+    vendor: str | None
+
+
+#: Architectures by what their tensor (matrix) cores take.
+_NO_TENSOR_CORES = frozenset({"pascal", "maxwell"})
+_FP16_ONLY = frozenset({"volta", "turing"})
+_FP8 = frozenset({"hopper", "blackwell", "cdna3", "cdna4"})
 
 #: The fix template of every cause (data/causes.csv); :func:`advice` sharpens it with evidence.
 _FIXES: dict[str, str] = causes.fixes()
 
 
-def advice(cause: str, seen: Sequence[str] = ()) -> str:
-    """The fix for ``cause``, sharpened by names seen in the evidence."""
+def advice(cause: str, seen: Sequence[str] = (), hardware: Hardware | None = None) -> str:
+    """The fix for ``cause``, sharpened by names seen in the evidence and fitted to the hardware."""
+    hw = hardware or Hardware(None, None)
     text = _FIXES.get(cause, _FIXES["unknown"])
     joined = " ".join(seen)
+    pinned = "every copy uses pinned host memory" in joined
+    mostly_pinned = "already use pinned host memory" in joined
     if cause == "data_loader" and "_SingleProcessDataLoaderIter" in joined:
         text = "The loader runs in the training process (`num_workers=0`). " + text
-    if cause == "h2d_copy" and "copies with no compute alongside" in joined:
+    if cause == "h2d_copy" and (pinned or mostly_pinned):
+        text = (
+            ""
+            if pinned
+            else "Pin the few copies that still come from pageable memory (`pin_memory=True`). "
+        ) + (
+            "The copies already come from pinned memory: pinning will not help more. Overlap them"
+            " with compute: copy the next batch on a side stream (`torch.cuda.Stream`,"
+            " `non_blocking=True`) while this one runs, keep data resident on the GPU across"
+            " steps, or move less (smaller dtypes, decode on the GPU)."
+        )
+    elif cause == "h2d_copy" and "copies with nothing else running" in joined:
         text += (
             " When the copies are large and already pinned, overlap them with compute: copy the"
             " next batch on a side stream (`torch.cuda.Stream`, `non_blocking=True`) while this one"
             " runs, keep data resident on the GPU across steps, or move less (smaller dtypes,"
             " decode on the GPU)."
         )
+    if cause == "d2h_copy":
+        text = (
+            "Keep results on the GPU: copies to the host (`.cpu()`, `.numpy()`, `.tolist()`,"
+            " logging tensors) stall the step; batch them every N steps"
+            + (
+                " and issue them with `non_blocking=True` on a side stream (they already use"
+                " pinned memory)."
+                if pinned
+                else " into pinned buffers with `non_blocking=True`."
+            )
+        )
     if cause == "host_sync" and ("item" in joined or "_local_scalar_dense" in joined):
         text = "`.item()` in the step loop forces a sync. " + text
+    if cause == "launch_overhead" and ("graph-launched" in seen or "GraphLaunch" in joined):
+        text = (
+            "The work is already launched as CUDA/HIP graphs, so capturing more will not remove"
+            " these gaps: they sit between graph launches, where the host prepares the next one."
+            " Put more of the step in each graph (fewer, larger graphs), move the host work"
+            " between replays off the loop, or raise the batch size so each replay does more."
+        )
+    if cause in ("fp32_gemm", "memory_bound"):
+        text = _precision_fit(cause, text, hw)
+    return text
+
+
+def _precision_fit(cause: str, text: str, hw: Hardware) -> str:
+    arch = hw.architecture
+    if arch is None:
+        return text
+    if cause == "memory_bound":
+        if arch in _FP16_ONLY or arch in _NO_TENSOR_CORES:
+            return text.replace("keep activations in bf16", "keep activations in fp16")
+        return text
+    if arch in _NO_TENSOR_CORES:
+        return (
+            f"This GPU ({arch.title()}) has no tensor cores: FP16 runs at twice the FP32 rate, so"
+            " `torch.autocast('cuda', dtype=torch.float16)` with a `torch.cuda.amp.GradScaler`"
+            " for training roughly halves matmul time; a newer GPU gains far more."
+        )
+    if arch in _FP16_ONLY:
+        return (
+            f"Run matmuls on tensor cores: this GPU ({arch.title()}) has FP16 tensor cores only"
+            " (no TF32 or BF16), so use `torch.autocast('cuda', dtype=torch.float16)` with a"
+            " `torch.cuda.amp.GradScaler` in training (FP16's range needs loss scaling)."
+        )
+    text = (
+        "Run matmuls on tensor cores: `torch.autocast('cuda', dtype=torch.bfloat16)` for mixed"
+        " precision, or at least `torch.set_float32_matmul_precision('high')` (TF32)."
+    )
+    if arch in _FP8:
+        text += (
+            f" This GPU ({arch.title()}) also runs FP8: Transformer Engine or torchao's float8"
+            " training doubles GEMM throughput again where accuracy allows."
+        )
     return text
 
 

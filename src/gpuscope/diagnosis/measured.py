@@ -65,7 +65,7 @@ def _with_measurements(
         for g in s.gpus
         if g.time_ns.size
     ]
-    names = [g.name for g in sampled] + [c.device_name for c in counters]
+    names = [g.name for g in sampled] + [c.device_name for c in counters] + [options.gpu]
     price = price_of(names, options.gpu_hour_usd)
     inputs = result.inputs + _measured_inputs(job)
     if job.traces:

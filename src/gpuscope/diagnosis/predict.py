@@ -96,7 +96,10 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
         prediction=p,
         predicted_saving_ns_per_step=p.saving_ns_per_step,
         cost_usd_per_gpu_hour=hour,
-        cost_usd_per_day=hour * 24 * gpus if hour is not None else None,
+        # A per-day figure only where the finding had one: several steps, not one (findings.py).
+        cost_usd_per_day=(
+            hour * 24 * gpus if hour is not None and f.cost_usd_per_day is not None else None
+        ),
     )
 
 

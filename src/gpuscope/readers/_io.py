@@ -7,6 +7,8 @@ missing path, an unreadable file, or a gzip stream corrupt before any content.
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import TYPE_CHECKING
 
 from zlib_ng import zlib_ng
@@ -42,8 +44,49 @@ def read_bytes(path: Path) -> Content:
     return _gunzip(path, raw)
 
 
+def check_regular(path: Path) -> os.stat_result:
+    """The file's status, or one line saying why it is not a file gpuscope can read.
+
+    Only regular files are read: opening a FIFO blocks until a writer comes, and a device or a
+    socket never ends. A path the system refuses (a name too long, a folder without search
+    permission, a loop of links) is one line too, never a traceback.
+    """
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        raise InputError(path, "no such file or directory") from None
+    except OSError as error:
+        raise InputError(path, f"cannot be read ({error.strerror or error})") from None
+    if stat.S_ISDIR(status.st_mode):
+        raise InputError(path, "is a directory")
+    if not stat.S_ISREG(status.st_mode):
+        raise InputError(path, f"is not a regular file (a {_file_type(status.st_mode)})")
+    return status
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "named pipe"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def is_folder(path: Path) -> bool:
+    """``path.is_dir()``, where a path the system refuses (too long, no permission) is not one."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _read_raw(path: Path, size: int | None) -> bytes:
     """The file's bytes (its first ``size`` bytes), or one line saying why they cannot be had."""
+    check_regular(path)
     try:
         with path.open("rb") as file:
             raw = file.read() if size is None else file.read(size)

@@ -262,6 +262,21 @@ static inline uint64_t digits_value(uint64_t w) {
 }
 #endif
 
+/* Four hex digits as a number, or -1. */
+static int hex4(const char *h) {
+    int value = 0;
+    for (int k = 0; k < 4; k++) {
+        char ch = h[k];
+        int digit = ch >= '0' && ch <= '9'   ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                             : -1;
+        if (digit < 0) return -1;
+        value = value * 16 + digit;
+    }
+    return value;
+}
+
 /* A string at c->p (on its opening quote): its raw content span, and whether it has escapes. */
 static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
     const char *start = c->p + 1, *q = start;
@@ -297,15 +312,19 @@ static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *esc
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
             q += 2;
             break;
-        case 'u':
+        case 'u': {
             if (c->end - q < 6) return INCOMPLETE;
-            for (int k = 2; k < 6; k++) {
-                char h = q[k];
-                if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-                    return BAD;
-            }
+            int unit = hex4(q + 2);
+            if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF)) return BAD;
             q += 6;
+            if (unit >= 0xD800 && unit <= 0xDBFF) { /* a surrogate pair, or invalid as msgspec */
+                if (c->end - q < 6) return INCOMPLETE; /* says: never half a character */
+                int low = q[0] == '\\' && q[1] == 'u' ? hex4(q + 2) : -1;
+                if (low < 0xDC00 || low > 0xDFFF) return BAD;
+                q += 6;
+            }
             break;
+        }
         default:
             return BAD;
         }
@@ -429,16 +448,23 @@ static inline int next_member(Cursor *c, char close, int *closed) {
     return c->p >= c->end ? INCOMPLETE : OK;
 }
 
-/* At an object member: its key's raw span, then past the colon and white space to its value. */
-static inline int member_key(Cursor *c, const char **key, Py_ssize_t *length) {
+/* At an object member: its key's raw span, then past the colon and white space to its value.
+ * *escaped: the key holds escapes ("t\u0073" is "ts"), so its raw span is not its text. */
+static inline int member_key_escaped(Cursor *c, const char **key, Py_ssize_t *length,
+                                     int *escaped) {
     if (*c->p != '"') return BAD;
-    int escaped, r = lex_string(c, key, length, &escaped);
+    int r = lex_string(c, key, length, escaped);
     if (r != OK) return r;
     skip_ws(c);
     if (c->p >= c->end) return INCOMPLETE;
     if (*c->p++ != ':') return BAD;
     skip_ws(c);
     return c->p >= c->end ? INCOMPLETE : OK;
+}
+
+static inline int member_key(Cursor *c, const char **key, Py_ssize_t *length) {
+    int escaped;
+    return member_key_escaped(c, key, length, &escaped);
 }
 
 static int skip_container(Cursor *c, int depth, char close) {
@@ -549,6 +575,9 @@ static int read_arg_int(Cursor *c, int64_t *out) {
         if (value > UINT64_C(922337203685477580)) return UNSUPPORTED;
         value = value * 10 + (ch - '0');
     }
+    /* Beyond INT64_MAX (INT64_MIN included): Python decides, and no cast or negation here
+     * overflows (undefined behaviour). */
+    if (value > (uint64_t)INT64_MAX) return UNSUPPORTED;
     *out = negative ? -(int64_t)value : (int64_t)value;
     return OK;
 }
@@ -571,11 +600,7 @@ static int read_time(Cursor *c, int64_t *ns, int *is_float) {
         *ns = (int64_t)whole * 1000 + (int64_t)nearbyint((us - whole) * 1000.0);
         return OK;
     }
-    if (is_null(c)) { /* the lenient reader takes a null time as 0 */
-        c->p += 4;
-        *ns = 0;
-        return OK;
-    }
+    /* null, a string...: the Python reader skips and counts the event (_bad_times) */
     int r = skip_value(c, 1);
     return r == OK ? UNSUPPORTED : r;
 }
@@ -612,7 +637,7 @@ static int read_id(Cursor *c, int64_t *out) {
         if (value > UINT64_C(922337203685477580)) return UNSUPPORTED;
         value = value * 10 + (ch - '0');
     }
-    if (negative > 1) return UNSUPPORTED;
+    if (negative > 1 || value > (uint64_t)INT64_MAX) return UNSUPPORTED;
     *out = negative ? -(int64_t)value : (int64_t)value;
     return OK;
 }
@@ -664,6 +689,7 @@ static int read_real(Cursor *c, double *out) {
         int64_t integer;
         int is_float, r = lex_number(c, &integer, out, &is_float);
         if (r == OK && !is_float) *out = (double)integer;
+        if (r == OK && !isfinite(*out)) *out = NAN; /* 1e400: unknown, as Python reads it */
         return r;
     }
     *out = NAN;
@@ -764,7 +790,9 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
     while (r == OK && !closed) {
         const char *key;
         Py_ssize_t length;
-        if ((r = member_key(c, &key, &length)) != OK) return r;
+        int escaped;
+        if ((r = member_key_escaped(c, &key, &length, &escaped)) != OK) return r;
+        if (escaped) *unsupported = 1; /* a key written with escapes: Python decodes it */
         int code = key_code(ARG_KEYS, key, length, c->end);
         if (code >= 0 && code < N_INT_ARGS) {
             r = read_arg_int(c, &a->ints[code]);
@@ -816,7 +844,11 @@ static int read_event(Cursor *c, Scan *s) {
         const char *key;
         Py_ssize_t length;
         int escaped;
-        if ((r = member_key(c, &key, &length)) != OK) return r;
+        if ((r = member_key_escaped(c, &key, &length, &escaped)) != OK) return r;
+        if (escaped) { /* "t\u0073" is "ts" to a JSON parser: leave the document to Python */
+            s->error = "a key written with escapes";
+            return UNSUPPORTED;
+        }
         int is_string = *c->p == '"';
         int code = key_code(EVENT_KEYS, key, length, c->end);
         if (code == E_PH) {

@@ -13,11 +13,12 @@ from typing import Any
 
 import msgspec
 
+from gpuscope._files import note_input_path
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
 from gpuscope.readers import _scan
 from gpuscope.readers._early import Prefetch
-from gpuscope.readers._io import head_bytes
+from gpuscope.readers._io import head_bytes, is_folder
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
 
@@ -90,7 +91,7 @@ def load(path: str | Path, *, prefetch: Prefetch | None = None) -> Job:
     that file only; without it the file is read here and now.
     """
     path = Path(path)
-    if path.is_dir():
+    if is_folder(path):
         return _load_folder(path)
     return load_file(path, prefetch=prefetch)
 
@@ -103,6 +104,7 @@ def load_file(path: Path, *, prefetch: Prefetch | None = None) -> Job:
             "an Nsight Systems report; export it first: nsys export --type sqlite "
             f"--output {path.with_suffix('.sqlite').name} {path.name}",
         )
+    note_input_path(path)  # no output of the command may overwrite it (see gpuscope._files)
     early = prefetch.job_for(path) if prefetch is not None else None
     if early is not None:  # read already, in a child process (see the console script)
         return early
@@ -140,8 +142,11 @@ def _other_json(head: bytes) -> str:
 def require_device_activity(path: Path, trace: Trace) -> None:
     """A timeline without device work cannot be diagnosed: say which of two reasons it is."""
     ev = trace.events
-    if ev.of_kind(*BUSY_KINDS).any():
+    busy = ev.of_kind(*BUSY_KINDS)
+    if busy.any() and (ev.dur_ns[busy] > 0).any():
         return
+    if busy.any():
+        raise EmptyTraceError(path, "every GPU event has zero duration: no device time to analyse")
     if ev.of_kind(Kind.RUNTIME).any():
         raise EmptyTraceError(
             path,
@@ -152,10 +157,15 @@ def require_device_activity(path: Path, trace: Trace) -> None:
 
 
 def _load_folder(folder: Path) -> Job:
-    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
-    files = [p for p in entries if p.is_file()]
+    try:
+        entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        files = [p for p in entries if p.is_file()]
+    except OSError as error:
+        raise InputError(folder, f"cannot be read ({error.strerror or error})") from None
     if not files:
         raise InputError(folder, _no_files(entries))
+    for file in files:  # read by worker processes, perhaps: noted here
+        note_input_path(file)
     parts: list[Job] = []
     skipped: list[str] = []
     empty: list[_Unread] = []

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, InputError
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, head_bytes
+from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, check_regular, head_bytes
 
 #: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
 #: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
@@ -213,8 +213,12 @@ def start(path: Path) -> Scan | None:
 
     The scan goes on while the caller does other work (importing the analyses).
     """
-    if _kscan is None or not path.is_file():
+    if _kscan is None:
         return None
+    try:
+        check_regular(path)  # never a FIFO: opening one waits for a writer
+    except InputError:
+        return None  # the normal read says what is wrong with it
     try:
         head = head_bytes(path)
     except InputError:

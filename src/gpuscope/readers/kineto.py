@@ -16,6 +16,7 @@ that keep only the fields gpuscope uses, turned into numpy columns one pass per 
 from __future__ import annotations
 
 import gc
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -153,7 +154,7 @@ _DECODER = msgspec.json.Decoder(_Document)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args])
-_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs])  # type: ignore[valid-type]
+_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs], float_hook=float)  # type: ignore[valid-type]
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
@@ -164,7 +165,9 @@ _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 _OCCUPANCY = attrgetter("occupancy_pct")
 _SKIP = 255
-_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument)
+# float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
+# then refused as a value (see _bad_times), rather than failing the whole document.
+_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument, float_hook=float)
 _EMPTY_ARGS = _Args()
 
 # Categories, matched case-insensitively (2021 traces capitalise them).
@@ -214,8 +217,8 @@ def read_file(path: Path, scan: Scan | None = None) -> Trace:
             if scan is not None:
                 return _read_scanned(path, scan)
             return _read_streamed(path)
-        except (NotScannableError, _NotStreamableError, msgspec.DecodeError):
-            pass
+        except (NotScannableError, _NotStreamableError, msgspec.DecodeError, RecursionError):
+            pass  # the whole document decoded at once says what is wrong with it, if anything
     content = read_bytes(path)
     return read(path, content.data, truncated_stream=content.truncated)
 
@@ -277,6 +280,8 @@ def _read_streamed(path: Path) -> Trace:
     if stream.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(stream.metadata_document())
+    if not _top_level_events(stream.header, meta):
+        raise _NotStreamableError
     return columns.finish(path, meta, lost_tail=stream.truncated)
 
 
@@ -291,7 +296,26 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _META_DECODER.decode(state.metadata_document())
+    if not _top_level_events(state.header, meta):
+        raise NotScannableError
     return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # unrolled: fast on long strings
+
+
+def _top_level_events(header: bytes, meta: Any) -> bool:
+    """Whether the events array found first is the document's own ``traceEvents``: the key at
+    the top level (one bracket open before it, strings aside), and no other ``traceEvents`` key
+    after it (a JSON parser keeps the last of duplicate keys). A ``traceEvents`` nested in a
+    metadata object before the real one, or a second one, goes to the whole-document reader."""
+    if meta.traceEvents is not None:
+        return False
+    if b"[" not in header and header.count(b"{") == 1:
+        return True  # the usual header: device properties come after the events, or none
+    bare = _JSON_STRING.sub(b"", header)
+    depth = bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]")
+    return depth == 1
 
 
 class _EventText(TextState):
@@ -368,7 +392,15 @@ class _EventText(TextState):
                     self.tail = buffer[position + 1 :]
                     return candidate
             position = buffer.find(b"]", position + 1)
-        self.truncated = True  # the last event was cut off mid-write
+        self.truncated = True  # the last event was cut off mid-write, or just after its end:
+        last = buffer.rstrip()  # then it is whole and kept, as the scanner keeps it
+        last = last[:-1].rstrip() if last.endswith(b",") else last
+        if last.endswith(b"}"):
+            try:
+                _EVENTS_DECODER.decode(b"[" + last + b"]")
+            except msgspec.DecodeError:
+                return b""
+            return last
         return b""
 
 
@@ -400,14 +432,27 @@ def _flows_of(data: bytes) -> list[Any]:
 def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
     try:
         return _decode_any(data), truncated_stream
+    except RecursionError:  # valid JSON, but arrays or objects nested thousands deep
+        raise CorruptInputError(path, "JSON nested too deep to read") from None
     except msgspec.DecodeError as error:
-        if not data.lstrip().startswith(b"{") or b'"traceEvents"' not in data[:65536]:
-            raise CorruptInputError(path, f"not valid JSON ({error})") from None
         message = str(error)
+        # Cut off mid-write only when the decoder ran out of input: an error anywhere else is a
+        # corrupt document, and keeping the events before it would be a silent loss. (msgspec
+        # also says "truncated" of a lone UTF-16 surrogate escape, which is no cut.)
+        cut_off = "truncated" in message and _LONE_SURROGATE.search(data) is None
+        if (
+            not cut_off
+            or not data.lstrip().startswith(b"{")
+            or b'"traceEvents"' not in data[:65536]
+        ):
+            raise CorruptInputError(path, f"not valid JSON ({error})") from None
     repaired = _repair_truncated(data)
     if repaired is None:
         raise CorruptInputError(path, f"not valid JSON and no whole event to keep ({message})")
     return repaired, True
+
+
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
 
 
 def _decode_any(data: bytes) -> Any:
@@ -427,10 +472,15 @@ def _repair_truncated(data: bytes) -> Any | None:
         return None
     tail_from = max(start, len(data) - (8 << 20))
     boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, tail_from)]
+    # A file cut just after an event (``},``) keeps that event too, as the scanner does.
+    end = data.rstrip()
+    end = end[:-1].rstrip() if end.endswith(b",") else end
+    if end.endswith(b"}") and len(end) > start:
+        boundaries.append(len(end) - 1)
     for cut in reversed(boundaries[-64:]):
         try:
             return _decode_any(data[: cut + 1] + b"]}")
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
     return None
 
@@ -453,6 +503,8 @@ class _Columns:
         self.old_schema = False
         self.float_ts = False
         self.flows: list[Any] = []
+        #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
+        self.skipped: dict[str, int] = {}
 
     def add(self, raw_events: list[Any], flows: Callable[[], list[Any]]) -> None:
         """Add a piece of the document's events; ``flows`` decodes the same piece's flow events,
@@ -463,6 +515,8 @@ class _Columns:
         else:
             complete = [e for e in raw_events if type(e) is _Event]
         categories = list(map(_CATEGORY, complete))
+        if self.lenient:  # a category that is not a string (a list, an object) is no kind
+            categories = [c if isinstance(c, str) else None for c in categories]
         for cat in set(categories) - self.kind_of.keys():
             self._kind_code(cat)
         codes = np.fromiter(
@@ -473,6 +527,14 @@ class _Columns:
         if not rows:
             return
         kinds = codes[keep]
+        bad = _bad_times(
+            [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not self.lenient
+        )
+        if bad is not None:
+            rows = list(compress(rows, (~bad).tolist()))
+            kinds = kinds[~bad]
+            if not rows:
+                return
         if "mtia_ccp_events" in self.kind_of:
             _mark_mtia_dma(rows, kinds)
         columns = self._columns(rows, kinds)
@@ -490,11 +552,21 @@ class _Columns:
         self.events += events
         if n == 0:
             return
+        # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
+        # UnicodeDecodeError, and the msgspec reader says what is wrong with the document.
+        b"".join(raw_names).decode()
+        b"".join(raw_cats).decode()
         cats = [_raw_string(c) for c in raw_cats]
         codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
         cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
         codes = codes_of_cat[cat]
         keep = codes != _SKIP
+        # The scanner hands over any time that is not a number in range; a negative duration
+        # is skipped and counted here as the msgspec reader does (see _bad_times).
+        negative = keep & (np.frombuffer(memoryview(raw["dur_ns"]), dtype=np.int64) < 0)
+        if negative.any():
+            _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
+            keep &= ~negative
         if not keep.any():
             return
         kept = np.flatnonzero(keep)
@@ -531,7 +603,7 @@ class _Columns:
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
             "start_ns": column("ts_ns"),
-            "dur_ns": np.maximum(column("dur_ns"), 0),
+            "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
             "occupancy_pct": column("occupancy", np.float64).astype(np.float32),
         }
@@ -585,7 +657,7 @@ class _Columns:
             "kind": kinds,
             "name_id": self._intern(list(map(_NAME, rows))),
             "start_ns": _to_ns(ts_us),
-            "dur_ns": np.maximum(_to_ns(dur), 0),
+            "dur_ns": _to_ns(dur),
             **self._arg_columns(
                 kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
             ),
@@ -627,14 +699,26 @@ class _Columns:
         }
 
     def _intern(self, raw_names: list[Any]) -> np.ndarray:
+        if not all(type(n) is str for n in raw_names):  # the lenient reader's odd names
+            raw_names = [self._odd_name(n) for n in raw_names]
         index = self.index
         for name in dict.fromkeys(raw_names):
             if name not in index:
-                text = name if isinstance(name, str) else str(name)
+                text = name
+                if len(text) > MAX_NAME_CHARS:
+                    text = text[:MAX_NAME_CHARS] + "…"
+                    _count(self.skipped, _LONG_NAME, 1)
                 index[name] = index.setdefault(text, len(self.names))
                 if index[name] == len(self.names):
                     self.names.append(text)
         return np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
+
+    def _odd_name(self, name: Any) -> str:
+        """A name that is not a JSON string (a number, a list, an object) reads as ``?``."""
+        if isinstance(name, str):
+            return name
+        _count(self.skipped, _NOT_A_STRING, 1)
+        return "?"
 
     @property
     def names(self) -> list[str]:
@@ -682,6 +766,8 @@ class _Columns:
                 f"{path}: kernels were recorded by CUPTI range profiling (replayed for counters):"
                 " their durations are not real-time, so busy and idle figures are not either"
             )
+        for reason, count in self.skipped.items():
+            trace.warnings.append(f"{path}: {count:,} {reason}")
         if lost_tail:
             trace.warnings.append(
                 f"{path}: the file ends mid-write (the profiler did not finish it); read "
@@ -697,7 +783,10 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
     """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
-    dma = [e.cat == "mtia_ccp_events" and e.name.startswith("dma") for e in rows]
+    dma = [
+        e.cat == "mtia_ccp_events" and isinstance(e.name, str) and e.name.startswith("dma")
+        for e in rows
+    ]
     kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
 
 
@@ -712,17 +801,27 @@ def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.n
     chosen = args if rows is None else [args[r] for r in rows.tolist()]
     values = list(map(attrgetter(field), chosen))
     try:
-        return np.array(values, dtype=np.int64)
-    except TypeError:  # a JSON null among the ints
-        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:
+            return column
+    except (TypeError, ValueError, OverflowError):  # a null among the ints, one beyond 64 bits
+        pass
+    return np.array([v if _in_int64(v) else -1 for v in values], dtype=np.int64)
+
+
+def _in_int64(value: Any) -> bool:
+    return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
 
 
 def _ids(values: list[Any]) -> np.ndarray:
     """pid/tid columns: plain ints, except in traces that write them as strings."""
     try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError):
-        return np.array([_int_id(v) for v in values], dtype=np.int64)
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:  # not ``"pid": [1, 2]`` everywhere (a column of lists)
+            return column
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return np.array([_int_id(v) for v in values], dtype=np.int64)
 
 
 def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
@@ -753,13 +852,67 @@ def _product(dims: list[int] | None) -> int:
 
 def _int_id(value: Any) -> int:
     """Process and thread ids: ints, or strings such as ``"24572"`` / ``"stream 7"`` (2021)."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        digits = value.rsplit(" ", 1)[-1]
-        if digits.lstrip("-").isdigit():
-            return int(digits)
-    return -1
+    if isinstance(value, str) and _ID_DIGITS.fullmatch(digits := value.rsplit(" ", 1)[-1]):
+        value = int(digits)
+    return value if _in_int64(value) and not isinstance(value, bool) else -1
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_ID_DIGITS = re.compile(r"-?[0-9]+")
+#: The largest time in microseconds whose nanoseconds fit in 64 bits (as the scanner checks).
+_MAX_TIME_US = 9.0e15
+_BAD_TIME = "events with a ts or dur that is not a number in range were skipped"
+#: Kernel names of C++ templates run to a few thousand characters; a name of megabytes is a
+#: corrupt or hostile file, and matching patterns over it would take minutes.
+MAX_NAME_CHARS = 1 << 16
+_NEGATIVE_DURATION = "events with a negative duration were skipped"
+_LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
+_NOT_A_STRING = "events with a name that is not a string are named '?'"
+
+
+def _count(skipped: dict[str, int], reason: str, n: int) -> None:
+    skipped[reason] = skipped.get(reason, 0) + n
+
+
+def _bad_times(
+    ts: list[Any], dur: list[Any], skipped: dict[str, int], *, typed: bool
+) -> np.ndarray | None:
+    """Rows whose time cannot be used, counted into ``skipped`` by reason; None when all can.
+
+    A timestamp that is not a number (a string, null, a list), out of range (``1e400``, beyond
+    64-bit nanoseconds) or a negative duration is a writer's bug or a corrupt file: taking it as
+    0 would move the event to the clock's origin and stretch the timeline by decades, so the
+    event is skipped and the count reported instead. ``typed``: the values are msgspec's ints
+    and floats (no bools, strings or nulls), so numpy converts them in one pass.
+    """
+    try:  # ints beyond a double (a 400-digit ts) take the slow path
+        t = np.array(ts, dtype=np.float64) if typed else None
+        d = np.array(dur, dtype=np.float64) if typed else None
+    except OverflowError:
+        t = d = None
+    if t is None or d is None:
+        t = np.array([_time_or_nan(v) for v in ts], dtype=np.float64)
+        d = np.array([_time_or_nan(v) for v in dur], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        unusable = ~(np.abs(t) <= _MAX_TIME_US) | ~(np.abs(d) <= _MAX_TIME_US)
+        negative = ~unusable & (d < 0)
+    if not unusable.any() and not negative.any():
+        return None
+    if unusable.any():
+        _count(skipped, _BAD_TIME, int(unusable.sum()))
+    if negative.any():
+        _count(skipped, _NEGATIVE_DURATION, int(negative.sum()))
+    bad: np.ndarray = unusable | negative
+    return bad
+
+
+def _time_or_nan(value: Any) -> float:
+    if type(value) not in (int, float):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("nan")
 
 
 def _num(value: Any) -> float:
@@ -771,9 +924,10 @@ def _num(value: Any) -> float:
 
 def _opt_int(value: Any) -> int | None:
     try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
+        number = None if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         return None
+    return number if number is None or _INT64_MIN <= number <= _INT64_MAX else None
 
 
 def _coerce_args(a: Any) -> Any:
@@ -791,8 +945,9 @@ def _coerce_args(a: Any) -> Any:
             pass
         elif field_name in {"collective_name", "dtype", "pg_name", "call_stack"}:
             value = value if isinstance(value, str) else None
-        elif field_name == "occupancy_pct":
-            value = float(value) if isinstance(value, (int, float)) else float("nan")
+        elif field_name == "occupancy_pct":  # beyond a double, or not a number: unknown
+            value = _time_or_nan(value) if not isinstance(value, bool) else float("nan")
+            value = value if math.isfinite(value) else float("nan")
         else:  # ints: what int() makes of the value, else the field's own default
             number = _opt_int(value)
             value = getattr(_EMPTY_ARGS, field_name) if number is None else number
@@ -925,7 +1080,7 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
 
 def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
     props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
-    props = [p for p in (props or []) if isinstance(p, dict)]
+    props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
     used = sorted({int(d) for d in distinct(table.device) if d >= 0})
     rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
     by_id = {_opt_int(p.get("id")): p for p in props}

@@ -255,7 +255,8 @@ def _add_long_row(launch: _Launch, cell: dict[str, str]) -> None:
 def _speedup_pct(raw: str) -> float | None:
     # A percentage of at most 100: "81,25" can only be a decimal comma.
     value = parse_number(raw)
-    return value if value is not None else parse_number(raw, ",")
+    value = value if value is not None else parse_number(raw, ",")
+    return value if value is not None and 0.0 <= value <= 100.0 else None  # else garbled
 
 
 # --- raw layout ---------------------------------------------------------------------------------
@@ -324,7 +325,11 @@ def _kernel(index: int, launch: _Launch, mark: str) -> CounterKernel:
     def first(names: tuple[str, ...]) -> float | None:
         for name in names:
             if name in numbers and (name not in _PCT_FIELDS or _is_pct(launch, name)):
-                return numbers[name]
+                value = numbers[name]
+                # A percentage of peak or an occupancy beyond 0-100, or a negative count, is
+                # a garbled row: unknown, not a figure that would price a finding at 1e20 %.
+                limit = 100.0 if name in _PCT_FIELDS else math.inf
+                return value if 0.0 <= value <= limit else None
         return None
 
     ident = launch.identity
@@ -342,8 +347,8 @@ def _kernel(index: int, launch: _Launch, mark: str) -> CounterKernel:
         achieved_occupancy_pct=first(_ACHIEVED),
         theoretical_occupancy_pct=first(_THEORETICAL),
         waves_per_sm=first(_WAVES),
-        grid_blocks=int(grid) if grid is not None else _dims_product(ident["Grid Size"]),
-        block_threads=int(block) if block is not None else _dims_product(ident["Block Size"]),
+        grid_blocks=_launch_size(grid, ident["Grid Size"]),
+        block_threads=_launch_size(block, ident["Block Size"]),
         metrics=numbers,
         rules=launch.rules,
         num_sms=int(sms) if sms is not None else None,
@@ -361,8 +366,14 @@ def _duration_ns(launch: _Launch, numbers: dict[str, float]) -> int | None:
             unit = launch.values[name][0].strip().lower() or "ns"
             scale = _NS_PER_UNIT.get(unit)
             if scale is not None:
-                return round(numbers[name] * scale)
+                duration_ns = numbers[name] * scale
+                # One kernel replayed under ncu runs for microseconds to seconds; a negative
+                # duration or one over a day is a garbled value.
+                return round(duration_ns) if 0 <= duration_ns <= _MAX_KERNEL_NS else None
     return None
+
+
+_MAX_KERNEL_NS = 86_400 * 1_000_000_000
 
 
 def _int(text: str, default: int) -> int:
@@ -372,12 +383,26 @@ def _int(text: str, default: int) -> int:
 
 def _optional_int(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else None
+    return int(text) if _INTEGER.fullmatch(text) else None
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+#: CUDA's largest grid: 2^31 - 1 blocks in x, 65,535 in y and z. More is a garbled value.
+_MAX_LAUNCH = (2**31 - 1) * 65_535 * 65_535
+
+
+def _launch_size(metric: float | None, dims: str) -> int | None:
+    """Blocks in the grid (threads in a block) from the metric, else the dimensions; None
+    where neither is a size CUDA can launch."""
+    size = int(metric) if metric is not None else _dims_product(dims)
+    return size if size is not None and 0 <= size <= _MAX_LAUNCH else None
 
 
 def _dims_product(text: str) -> int | None:
     """``(9, 32, 1)`` -> 288; None when the field is missing or not a tuple of integers."""
     parts = [p.strip() for p in text.strip().strip("()[]").split(",")]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         return None
     return math.prod(int(p) for p in parts)

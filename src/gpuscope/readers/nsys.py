@@ -14,6 +14,9 @@ What becomes what (tables absent when empty are simply skipped):
   host memory are decoded through the export's own ``ENUM_CUDA_MEMCPY_OPER`` and
   ``ENUM_CUDA_MEM_KIND`` tables, falling back to nsys's documented values when the export has none
   (schema 2.x). Copies are named as Kineto names them: ``Memcpy HtoD (Pinned -> Device)``.
+  Unified-memory migrations (copy kinds ``UVM_*`` with their ``migrationCause``, and the older
+  ``CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER`` table's byte-transfer rows) are copies named
+  ``Unified Memory HtoD (Page fault)``: the driver moved pages because a processor touched them.
 * ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION``: :attr:`Kind.SYNC` on its stream, never busy work.
 * ``CUPTI_ACTIVITY_KIND_RUNTIME``: :attr:`Kind.RUNTIME`, names as recorded
   (``cudaStreamSynchronize_v3020``); linked to the device work they launched by ``correlationId``.
@@ -122,6 +125,18 @@ _COPY_CODE = {
     "HTOH": ("HtoH", CopyDirection.OTHER),
 }
 
+_MIGRATION_FALLBACK = {
+    0: "Unknown",
+    1: "User prefetch",
+    2: "Page fault",
+    3: "Speculative prefetch",
+    4: "Eviction",
+    5: "Access counters",
+}
+#: CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND values that are byte transfers (the rest count
+#: faults or thrashing, not device time).
+_UM_TRANSFER_KINDS = {1: ("HtoD", CopyDirection.H2D), 2: ("DtoH", CopyDirection.D2H)}
+
 _ENUM_PREFIX = re.compile(r"^.*_(?:KIND|TYPE)_")
 
 _REQUIRED = {
@@ -160,6 +175,10 @@ def read(path: Path) -> Job:
             return _read(path, db)
     except sqlite3.Error as error:
         raise CorruptInputError(path, f"not a readable SQLite database ({error})") from None
+    except UnicodeDecodeError:  # a damaged page: text that is not UTF-8 where SQLite keeps text
+        raise CorruptInputError(
+            path, "not a readable SQLite database (text that is not UTF-8)"
+        ) from None
 
 
 def _check_not_truncated(path: Path) -> None:
@@ -193,7 +212,10 @@ def _check_not_truncated(path: Path) -> None:
 def _open(path: Path) -> Iterator[sqlite3.Connection]:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     with closing(sqlite3.connect(uri, uri=True)) as db:
-        db.execute("PRAGMA mmap_size = 1073741824")
+        # No memory map: an export cut short while it is read (a re-export over it) would kill
+        # the process with SIGBUS on the missing pages; read() calls return an error instead,
+        # a CorruptInputError. Measured no slower on the corpus exports.
+        db.execute("PRAGMA mmap_size = 0")
         yield db
 
 
@@ -386,7 +408,7 @@ def _device_columns(
     start, dur, device, stream, corr, gpid = got[:6]
     columns = {
         "start_ns": start,
-        "dur_ns": np.maximum(dur, 0),
+        "dur_ns": dur,  # an end before the start is dropped and counted (_implausible)
         "device": device,
         "stream": stream,
         "correlation": corr,
@@ -429,16 +451,18 @@ def _memcpys(export: _Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
     src = f"COALESCE({export.column_or(table, 'srcKind', '-1')}, -1)"
     dst = f"COALESCE({export.column_or(table, 'dstKind', '-1')}, -1)"
-    got = _device_columns(export, table, ("bytes", "copyKind", src, dst))
+    cause = f"COALESCE({export.column_or(table, 'migrationCause', '-1')}, -1)"
+    got = _device_columns(export, table, ("bytes", "copyKind", src, dst, cause))
     if got is None:
         return None
-    columns, (nbytes, copy_kind, src_kind, dst_kind) = got
+    columns, (nbytes, copy_kind, src_kind, dst_kind, migration) = got
     operations = export.enum("ENUM_CUDA_MEMCPY_OPER", _MEMCPY_OPER_FALLBACK)
     memory = export.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND_FALLBACK, label=True)
-    # One decision per distinct (copy kind, source kind, destination kind).
-    keys = np.stack([copy_kind, src_kind, dst_kind], axis=1)
+    causes = export.enum("ENUM_CUDA_UNIF_MEM_MIGRATION", _MIGRATION_FALLBACK, label=True)
+    # One decision per distinct (copy kind, source kind, destination kind, migration cause).
+    keys = np.stack([copy_kind, src_kind, dst_kind, migration], axis=1)
     unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    decoded = [_decode_copy(export, operations, memory, *map(int, k)) for k in unique]
+    decoded = [_decode_copy(export, operations, memory, causes, *map(int, k)) for k in unique]
     inverse = inverse.reshape(-1)
     columns.update(
         kind=np.full(nbytes.shape, Kind.MEMCPY, dtype=np.uint8),
@@ -454,18 +478,62 @@ def _decode_copy(
     export: _Export,
     operations: dict[int, str],
     memory: dict[int, str],
+    causes: dict[int, str],
     copy_kind: int,
     src_kind: int,
     dst_kind: int,
+    migration: int,
 ) -> tuple[int, CopyDirection, bool]:
     """(name id, direction, pageable host memory) of one kind of copy."""
     operation = operations.get(copy_kind, "UNKNOWN").upper().removeprefix("CUDA_MEMCPY_KIND_")
     short, direction = _COPY_CODE.get(operation, ("Unknown", CopyDirection.OTHER))
+    if operation.startswith("UVM_"):
+        name = f"Unified Memory {short} ({causes.get(migration, 'Unknown')})"
+        return export.intern(name), direction, False
     src = memory.get(src_kind, "Unknown")
     dst = memory.get(dst_kind, "Unknown")
     pageable = "pageable" in (src.lower(), dst.lower())
     name = f"Memcpy {short} ({src} -> {dst})"
     return export.intern(name), direction, pageable
+
+
+def _um_counters(export: _Export, default_pid: int) -> Events | None:
+    """Byte transfers of the older unified-memory table, as copies on no stream, of the process
+    the table names (``globalPid``), else of the process whose device work came first."""
+    table = "CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER"
+    if (
+        not export.has(table)
+        or not {"start", "end", "counterKind", "value"} <= export.columns[table]
+    ):
+        return None
+    device = export.column_or(table, "deviceId", export.column_or(table, "dstId", "0"))
+    gpid = export.column_or(table, "globalPid", "-1")
+    rows = export.db.execute(
+        f"SELECT start, end, counterKind, value, COALESCE({device}, 0), COALESCE({gpid}, -1)"
+        f" FROM {table}"
+        " WHERE counterKind IN (1, 2) AND end > start ORDER BY start"
+    ).fetchall()
+    if not rows:
+        return None
+    data = np.array(rows, dtype=np.int64)
+    names = {
+        k: export.intern(f"Unified Memory {short} (Page fault)")
+        for k, (short, _) in _UM_TRANSFER_KINDS.items()
+    }
+    kinds = data[:, 2]
+    pid = np.where(data[:, 5] >= 0, (data[:, 5] >> 24) & _ID_MASK, default_pid)
+    columns = {
+        "kind": np.full(len(rows), Kind.MEMCPY, dtype=np.uint8),
+        "name_id": np.array([names[int(k)] for k in kinds], dtype=np.int32),
+        "start_ns": data[:, 0],
+        "dur_ns": data[:, 1] - data[:, 0],
+        "device": data[:, 4].astype(np.int32),
+        "stream": np.full(len(rows), -1, dtype=np.int64),
+        "pid": pid,
+        "bytes": data[:, 3],
+        "copy_direction": np.array([_UM_TRANSFER_KINDS[int(k)][1] for k in kinds], dtype=np.uint8),
+    }
+    return Events.from_columns(len(rows), columns, {})
 
 
 def _memsets(export: _Export) -> Events | None:
@@ -520,7 +588,7 @@ def _runtime(export: _Export) -> Events | None:
         "kind": np.full(start.shape, Kind.RUNTIME, dtype=np.uint8),
         "name_id": export.string_ids(name_ids),
         "start_ns": start,
-        "dur_ns": np.maximum(dur, 0),
+        "dur_ns": dur,
         "pid": (gtid >> 24) & _ID_MASK,
         "tid": gtid & _ID_MASK,
         "correlation": corr,
@@ -749,6 +817,8 @@ def _os_runtime(export: _Export) -> dict[int, dict[str, int]]:
 def _read(path: Path, db: sqlite3.Connection) -> Job:
     export = _inspect(path, db)
     parts = [_kernels(export), _memcpys(export), _memsets(export), _syncs(export)]
+    first_pid = next((int(p.pid[0]) for p in parts if p is not None and len(p)), -1)
+    parts.append(_um_counters(export, first_pid))
     device_parts = [p for p in parts if p is not None and len(p)]
     runtime = _runtime(export)
     if not device_parts:
@@ -758,6 +828,9 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     os_runtime = _os_runtime(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
+    events, notes = _implausible(path, events)
+    if not events.of_kind(*BUSY_KINDS).any():
+        raise EmptyTraceError(path, "no GPU activity left once implausible times are dropped")
     order = np.argsort(events.start_ns, kind="stable")
     busy = events.of_kind(*BUSY_KINDS)
     infos = _device_infos(export)
@@ -771,8 +844,37 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         _attach_metrics(trace, metrics)
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
+        trace.warnings.extend(notes)
         traces.append(trace)
     return Job(source=str(path), traces=traces)
+
+
+#: The farthest an event may start or end from the export's median start: nsys records seconds
+#: to hours; an end at 2^62 ns (146 years) is a corrupt row, and kept it would make the GPU
+#: "busy" for a century.
+MAX_DISTANCE_NS = 31 * 86_400 * 1_000_000_000
+
+
+def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
+    """Events that end before they start, or lie decades from the rest, dropped and counted."""
+    start, dur = events.start_ns, events.dur_ns
+    middle = int(np.median(start)) if len(start) else 0
+    backwards = dur < 0
+    with np.errstate(over="ignore"):
+        far = (np.abs(start - middle) > MAX_DISTANCE_NS) | (dur > MAX_DISTANCE_NS) & ~backwards
+    notes = []
+    if backwards.any():
+        notes.append(
+            f"{path}: dropped {int(backwards.sum()):,} event(s) that end before they start"
+        )
+    if far.any():
+        notes.append(
+            f"{path}: dropped {int(far.sum()):,} event(s) timed more than 31 days from the rest"
+            " of the export (corrupt times)"
+        )
+    if not notes:
+        return events, []
+    return events.take(np.flatnonzero(~(backwards | far))), notes
 
 
 def _no_device_work_reason(runtime: Events | None) -> str:

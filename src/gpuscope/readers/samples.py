@@ -4,7 +4,11 @@ Handles four recordings, each sniffed from content:
 
 * ``nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,memory.used,memory.total
   --format=csv[,nounits] -l 1``: header names like ``utilization.gpu [%]``, units in values
-  ("45 %", "1024 MiB") or not, ``[N/A]`` / ``[Not Supported]`` for missing values;
+  ("45 %", "1024 MiB") or not, ``[N/A]`` / ``[Not Supported]`` for missing values; and CSVs of
+  the same figures written by other loggers (an NVML script's ``Time,GPU_ID,Utilization``):
+  header synonyms (time / timestamp, gpu / index / GPU_ID, util / utilization / utilization.gpu,
+  mem_used / memory.used, ...), ``,``, ``;`` or tab separators, memory in MiB unless a unit says
+  otherwise (or the values are too large for MiB: NVML's bytes);
 * NVML JSON-lines monitors (SuperBench's ``monitor.jsonl``): one object per sample, a ``time``
   and keys ``<metric>:<gpu>`` (``gpu_usage:0``, ``gpu_mem_used:0`` in bytes, ...);
 * ``dcgmi dmon -e 203,1002,1005,252`` text: a ``#Entity ... GPUTL SMACT DRAMA FBUSD`` header
@@ -14,6 +18,9 @@ Handles four recordings, each sniffed from content:
 
 dcgm-exporter's counter list (``dcp-metrics-included.csv``: field, type, help text) names metrics
 but records none: :func:`reject_counter_list` says so in one line, and a folder skips it.
+
+Text files are read as UTF-8, UTF-8 with a byte-order mark, or UTF-16 (what Windows
+PowerShell writes for ``nvidia-smi ... > log.csv``), with or without a mark.
 
 Contract: each ``read_*`` returns one :class:`~gpuscope.model.SampleSet` (one
 :class:`~gpuscope.model.GpuSamples` per GPU, times in integer ns, percentages 0-100, memory in
@@ -77,7 +84,52 @@ class _Gpu:
         self.rows.append(values)
 
 
+#: The farthest a sample's time may lie from the recording's median time: a sampler runs for
+#: hours or days; a row decades away is a corrupt clock or a garbled line.
+MAX_DISTANCE_NS = 31 * 86_400 * 1_000_000_000
+_PERCENTAGES = (UTIL, SM_ACTIVE, DRAM_ACTIVE)
+
+
+def _drop_implausible(path: Path, gpus: dict[int, _Gpu], warnings: list[str]) -> None:
+    """Samples whose time is far from the rest (a 54-year "gap" from one corrupt timestamp)
+    are dropped, and values no GPU reports (a percentage beyond 0-100, negative or infinite
+    memory or power, from a garbled scrape) become missing; each counted in a warning, never
+    kept as they are nor turned into 0."""
+    times = [t for g in gpus.values() for t in g.times_ns if abs(t) < 2**63]
+    if not times:
+        return
+    middle = int(np.median(np.asarray(times, dtype=np.int64)))
+    far = 0
+    for gpu in gpus.values():
+        kept = [abs(t - middle) <= MAX_DISTANCE_NS for t in gpu.times_ns]
+        if not all(kept):
+            far += kept.count(False)
+            gpu.times_ns = [t for t, k in zip(gpu.times_ns, kept, strict=True) if k]
+            gpu.rows = [r for r, k in zip(gpu.rows, kept, strict=True) if k]
+    if far:
+        warnings.append(
+            f"{path}: dropped {far} sample(s) timed more than 31 days from the rest of the"
+            " recording (a corrupt timestamp)"
+        )
+    bad = 0
+    for gpu in gpus.values():
+        for row in gpu.rows:
+            for key, value in row.items():
+                if math.isnan(value):
+                    continue
+                limit = 100.0 if key in _PERCENTAGES else math.inf
+                if not (0.0 <= value <= limit) or not math.isfinite(value):
+                    row[key] = math.nan
+                    bad += 1
+    if bad:
+        warnings.append(
+            f"{path}: ignored {bad} value(s) out of range (a percentage outside 0-100, or a"
+            " negative or infinite amount)"
+        )
+
+
 def _sample_set(path: Path, fmt: str, gpus: dict[int, _Gpu], warnings: list[str]) -> SampleSet:
+    _drop_implausible(path, gpus, warnings)
     if not any(g.times_ns for g in gpus.values()):
         raise EmptyTraceError(path, "no GPU samples in the file")
     seen = {k for g in gpus.values() for row in g.rows for k, v in row.items() if not math.isnan(v)}
@@ -119,17 +171,52 @@ def _gpu_samples(index: int, gpu: _Gpu) -> GpuSamples:
     )
 
 
+def _encoding(head: bytes) -> str | None:
+    """The text encoding of a file from its first bytes; None for a binary file (SQLite, gzip of
+    something else). UTF-16 is what Windows PowerShell writes for ``nvidia-smi ... > log.csv``
+    (with a byte-order mark); a UTF-16 file without one shows NUL in every other byte."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"  # the mark says which byte order, and is dropped
+    if head.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    window = head[:4096]
+    if head.startswith(b"SQLite format 3"):
+        return None
+    if b"\x00" not in window:
+        return "utf-8"
+    even, odd = window[0::2], window[1::2]
+    if len(window) >= 4 and odd.count(0) >= 0.9 * len(odd) and even.count(0) == 0:
+        return "utf-16-le"
+    if len(window) >= 4 and even.count(0) >= 0.9 * len(even) and odd.count(0) == 0:
+        return "utf-16-be"
+    return None
+
+
+def _decoded(data: bytes, encoding: str) -> str:
+    if encoding.startswith("utf-16") and len(data) % 2:
+        data = data[:-1]  # a head cut mid-character
+    return data.decode(encoding, errors="replace").lstrip("\ufeff")
+
+
+def _head_text(head: bytes) -> str | None:
+    """The first bytes of a file as text, whatever its encoding; None when it is not text."""
+    encoding = _encoding(head)
+    return None if encoding is None else _decoded(head, encoding)
+
+
 def _is_text(head: bytes) -> bool:
     """Not a binary file (SQLite, gzip of something else): the sniffers read text only."""
-    return not head.startswith(b"SQLite format 3") and b"\x00" not in head[:4096]
+    return _encoding(head) is not None
 
 
 def _lines(path: Path) -> list[str]:
-    return read_bytes(path).data.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    data = read_bytes(path).data
+    return _decoded(data, _encoding(data[:4096]) or "utf-8").splitlines()
 
 
 # --- times and values ---------------------------------------------------------------------------
 
+_NUMBER = re.compile(r"^\d+(?:\.\d*)?$")
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -144,6 +231,8 @@ def parse_time_ns(value: Any) -> int | None:
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
+    if _NUMBER.match(text):  # epoch or relative seconds written as text (a CSV cell)
+        return _epoch_ns(float(text))
     stamp: datetime | None = None
     for fmt in _TIME_FORMATS:
         try:
@@ -163,7 +252,7 @@ def parse_time_ns(value: Any) -> int | None:
 
 
 def _epoch_ns(value: float) -> int | None:
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0 or value > 9e18:  # beyond 64-bit nanoseconds
         return None
     if value < 1e11:  # seconds
         return round(value * 1e9)
@@ -193,26 +282,79 @@ def _to_bytes(value: float, unit: str) -> float:
 # --- nvidia-smi --query-gpu ---------------------------------------------------------------------
 
 _SMI_FIELDS = ("utilization.gpu", "memory.used", "memory.total", "power.draw", "timestamp")
-_SMI_COLUMN = re.compile(r"^\s*([\w.]+)\s*(?:\[([^\]]*)\])?\s*$")
+#: A column name and its unit: ``utilization.gpu [%]``, ``Memory Used (MiB)``, ``Time``.
+_SMI_COLUMN = re.compile(r"^\s*([^\[\]()]*?)\s*(?:[\[(]([^\])]*)[\])])?\s*$")
+#: Names other loggers give the columns (NVML scripts, exporters, spreadsheets), compared
+#: without case, with spaces, dashes and underscores alike: -> nvidia-smi's own field name.
+_SMI_SYNONYMS = {
+    "time": "timestamp",
+    "ts": "timestamp",
+    "date_time": "timestamp",
+    "datetime": "timestamp",
+    "gpu": "index",
+    "gpu_id": "index",
+    "gpu_index": "index",
+    "device": "index",
+    "device_id": "index",
+    "utilization": "utilization.gpu",
+    "util": "utilization.gpu",
+    "gpu_util": "utilization.gpu",
+    "gpu_utilization": "utilization.gpu",
+    "utilization_gpu": "utilization.gpu",
+    "gpu_usage": "utilization.gpu",
+    "memory_used": "memory.used",
+    "mem_used": "memory.used",
+    "used_memory": "memory.used",
+    "memory_total": "memory.total",
+    "mem_total": "memory.total",
+    "total_memory": "memory.total",
+    "power": "power.draw",
+    "power_draw": "power.draw",
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+}
+#: Separators a CSV may use: Excel in many locales writes ``;``, some loggers tabs.
+_DELIMITERS = (",", ";", "\t")
+_GPU_NUMBER = re.compile(r"^(?:gpu[\s_:#-]*)?(\d+)$", re.IGNORECASE)
+#: A memory value this large with no unit written anywhere is in bytes (NVML's own unit): in MiB
+#: it would be over 9 TiB.
+_BYTES_NOT_MIB = 1e7
 
 
 def looks_like_nvidia_smi(head: bytes) -> bool:
-    """A CSV whose first line names ``nvidia-smi --query-gpu`` fields."""
-    first = _first_line(head) if _is_text(head) else None
-    if first is None or "," not in first or first.startswith(('"', "{", "[", "#")):
+    """A CSV whose first line names ``nvidia-smi --query-gpu`` fields (or their synonyms)."""
+    first = _first_line(head)
+    if first is None or first.startswith(("{", "[", "#")):
         return False
-    names = {_smi_name(c)[0] for c in first.split(",")}
+    delimiter = _delimiter(first)
+    if delimiter is None:
+        return False
+    names = {_smi_name(c)[0] for c in _csv_row(first, delimiter)}
     return any(f in names for f in _SMI_FIELDS[:4])
 
 
 def _first_line(head: bytes) -> str | None:
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    text = _head_text(head) or ""
     return next((line.strip() for line in text.splitlines() if line.strip()), None)
 
 
+def _delimiter(header: str) -> str | None:
+    """The separator the header line uses most (None: a single column, not a table)."""
+    counts = {d: header.count(d) for d in _DELIMITERS}
+    best = max(_DELIMITERS, key=lambda d: counts[d])
+    return best if counts[best] else None
+
+
+def _csv_row(line: str, delimiter: str) -> list[str]:
+    return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True), [])
+
+
 def _smi_name(column: str) -> tuple[str, str]:
+    """nvidia-smi's field name for a column (synonyms mapped) and the unit its header gives."""
     match = _SMI_COLUMN.match(column)
-    return (match.group(1), match.group(2) or "") if match else (column.strip(), "")
+    name, unit = (match.group(1), match.group(2) or "") if match else (column.strip(), "")
+    key = re.sub(r"[\s_-]+", "_", name.strip().lower())
+    return _SMI_SYNONYMS.get(key, key), unit.strip()
 
 
 def read_nvidia_smi(path: Path) -> SampleSet:
@@ -234,7 +376,9 @@ def read_nvidia_smi(path: Path) -> SampleSet:
             raise CorruptInputError(
                 path, f"CSV row {number} has {len(row)} fields, the header {len(header)} (cut off?)"
             )
-        cells = dict(zip(names, (c.strip() for c in row), strict=True))
+        cells: dict[str, str] = {}
+        for name, cell in zip(names, row, strict=True):
+            cells.setdefault(name, cell.strip())  # two synonyms of one field: the first counts
         gpu = gpus.setdefault(_smi_gpu(cells, ids), _Gpu())
         gpu.name = cells.get("name") or gpu.name
         gpu.uuid = cells.get("uuid") or gpu.uuid
@@ -248,8 +392,15 @@ def read_nvidia_smi(path: Path) -> SampleSet:
 
 
 def _smi_rows(path: Path) -> list[list[str]]:
+    lines = _lines(path)
+    header = next((line for line in lines if line.strip()), "")
+    delimiter = _delimiter(header) or ","
     try:
-        rows = [r for r in csv.reader(_lines(path), skipinitialspace=True, strict=True) if r]
+        rows = [
+            r
+            for r in csv.reader(lines, delimiter=delimiter, skipinitialspace=True, strict=True)
+            if r
+        ]
     except csv.Error as error:
         raise CorruptInputError(path, f"malformed CSV ({error})") from None
     if not rows:
@@ -270,11 +421,13 @@ def _smi_fields(names: list[str]) -> dict[str, str]:
 
 
 def _smi_gpu(cells: dict[str, str], ids: dict[str, int]) -> int:
-    """The GPU's index column, else a number per UUID / PCI bus id in order of appearance."""
+    """The GPU's index column (``0``, ``GPU 0``), else a number per index text, UUID or PCI bus
+    id in order of appearance."""
     index = cells.get("index", "")
-    if index.isdigit():
-        return int(index)
-    key = cells.get("uuid") or cells.get("pci.bus_id") or ""
+    number = _GPU_NUMBER.match(index)
+    if number:
+        return int(number.group(1))
+    key = index or cells.get("uuid") or cells.get("pci.bus_id") or ""
     return ids.setdefault(key, len(ids))
 
 
@@ -287,7 +440,8 @@ def _smi_values(header: list[tuple[str, str]], row: list[str]) -> dict[str, floa
             continue
         value, value_unit = parse_value(text, unit)
         if target in (MEM_USED, MEM_TOTAL):
-            value = _to_bytes(value, value_unit or "MiB")
+            guess = "B" if value >= _BYTES_NOT_MIB else "MiB"  # nvidia-smi's unit, or NVML's
+            value = _to_bytes(value, value_unit or guess)
         values[target] = value
     return values
 
@@ -374,9 +528,9 @@ _DMON_HEADER = re.compile(r"^#\s*Entity\b", re.IGNORECASE)
 
 def looks_like_dcgmi_dmon(head: bytes) -> bool:
     """``dcgmi dmon`` text: a ``#Entity`` header line near the top."""
-    if not _is_text(head):
+    text = _head_text(head)
+    if text is None:
         return False
-    text = head.decode("utf-8", errors="replace")
     return any(_DMON_HEADER.match(line.strip()) for line in text.splitlines()[:20])
 
 
@@ -447,9 +601,9 @@ _COUNTER_LIST_LINE = re.compile(r"^#?\s*DCGM_FI_\w+\s*,\s*(gauge|counter|label)\
 
 def looks_like_prometheus(head: bytes) -> bool:
     """Prometheus text exposition with DCGM metrics (``DCGM_FI_...{gpu="0",...} 45``)."""
-    if not _is_text(head):
+    text = _head_text(head)
+    if text is None:
         return False
-    text = head.decode("utf-8", errors="replace")
     return any(
         _PROM_LINE.match(line) or line.startswith(("# TYPE DCGM_FI_", "# HELP DCGM_FI_"))
         for line in text.splitlines()[:200]
@@ -458,9 +612,9 @@ def looks_like_prometheus(head: bytes) -> bool:
 
 def looks_like_counter_list(head: bytes) -> bool:
     """dcgm-exporter's counter list: ``DCGM_FI_..., gauge, help text`` lines."""
-    if not _is_text(head):
+    text = _head_text(head)
+    if text is None:
         return False
-    text = head.decode("utf-8", errors="replace")
     return any(_COUNTER_LIST_LINE.match(line.strip()) for line in text.splitlines()[:200])
 
 

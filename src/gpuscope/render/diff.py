@@ -3,9 +3,11 @@
 Contract: every function presents a :class:`~gpuscope.analyses.diff.RunDiff` or a list of
 :class:`~gpuscope.history.StoredRun` and computes nothing beyond formatting. The diff document
 (``"schema": "gpuscope/diff-1"``) has ``metrics: [{name, unit, better, before, after, change,
-change_pct, ci_low, ci_high, p_value, significant, outcome, note, before_per_step,
-after_per_step}]`` (before/after: means per step), ``kernels`` (per ``kernel_unit``) and
-``findings: {resolved, new, persisting}``. Times are ns, shares %, money USD; unknown is null.
+change_pct, ci_low, ci_high, p_value, significant, outcome, note, before_mean, after_mean,
+before_per_step, after_per_step}]`` (before/after: medians per step; change: the Hodges-Lehmann
+shift, its interval at ``confidence_level``), each side's ``step_source``, ``kernels`` (per
+``kernel_unit``) and ``findings: {resolved, new, persisting}``. Times are ns, shares %, money
+USD, throughput per second; unknown is null.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from rich.text import Text
 
 from gpuscope import __version__
 from gpuscope.analyses.diff import (
+    CONFIDENCE,
     COST,
     GPU_BUSY,
+    ITEMS,
+    ITERATIONS,
     LOST_PREFIX,
-    SIGNIFICANCE_LEVEL,
     STEP_TIME,
     Comparison,
     FindingChange,
@@ -51,7 +55,8 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
     return {
         "schema": SCHEMA,
         "gpuscope_version": __version__,
-        "confidence_level": 1.0 - SIGNIFICANCE_LEVEL,
+        "confidence_level": CONFIDENCE,
+        "method": "Mann-Whitney rank test, Hodges-Lehmann shift and interval",
         "before": _side(d.before, before_name),
         "after": _side(d.after, after_name),
         "metrics": [_metric(m) for m in d.metrics],
@@ -89,6 +94,7 @@ def _side(s: RunSummary, name: str) -> dict[str, Any]:
         "device": s.device,
         "devices": s.devices,
         "steps": s.steps,
+        "step_source": s.step_source,
         "gpu_hour_usd": s.gpu_hour_usd,
         "idle_pct": _round(s.idle_pct),
         "no_steps_reason": s.no_steps_reason,
@@ -101,8 +107,10 @@ def _metric(m: MetricDiff) -> dict[str, Any]:
         "name": m.name,
         "unit": m.unit,
         "better": m.better,
-        "before": _round(c.before_mean),
-        "after": _round(c.after_mean),
+        "before": _round(c.before_median),
+        "after": _round(c.after_median),
+        "before_mean": _round(c.before_mean),
+        "after_mean": _round(c.after_mean),
         "change": _round(c.change),
         "change_pct": _round(c.change_pct),
         "ci_low": _round(c.ci_low),
@@ -162,8 +170,8 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     console.print(
         Text(f"{before_name} → {after_name}", style="bold")
         + Text(
-            f"  ({_steps(d.before)} before, {_steps(d.after)} after; per-step means,"
-            f" {100 * (1 - SIGNIFICANCE_LEVEL):.0f}% confidence)",
+            f"  ({_steps(d.before)} before, {_steps(d.after)} after; per-step medians,"
+            f" rank test at {100 * CONFIDENCE:.0f}% confidence)",
             style="dim",
         )
     )
@@ -193,11 +201,23 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
 
 
 def _steps(s: RunSummary) -> str:
-    return plural(s.steps, "step") if s.steps else "no steps"
+    if not s.steps:
+        return "no steps"
+    return plural(s.steps, "step") + (
+        f" from a {s.step_source}"
+        if s.step_source and not s.step_source.startswith("profiler")
+        else ""
+    )
 
 
 def _label(name: str) -> str:
-    labels = {STEP_TIME: "step time", GPU_BUSY: "GPU busy", COST: "waste $/GPU-h"}
+    labels = {
+        STEP_TIME: "step time",
+        ITERATIONS: "iterations/s",
+        ITEMS: "items/s",
+        GPU_BUSY: "GPU busy",
+        COST: "waste $/GPU-h",
+    }
     if name in labels:
         return labels[name]
     return name.removeprefix(LOST_PREFIX) + " lost/step" if name.startswith(LOST_PREFIX) else name
@@ -210,11 +230,13 @@ def _value(value: float | None, unit: str) -> str:
         return f"{value / 1e6:,.2f} ms"
     if unit == "pct":
         return f"{value:.1f}%"
+    if unit == "per_s":
+        return f"{value:,.4g}/s" if value < 1000 else f"{value:,.0f}/s"
     return f"${value:,.2f}"
 
 
-def _cell(mean: float | None, values: list[float], unit: str) -> Text:
-    text = Text(_value(mean, unit))
+def _cell(median: float | None, values: list[float], unit: str) -> Text:
+    text = Text(_value(median, unit))
     if len(values) >= 2:
         low, high = _value(min(values), unit), _value(max(values), unit)
         text.append(f"\n{low.removesuffix(' ms')}–{high}", style="dim")
@@ -235,7 +257,7 @@ def change_text(c: Comparison, unit: str) -> str:
 
 
 def _metrics_table(d: RunDiff) -> Table:
-    table = Table(title="Per step: mean, and min–max over steps", title_justify="left")
+    table = Table(title="Per step: median, and min–max over steps", title_justify="left")
     table.add_column("metric", no_wrap=True)
     for column in ("before", "after", "change", "vs noise"):
         table.add_column(column, justify="right")
@@ -245,12 +267,14 @@ def _metrics_table(d: RunDiff) -> Table:
         verdict = Text(m.outcome, style=_OUTCOME_STYLE[m.outcome])
         if c.p_value is not None:
             verdict.append(f"\np={c.p_value:.2g}", style="dim")
+            if c.note:  # slow outlier steps left out of the comparison
+                verdict.append(f"\n{c.note.removeprefix('left out as outliers: ')} left out")
         elif c.note:
             verdict.append(f"\n{c.note.split(':')[0]}", style="dim")
         table.add_row(
             _label(m.name),
-            _cell(c.before_mean, m.before, m.unit),
-            _cell(c.after_mean, m.after, m.unit),
+            _cell(c.before_median, m.before, m.unit),
+            _cell(c.after_median, m.after, m.unit),
             change,
             verdict,
         )

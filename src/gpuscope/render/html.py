@@ -33,6 +33,7 @@ import base64
 import gzip
 import html
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -269,7 +270,8 @@ def _rank(rank: int | None) -> str:
 def _verdict(v: Verdict) -> str:
     figures = [
         ("bound", v.bound),
-        ("GPU idle", f"{v.idle_pct:.1f}%"),
+        # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
+        ("GPU idle", f"{v.idle_pct:.1f}%" if math.isfinite(v.idle_pct) else "n/a (no timeline)"),
         ("wasted per GPU-hour", _usd(v.wasted_usd_per_gpu_hour)),
         ("price per GPU-hour", _usd(v.gpu_hour_usd)),
         ("GPUs", str(v.world_size)),
@@ -290,17 +292,24 @@ _BOUND_COLOURS = {
     "communication": "#9467bd",
     "memory": "#bcbd22",
     "compute": "#2ca02c",
+    "transfer": "#17becf",
+    "latency": "#ff7f0e",
+    "unclassified": "#7f7f7f",
 }
 
 
-def _shares(shares: dict[str, float]) -> str:
+def _shares(all_shares: dict[str, float]) -> str:
+    # A share the input cannot give (NaN) is left out, never drawn or printed as "nan%".
+    shares = {k: x for k, x in all_shares.items() if math.isfinite(x)}
     spans = "".join(
         f"<span style='width:{max(x, 0.0):.2f}%;background:{_BOUND_COLOURS.get(k, '#999')}' "
         f"title='{_e(k)} {x:.1f}%'></span>"
         for k, x in shares.items()
     )
     legend = " · ".join(f"{_e(k)} {x:.1f}%" for k, x in shares.items())
-    return f"<div class='shares'>{spans}</div><p class='note'>device time by bound: {legend}</p>"
+    # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
+    whole = "sampled GPU time" if "busy" in shares else "device time by bound"
+    return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
 
 
 def _usd(value: float | None) -> str:
@@ -1101,6 +1110,8 @@ _OUTCOME_COLOURS = {"better": "#2ca02c", "worse": "#d62728", "unchanged": "#5d66
 def _metric_label(name: str) -> str:
     labels = {
         diff.STEP_TIME: "step time",
+        diff.ITERATIONS: "iterations per second",
+        diff.ITEMS: "items per second",
         diff.GPU_BUSY: "GPU busy",
         diff.COST: "waste per GPU-hour",
     }
@@ -1114,6 +1125,8 @@ def _metric_value(value: float | None, unit: str) -> str:
         return f"{value / 1e6:,.3f} ms"
     if unit == "pct":
         return f"{value:.1f}%"
+    if unit == "per_s":
+        return f"{value:,.4g}/s"
     return f"${value:,.2f}"
 
 
@@ -1132,8 +1145,8 @@ def _metric_row(m: diff.MetricDiff) -> str:
     note = f" <span class='dim'>({_e(c.note)})</span>" if c.note else ""
     return (
         f"<tr><td>{_e(_metric_label(m.name))}</td>"
-        f"<td class='num'>{_metric_value(c.before_mean, m.unit)}</td>"
-        f"<td class='num'>{_metric_value(c.after_mean, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.before_median, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.after_median, m.unit)}</td>"
         f"<td class='num'>{change}</td><td class='num'>{interval}</td>"
         f"<td class='num'>{'n/a' if c.p_value is None else f'{c.p_value:.3g}'}</td>"
         f"<td style='color:{colour}'><b>{_e(outcome)}</b>{note}</td></tr>"
@@ -1145,8 +1158,9 @@ def _metric_table(change: diff.RunDiff) -> str:
     level = 100 * (1 - diff.SIGNIFICANCE_LEVEL)
     return (
         "<section id='diff-metrics'><h2>What changed, per step</h2>"
-        f"<p class='note'>Means over steps; the interval is the {level:g}% confidence interval "
-        "of the change (Welch's t-test); 'unchanged' means within step-to-step noise.</p>"
+        f"<p class='note'>Medians over steps; the change is the Hodges-Lehmann shift and the"
+        f" interval its {level:g}% confidence interval (Mann-Whitney); 'unchanged' means within"
+        " step-to-step noise.</p>"
         "<table><tr><th>metric</th><th class='num'>before</th><th class='num'>after</th>"
         "<th class='num'>change</th><th class='num'>interval</th><th class='num'>p</th>"
         f"<th>outcome</th></tr>{rows}</table></section>"

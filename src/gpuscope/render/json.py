@@ -349,6 +349,16 @@ def _sampled_device(g: GpuUtilisation) -> dict[str, Any]:
                 {"start_ns": s.start_ns, "end_ns": s.end_ns, "dur_ns": s.dur_ns} for s in g.gaps
             ],
             "gap_ns": g.gap_ns,
+            "worked": g.worked,
+            "held_idle": None
+            if g.held_idle is None
+            else {
+                "start_ns": g.held_idle.start_ns,
+                "end_ns": g.held_idle.end_ns,
+                "dur_ns": g.held_idle.dur_ns,
+                "memory_bytes": g.held_idle.memory_bytes,
+                "activity_mean_pct": _pct(g.held_idle.activity_mean),
+            },
         },
     }
 

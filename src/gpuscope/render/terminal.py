@@ -23,7 +23,7 @@ from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import plural, short_kernel_names, short_location
-from gpuscope.render import predicted
+from gpuscope.render import predicted, sanitised
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
 
@@ -42,6 +42,7 @@ _SPLIT_COLOURS = {
 
 
 def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False) -> None:
+    diagnosis = sanitised(diagnosis)  # names from the trace: no escape sequences, bounded
     for warning in diagnosis.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
     console.print(_verdict(diagnosis.verdict))
@@ -74,7 +75,14 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(_counters_table(summary, console.width))
 
 
-_BOUND_STYLE = {"host": "red", "memory": "yellow", "compute": "green", "communication": "magenta"}
+_BOUND_STYLE = {
+    "host": "red",
+    "memory": "yellow",
+    "compute": "green",
+    "communication": "magenta",
+    "transfer": "cyan",
+    "latency": "red",
+}
 
 
 def _verdict(v: Verdict) -> Text:
@@ -199,7 +207,12 @@ def _header(d: DeviceReport) -> Text:
         text.append(f"  ({f.display_name}: {', '.join(peaks)})", style="dim")
     else:
         text.append("  (not in the GPU facts table: peak figures unknown)", style="dim")
-    steps = f"{len(d.steps)} profiler steps" if d.steps else "no profiler steps found"
+    steps = "no steps found"
+    if d.steps:  # a step finder other than profiler steps says which (analyses.timeline)
+        found = d.steps[0].source
+        noun = "step" if len(d.steps) == 1 else "steps"
+        steps = f"{len(d.steps)} profiler {noun}" if found == "profiler steps" else ""
+        steps = steps or f"{len(d.steps)} {noun} from a {found}"
     text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
     text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")
@@ -240,6 +253,10 @@ def _bounds(d: DeviceReport) -> Text:
     text.append(", ")
     text.append(f"memory-bound {_ms(t[Bound.MEMORY])}", style="yellow")
     text.append(f", latency-bound (tiny kernels) {_ms(t[Bound.LATENCY])}")
+    if t.get(Bound.UNCLASSIFIED):
+        text.append(f", unclassified {_ms(t[Bound.UNCLASSIFIED])}")
+    if t.get(Bound.TRANSFER):
+        text.append(f", copies over PCIe/NVLink {_ms(t[Bound.TRANSFER])}")
     if b.gemm_ns:
         text.append(f"; {100 * b.fp32_gemm_ns / b.gemm_ns:.0f}% of GEMM time not on tensor cores")
     if b.mfu_pct is not None:

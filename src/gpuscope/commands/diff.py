@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import PRICE, input_errors_exit, write_json
+from gpuscope.commands._common import PRICE, input_errors_exit, whole_option, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -34,11 +34,7 @@ if TYPE_CHECKING:
     help="Kernel changes to list.",
 )
 @click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (for traces).")
-@click.option(
-    "--whole",
-    is_flag=True,
-    help="Analyse the whole trace, start-up included (default: the steady state after it).",
-)
+@whole_option
 @click.option(
     "--items-per-step",
     type=click.FloatRange(min=0.0, min_open=True),

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_output
+from gpuscope.commands._common import (
+    PRICE,
+    gpu_option,
+    input_errors_exit,
+    prefetched,
+    whole_option,
+    write_output,
+)
 
 
 @click.command()
@@ -28,17 +35,8 @@ from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, writ
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
-@click.option(
-    "--gpu",
-    "gpu_name",
-    metavar="NAME",
-    help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
-)
-@click.option(
-    "--whole",
-    is_flag=True,
-    help="Analyse the whole trace, start-up included (default: the steady state after it).",
-)
+@gpu_option
+@whole_option
 @input_errors_exit
 def report(
     paths: tuple[Path, ...],

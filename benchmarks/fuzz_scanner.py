@@ -18,6 +18,7 @@ trace is added when none is given). Crashing inputs are written as ``crash-*`` f
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -40,10 +41,15 @@ def main() -> None:
 
     def one_input(data: bytes) -> None:
         for piece in (64, 4 << 20):
+            fd = os.memfd_create("scan")
             try:
-                _kscan.scan_file(data, piece, bytearray(1))
-            except (ValueError, _kscan.GzipError):
+                os.write(fd, data)
+                os.lseek(fd, 0, os.SEEK_SET)
+                _kscan.scan_file(fd, piece, bytearray(1), 1 << 30, 1 << 30)
+            except (ValueError, _kscan.GzipError, _kscan.LimitError):
                 return
+            finally:
+                os.close(fd)
         trace.write_bytes(data)
         disagreement = fuzz_cli.compare_readers(trace)
         if disagreement is not None:

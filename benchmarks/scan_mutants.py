@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import random
 import sys
 import time
@@ -28,12 +29,21 @@ import fuzz_cli
 def scan(data: bytes, piece: int) -> str:
     from gpuscope.readers import _kscan
 
+    fd = os.memfd_create("scan")  # the scanner reads a descriptor, a slice at a time
     try:
-        _kscan.scan_file(data, piece, bytearray(1))
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        # Small limits too: the bounded paths (text limit, memory budget) run under the sanitizers.
+        text_limit, memory_limit = (1 << 40, 1 << 40) if piece > 64 else (1 << 16, 1 << 18)
+        _kscan.scan_file(fd, piece, bytearray(1), text_limit, memory_limit)
     except _kscan.GzipError:
         return "gzip error"
+    except _kscan.LimitError:
+        return "limit"
     except ValueError:
         return "declined"
+    finally:
+        os.close(fd)
     return "scanned"
 
 

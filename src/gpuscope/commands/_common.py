@@ -75,6 +75,28 @@ whole_option = click.option(
     is_flag=True,
     help="Analyse the whole trace, start-up included (default: the steady state after it).",
 )
+
+
+def _set_max_memory(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from gpuscope.readers._io import parse_size, set_memory_budget
+
+    if value is None:
+        return
+    try:
+        set_memory_budget(parse_size(value))
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+max_memory_option = click.option(
+    "--max-memory",
+    metavar="SIZE",
+    callback=_set_max_memory,
+    expose_value=False,
+    is_eager=True,
+    help="Refuse an input that would need more memory than SIZE (e.g. 4G) to read and analyse, "
+    "with one line (default: GPUSCOPE_MAX_MEMORY, else 80% of the available memory).",
+)
 #: A percentage bound.
 PERCENT = Number(0.0, 100.0)
 #: A growth in percent (a regression bound; may exceed 100).

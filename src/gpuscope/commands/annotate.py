@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import PRICE, input_errors_exit, prefetched, write_output
+from gpuscope.commands._common import (
+    PRICE,
+    input_errors_exit,
+    max_memory_option,
+    prefetched,
+    write_output,
+)
 from gpuscope.errors import InputError, UnknownFormatError
 
 
@@ -23,6 +29,7 @@ from gpuscope.errors import InputError, UnknownFormatError
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
+@max_memory_option
 @input_errors_exit
 def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
     """Write TRACE with gpuscope's tracks added, for Perfetto UI or chrome://tracing.

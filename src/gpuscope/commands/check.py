@@ -18,6 +18,7 @@ from gpuscope.commands._common import (
     PERCENT,
     PRICE,
     input_errors_exit,
+    max_memory_option,
 )
 
 #: The evidence cannot decide a bound yet: more steps would (distinct from a broken bound).
@@ -37,6 +38,7 @@ EXIT_INCONCLUSIVE = 3
     help="With --baseline: fail when the median step time is over the baseline's by more than"
     " this at 95% confidence (exit 3: too few steps to tell).",
 )
+@max_memory_option
 @click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour.")
 @input_errors_exit
 def check(

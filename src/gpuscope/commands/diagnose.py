@@ -10,6 +10,7 @@ from gpuscope.commands._common import (
     PRICE,
     gpu_option,
     input_errors_exit,
+    max_memory_option,
     prefetched,
     whole_option,
     write_json,
@@ -35,6 +36,7 @@ from gpuscope.commands._common import (
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
+@max_memory_option
 @gpu_option
 @whole_option
 @click.option("--save", is_flag=True, help="Save the run's summary to the history.")

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import PRICE, input_errors_exit, whole_option, write_json
+from gpuscope.commands._common import (
+    PRICE,
+    input_errors_exit,
+    max_memory_option,
+    whole_option,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     help="Kernel changes to list.",
 )
 @click.option("--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (for traces).")
+@max_memory_option
 @whole_option
 @click.option(
     "--items-per-step",

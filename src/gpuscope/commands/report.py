@@ -10,6 +10,7 @@ from gpuscope.commands._common import (
     PRICE,
     gpu_option,
     input_errors_exit,
+    max_memory_option,
     prefetched,
     whole_option,
     write_output,
@@ -35,6 +36,7 @@ from gpuscope.commands._common import (
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
 )
+@max_memory_option
 @gpu_option
 @whole_option
 @input_errors_exit

@@ -22,6 +22,7 @@ file itself, and shows what went wrong there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpuscope.errors import InputError
 from gpuscope.readers import _scan
-from gpuscope.readers._io import SQLITE_MAGIC, head_bytes
+from gpuscope.readers._io import SQLITE_MAGIC, head_bytes, parse_size, set_memory_budget
 from gpuscope.readers._scan import looks_like_kineto
 
 if TYPE_CHECKING:
@@ -89,8 +90,9 @@ class Prefetch:
 def start(args: list[str]) -> Prefetch | None:
     """Start reading the one trace file among a command line's arguments, if there is one."""
     found: list[tuple[Path, bytes]] = []
-    for arg in args:
-        if arg.startswith("-"):
+    _memory_budget_of(args)  # before the scan starts: it reads within the budget
+    for i, arg in enumerate(args):
+        if arg.startswith("-") or (i > 0 and args[i - 1] == "--max-memory"):
             continue
         path = Path(arg)
         try:
@@ -109,6 +111,20 @@ def start(args: list[str]) -> Prefetch | None:
         return Prefetch(path, child=child) if child is not None else None
     scan = _scan.start(path)
     return Prefetch(path, scan=scan) if scan is not None else None
+
+
+def _memory_budget_of(args: list[str]) -> None:
+    """Set the memory budget from ``--max-memory SIZE`` (or ``=SIZE``) among ``args``; a bad
+    size is left to the command line to refuse."""
+    for i, arg in enumerate(args):
+        value = None
+        if arg == "--max-memory" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--max-memory="):
+            value = arg.partition("=")[2]
+        if value is not None:
+            with contextlib.suppress(ValueError):
+                set_memory_budget(parse_size(value))
 
 
 def begin(path: Path, prefetch: object = None) -> Prefetch | None:

@@ -3,11 +3,19 @@
 Contract: :func:`read_bytes` returns the decompressed content and whether it ended early (a gzip
 stream cut off mid-write still yields what was written). It raises :class:`InputError` for a
 missing path, an unreadable file, or a gzip stream corrupt before any content.
+
+Limits: what one input may take. :func:`memory_budget` is the memory a read and its analysis may
+use (``--max-memory``, else ``GPUSCOPE_MAX_MEMORY``, else 80% of the memory available): readers
+that keep more refuse the input with one line rather than exhaust the machine.
+:func:`inflate_limit` is the most text a gzip file may inflate to (``GPUSCOPE_MAX_INFLATE``, else
+200 times the file's size and at least 256 MiB): deflate packs at most ~1,000 to 1, profiler
+JSON 5-30 to 1, so more is a decompression bomb or a corrupt file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import TYPE_CHECKING
 
@@ -19,6 +27,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: Inflated text per compressed byte beyond which a gzip file is refused, and the least limit.
+INFLATE_RATIO = 200
+INFLATE_FLOOR = 256 << 20
+#: The share of the available memory a read and its analysis may take by default.
+BUDGET_SHARE = 0.8
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # zlib_ng's stub declares ``error`` as an instance; at run time it is the exception class.
 ZLIB_ERROR: type[Exception] = zlib_ng.error  # type: ignore[assignment]
@@ -36,12 +49,108 @@ class Content:
         self.compressed = compressed
 
 
-def read_bytes(path: Path) -> Content:
-    """Read ``path`` whole, decompressing gzip whatever the file is called."""
+_budget: int | None = None
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``2G``, ``1.5GiB``, ``4096`` (bytes) as bytes; ValueError otherwise."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size such as 512M or 2G")
+    size = float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper() or " ")
+    if not 0 < size < 2**62:
+        raise ValueError(f"{text!r} is not a size above 0")
+    return int(size)
+
+
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*([kmgtKMGT]?)(?:i?[bB])?")
+
+
+def set_memory_budget(size: int | None) -> None:
+    """Set the memory budget for this process (``--max-memory``); None: the default again."""
+    global _budget  # noqa: PLW0603 - one setting for the process, like GPUSCOPE_WORKERS
+    _budget = size
+
+
+def memory_budget() -> int:
+    """The memory, in bytes, that reading and analysing one input may take."""
+    if _budget is not None:
+        return _budget
+    given = os.environ.get("GPUSCOPE_MAX_MEMORY")
+    if given:
+        try:
+            return parse_size(given)
+        except ValueError:
+            pass  # the command line validates it (``--max-memory``); here: the default
+    return int(_available_memory() * BUDGET_SHARE)
+
+
+def _available_memory() -> int:
+    """Memory available to a new allocation: MemAvailable (Linux), else the physical memory."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return 8 << 30
+
+
+def inflate_limit(compressed_bytes: int) -> int:
+    """The most text a gzip file of ``compressed_bytes`` may inflate to (see the module doc)."""
+    given = os.environ.get("GPUSCOPE_MAX_INFLATE")
+    if given:
+        try:
+            return parse_size(given)
+        except ValueError:
+            pass
+    return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_bytes)
+
+
+def size_text(size: float) -> str:
+    """Bytes for people: ``1.5 GB``, ``300 MB``, ``12 kB`` (powers of 1024, as --max-memory)."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{int(size)} bytes"
+
+
+def inflated_too_much(path: Path, limit: int) -> InputError:
+    """The one line for a gzip file that inflates past ``limit``."""
+    return CorruptInputError(
+        path,
+        f"its gzip data inflates to more than {size_text(limit)}, the limit for a file of this "
+        f"size (a decompression bomb or a corrupt file; GPUSCOPE_MAX_INFLATE sets the limit)",
+    )
+
+
+def over_budget(path: Path, needed: str) -> InputError:
+    """The one line for an input that would take more memory than the budget."""
+    return InputError(
+        path,
+        f"too big for the memory budget of {size_text(memory_budget())}: {needed} (--max-memory "
+        f"or GPUSCOPE_MAX_MEMORY sets the budget; the default is 80% of the available memory)",
+    )
+
+
+def read_bytes(path: Path, *, limit: int | None = None) -> Content:
+    """Read ``path`` whole, decompressing gzip whatever the file is called.
+
+    ``limit``: the most bytes the content may take (the file, or its inflated text), else
+    :func:`over_budget`; gzip text is bounded by :func:`inflate_limit` too.
+    """
+    if limit is not None:
+        size = check_regular(path).st_size
+        if size > limit:
+            raise over_budget(path, f"read whole, it would take {size_text(size)} and more")
     raw = _read_raw(path, None)
     if not raw.startswith(GZIP_MAGIC):
         return Content(raw, truncated=False, compressed=False)
-    return _gunzip(path, raw)
+    return _gunzip(path, raw, limit)
 
 
 def check_regular(path: Path) -> os.stat_result:
@@ -101,23 +210,29 @@ def _read_raw(path: Path, size: int | None) -> bytes:
     return raw
 
 
-def _gunzip(path: Path, raw: bytes) -> Content:
+def _gunzip(path: Path, raw: bytes, budget: int | None = None) -> Content:
     # wbits 16+MAX_WBITS: gzip header and trailer; decompressobj keeps what a cut-off stream gave.
+    bomb = inflate_limit(len(raw))
+    limit = bomb if budget is None else min(bomb, budget)
     inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
     try:
-        data = inflater.decompress(raw)
+        data = inflater.decompress(raw, limit + 1)
     except ZLIB_ERROR as error:
         raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
     truncated = not inflater.eof
     # A file of concatenated gzip members (pigz, re-gzipped chunks) continues in unused_data.
-    while inflater.eof and inflater.unused_data.startswith(GZIP_MAGIC):
+    while len(data) <= limit and inflater.eof and inflater.unused_data.startswith(GZIP_MAGIC):
         rest = inflater.unused_data
         inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
         try:
-            data += inflater.decompress(rest)
+            data += inflater.decompress(rest, limit + 1 - len(data))
         except ZLIB_ERROR as error:
             raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
         truncated = not inflater.eof
+    if len(data) > limit:
+        if limit == bomb:
+            raise inflated_too_much(path, bomb)
+        raise over_budget(path, f"read whole, its text would take more than {size_text(limit)}")
     if not data:
         raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
     return Content(data, truncated=truncated, compressed=True)

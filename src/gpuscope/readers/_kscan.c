@@ -3,12 +3,16 @@
  * Contract (the Python side is gpuscope/readers/_scan.py, which runs it, and kineto.py, which
  * turns its columns into the model and also holds the msgspec reader this module speeds up):
  *
- *   scan_file(data: bytes, piece_bytes: int, hurry: bytearray) -> (header, scanned, tail, cut)
+ *   scan_file(fd: int, piece_bytes: int, hurry: bytearray, max_text: int, max_bytes: int)
+ *       -> (header, scanned, tail, cut)
  *
- * reads a whole file's bytes, gzip (members one after another) or plain, without the GIL: it
- * inflates piece_bytes at a time into a window, finds the first ``"traceEvents": [``, and scans
- * every whole event into columns until the array's ``]``. ``hurry`` is a flag byte another thread
- * sets once it waits for the result: inflating then moves to a thread of its own (POSIX).
+ * reads a file from its descriptor, gzip (members one after another) or plain, without the GIL
+ * and a slice at a time (the file is never all in memory): it inflates piece_bytes at a time
+ * into a window, finds the first ``"traceEvents": [``, and scans every whole event into columns
+ * until the array's ``]``. ``hurry`` is a flag byte another thread sets once it waits for the
+ * result: inflating then moves to a thread of its own (POSIX). A gzip file whose text passes
+ * ``max_text`` bytes, or a scan whose columns and window would pass ``max_bytes``, raises
+ * LimitError(("text" | "memory", bytes so far)); a read that fails raises OSError.
  *
  * header      the text before the ``"traceEvents"`` key
  * tail        the text after the array's ``]`` (the document's other keys)
@@ -51,6 +55,12 @@
 #include <string.h>
 
 #include <zlib.h>
+
+#ifndef _WIN32
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
 
 enum { OK = 0, INCOMPLETE = 1, BAD = 2 };
 enum { MAX_DEPTH = 512 };
@@ -507,7 +517,7 @@ static int skip_value(Cursor *c, int depth) {
 
 /* Result of a typed read: OK, INCOMPLETE, BAD (invalid JSON) or UNSUPPORTED (valid JSON of a
  * type the typed decoder rejects: only an error for complete events). */
-enum { UNSUPPORTED = 3 };
+enum { UNSUPPORTED = 3, LIMIT = 4 };
 
 static inline int is_null(Cursor *c) {
     return c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0;
@@ -820,11 +830,22 @@ typedef struct {
     Columns columns;
     Interner cats, names;
     Py_ssize_t events, rows_hint;
-    const char *error; /* why the scan stopped with BAD / UNSUPPORTED */
+    Py_ssize_t max_bytes; /* the most memory the columns may take (LIMIT beyond) */
+    const char *error; /* why the scan stopped with BAD / UNSUPPORTED / LIMIT */
     Py_ssize_t error_at;
 } Scan;
 
 static const char PHASES[] = "XBEiIsftPNODCbneMRcVpSTF";
+
+/* The bytes a row takes in the columns. */
+enum { ROW_BYTES = 4 + 4 + 8 + 1 + 8 * N_INT64 };
+
+/* The memory the scan's results take so far (the columns as filled, the copied texts). */
+static Py_ssize_t scan_bytes(const Scan *s) {
+    const Columns *c = &s->columns;
+    return c->rows * ROW_BYTES + c->extras.length + c->flows.length + c->n_extras * 8 +
+           s->names.strings_length + s->cats.strings_length;
+}
 
 static int read_event(Cursor *c, Scan *s) {
     if (*c->p != '{') {
@@ -898,9 +919,11 @@ static int read_event(Cursor *c, Scan *s) {
     }
     if (r != OK) return r;
     s->events++;
+    /* No phase, or one of no known meaning: an event the model does not use, as the Python
+     * reader skips it (its phase is not "X"). Not a reason to leave the whole file to it. */
     if (phase == 0 || phase == '?') {
-        if (phase == 0) s->error = "an event without a phase (\"ph\")";
-        return UNSUPPORTED;
+        s->error = NULL;
+        return OK;
     }
     if (phase == 's' || phase == 'f' || phase == 't')
         return text_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
@@ -913,6 +936,10 @@ static int read_event(Cursor *c, Scan *s) {
     /* Allocated once for the rows the text may hold (see scan_file): pages never written cost
      * nothing, and growing would copy. */
     if (col->rows == col->capacity && columns_grow(col, s->rows_hint) < 0) return BAD;
+    if ((col->rows & 4095) == 0 && scan_bytes(s) > s->max_bytes) {
+        s->error = "memory";
+        return LIMIT;
+    }
     Py_ssize_t row = col->rows;
     int32_t cat_id = intern(&s->cats, cat, cat_length);
     int32_t name_id = intern(&s->names, name, name_length);
@@ -1020,11 +1047,43 @@ static PyObject *use_zlib_ng(PyObject *self, PyObject *args) {
     return PyBool_FromLong(NG.inflate != NULL);
 }
 
+/* The file's bytes, read from its descriptor a slice at a time (never the whole file at once).
+ * buf[used:length] is read and not yet consumed. */
+enum { INPUT_BYTES = 1 << 20 };
+typedef struct {
+    int fd;
+    unsigned char *buf;
+    Py_ssize_t length, used;
+    int eof, error; /* error: the errno of a failed read */
+} Input;
+
+/* Read more after what is left unconsumed (moved to the front): the bytes read, 0 at the end of
+ * the file, -1 on a read error (in->error). */
+static Py_ssize_t input_more(Input *in) {
+    if (in->eof) return 0;
+    if (in->used > 0) {
+        memmove(in->buf, in->buf + in->used, (size_t)(in->length - in->used));
+        in->length -= in->used;
+        in->used = 0;
+    }
+    for (;;) {
+        Py_ssize_t n = read(in->fd, in->buf + in->length, (size_t)(INPUT_BYTES - in->length));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            in->error = errno;
+            return -1;
+        }
+        if (n == 0) in->eof = 1;
+        in->length += n;
+        return n;
+    }
+}
+
 /* Gzip members follow one another while the next one starts with the gzip magic bytes; anything
  * else after a member ends the text, as does input that stops mid-stream (truncated). */
 typedef struct {
-    const unsigned char *in; /* the file's bytes */
-    Py_ssize_t in_length, in_used;
+    Input *in;
+    Py_ssize_t produced, max_text; /* text inflated so far; the most allowed (LIMIT beyond) */
     int ng; /* zlib-ng's stream rather than zlib's */
     union {
         z_stream z;
@@ -1035,10 +1094,12 @@ typedef struct {
     char message[160];
 } Inflater;
 
-static int inflater_open(Inflater *f, const unsigned char *in, Py_ssize_t length) {
+enum { Z_LIMIT = 1000, Z_READ = 1001 }; /* Inflater.error beyond zlib's own codes */
+
+static int inflater_open(Inflater *f, Input *in, Py_ssize_t max_text) {
     memset(f, 0, sizeof *f);
     f->in = in;
-    f->in_length = length;
+    f->max_text = max_text;
     f->ng = NG.inflate != NULL;
     int r = f->ng ? NG.init2(&f->s.ng, 16 + MAX_WBITS) : inflateInit2(&f->s.z, 16 + MAX_WBITS);
     if (r != Z_OK) return -1;
@@ -1087,25 +1148,31 @@ static int inflate_step(Inflater *f, const unsigned char *in, uint32_t *used, ch
 /* Inflate into out[0:room]: the bytes written (0 once the text has ended), or -1 (f->error). */
 static Py_ssize_t inflater_run(Inflater *f, char *out, Py_ssize_t room) {
     Py_ssize_t produced = 0;
+    Input *in = f->in;
     while (!f->ended && produced < room) {
-        Py_ssize_t left = f->in_length - f->in_used, space = room - produced;
+        if (in->used == in->length && input_more(in) < 0)
+            return inflater_fail(f, Z_READ, strerror(in->error));
+        Py_ssize_t left = in->length - in->used, space = room - produced;
         uint32_t used = (uint32_t)(left > UINT32_MAX ? UINT32_MAX : left);
         uint32_t made = (uint32_t)(space > UINT32_MAX ? UINT32_MAX : space), room_made = made;
         const char *message;
-        int r = inflate_step(f, f->in + f->in_used, &used, out + produced, &made, &message);
-        f->in_used += used;
+        int r = inflate_step(f, in->buf + in->used, &used, out + produced, &made, &message);
+        in->used += used;
         produced += made;
+        f->produced += made;
+        if (f->produced > f->max_text) return inflater_fail(f, Z_LIMIT, "inflates past the limit");
         if (r == Z_STREAM_END) {
-            Py_ssize_t next = f->in_used;
-            if (f->in_length - next >= 2 && f->in[next] == 0x1f && f->in[next + 1] == 0x8b) {
+            while (in->length - in->used < 2 && !in->eof)
+                if (input_more(in) < 0) return inflater_fail(f, Z_READ, strerror(in->error));
+            Py_ssize_t next = in->used;
+            if (in->length - next >= 2 && in->buf[next] == 0x1f && in->buf[next + 1] == 0x8b) {
                 r = f->ng ? NG.reset(&f->s.ng) : inflateReset(&f->s.z);
                 if (r != Z_OK) return inflater_fail(f, Z_STREAM_ERROR, "reset");
             } else {
                 f->ended = 1;
             }
-        } else if (r == Z_BUF_ERROR || (r == Z_OK && f->in_used == f->in_length &&
-                                        made < room_made)) {
-            f->ended = f->truncated = 1; /* the input ran out mid-stream */
+        } else if (r == Z_BUF_ERROR || (r == Z_OK && in->used == in->length && made < room_made)) {
+            if (in->eof) f->ended = f->truncated = 1; /* the input ran out mid-stream */
         } else if (r != Z_OK) {
             return inflater_fail(f, r, message ? message : "invalid data");
         }
@@ -1208,6 +1275,7 @@ typedef struct Pipe Pipe;
  * Plain files are their own window; gzip files are inflated into it, here or on a thread. */
 typedef struct {
     int gzip, ended, truncated; /* ended: no more text will come */
+    Input in;
     Inflater f;
     Pipe *pipe;                 /* once inflating on a thread: pieces come from it */
     const char *hurry;          /* set (by another thread) once the caller waits for the scan */
@@ -1215,19 +1283,20 @@ typedef struct {
     Py_ssize_t length, capacity, piece;
 } Source;
 
-static int source_open(Source *s, const unsigned char *in, Py_ssize_t length, Py_ssize_t piece,
+/* Returns -1 when out of memory, -2 when the file cannot be read (s->in.error), else 0. */
+static int source_open(Source *s, int fd, Py_ssize_t piece, Py_ssize_t max_text,
                        const char *hurry) {
     memset(s, 0, sizeof *s);
-    s->gzip = length >= 2 && in[0] == 0x1f && in[1] == 0x8b;
+    s->in.fd = fd;
+    s->in.buf = malloc(INPUT_BYTES);
+    if (s->in.buf == NULL) return -1;
+    while (s->in.length < 2 && !s->in.eof)
+        if (input_more(&s->in) < 0) return -2;
+    s->gzip = s->in.length >= 2 && s->in.buf[0] == 0x1f && s->in.buf[1] == 0x8b;
     s->hurry = hurry;
     s->piece = piece;
-    if (!s->gzip) {
-        s->text = (char *)in;
-        s->length = s->capacity = length;
-        s->ended = 1;
-        return 0;
-    }
-    return inflater_open(&s->f, in, length);
+    if (!s->gzip) return 0;
+    return inflater_open(&s->f, &s->in, max_text);
 }
 
 static int hurried(const char *flag) {
@@ -1243,16 +1312,12 @@ static void source_close(Source *s) {
     if (s->pipe != NULL) pipe_close(s->pipe);
 #endif
     inflater_close(&s->f);
-    if (s->gzip) free(s->text);
+    free(s->text);
+    free(s->in.buf);
 }
 
 /* Drop the window's first ``count`` bytes (consumed). */
 static void source_drop(Source *s, Py_ssize_t count) {
-    if (!s->gzip) {
-        s->text += count;
-        s->length -= count;
-        return;
-    }
     memmove(s->text, s->text + count, (size_t)(s->length - count));
     s->length -= count;
 }
@@ -1262,6 +1327,28 @@ static void source_drop(Source *s, Py_ssize_t count) {
 static int source_fill(Source *s, Py_ssize_t want, Inflater **error) {
     while (!s->ended && s->length < want) {
         if (grow(&s->text, &s->capacity, want, 1, want) < 0) return -1;
+        if (!s->gzip) { /* plain text: what is left of the first read, then straight from the file */
+            Input *in = &s->in;
+            Py_ssize_t room = s->capacity - s->length, n = in->length - in->used;
+            if (n > 0) {
+                n = n < room ? n : room;
+                memcpy(s->text + s->length, in->buf + in->used, (size_t)n);
+                in->used += n;
+            } else {
+                do n = read(in->fd, s->text + s->length, (size_t)room);
+                while (n < 0 && errno == EINTR);
+                if (n < 0) {
+                    in->error = errno;
+                    s->f.error = Z_READ;
+                    snprintf(s->f.message, sizeof s->f.message, "%s", strerror(errno));
+                    *error = &s->f;
+                    return -1;
+                }
+                s->ended = n == 0;
+            }
+            s->length += n;
+            continue;
+        }
 #ifdef INFLATE_ON_A_THREAD
         if (s->pipe == NULL && hurried(s->hurry)) s->pipe = pipe_open(&s->f, s->piece);
         if (s->pipe != NULL) {
@@ -1385,8 +1472,13 @@ static int scan_source(Source *src, Scan *s, Outcome *out, Py_ssize_t piece, Inf
             out->truncated = 1;
             break;
         }
-        /* No whole event in the window: one event is longer than it, read on. */
+        /* No whole event in the window: one event is longer than it, read on, within the
+         * memory the scan may take. */
         want = used == 0 ? src->length * 2 : piece;
+        if (want + scan_bytes(s) > s->max_bytes) {
+            s->error = "memory";
+            return LIMIT;
+        }
     }
     out->truncated |= src->truncated;
     return OK;
@@ -1510,21 +1602,33 @@ finally:
 /* The rows to allocate at first: one per 128 bytes of text, which no Kineto trace exceeds (its
  * events take 150-300 bytes). A gzip file's text size is in its last 4 bytes (modulo 4 GiB,
  * and of its last member only), believed up to 32 times the file's size. */
-static Py_ssize_t rows_hint(const unsigned char *in, Py_ssize_t length) {
-    Py_ssize_t text = length;
-    if (length >= 18 && in[0] == 0x1f && in[1] == 0x8b) {
-        const unsigned char *t = in + length - 4;
+static Py_ssize_t rows_hint(int fd, int gzip) {
+    struct stat status;
+    if (fstat(fd, &status) != 0) return 4096;
+    Py_ssize_t length = (Py_ssize_t)status.st_size, text = length;
+    unsigned char t[4];
+    if (gzip && length >= 18 && pread(fd, t, 4, (off_t)(length - 4)) == 4) {
         uint32_t size = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
         text = (Py_ssize_t)size < length * 32 ? (Py_ssize_t)size : length * 32;
     }
     return text / 128 + 4096;
 }
 
+static PyObject *LimitError;
+
+static void set_limit_error(const char *what, Py_ssize_t amount) {
+    PyObject *value = Py_BuildValue("(sn)", what, amount);
+    if (value == NULL) return;
+    PyErr_SetObject(LimitError, value);
+    Py_DECREF(value);
+}
+
 static PyObject *scan_file(PyObject *self, PyObject *args) {
-    Py_buffer view;
+    int fd;
     Py_buffer hurry = {0};
-    Py_ssize_t piece;
-    if (!PyArg_ParseTuple(args, "y*nw*", &view, &piece, &hurry)) return NULL;
+    Py_ssize_t piece, max_text, max_bytes;
+    if (!PyArg_ParseTuple(args, "inw*nn", &fd, &piece, &hurry, &max_text, &max_bytes))
+        return NULL;
     if (piece < 16) piece = 16;
     Scan s;
     Source src;
@@ -1534,16 +1638,22 @@ static PyObject *scan_file(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     int r;
     Inflater *error = NULL;
-    s.rows_hint = rows_hint(view.buf, view.len);
-    if (source_open(&src, view.buf, view.len, piece, hurry.len > 0 ? hurry.buf : NULL) < 0) {
-        PyBuffer_Release(&view);
-        if (hurry.obj != NULL) PyBuffer_Release(&hurry);
-        return PyErr_NoMemory();
-    }
+    s.max_bytes = max_bytes;
     Py_BEGIN_ALLOW_THREADS
-    r = scan_source(&src, &s, &out, piece, &error);
+    r = source_open(&src, fd, piece, max_text, hurry.len > 0 ? hurry.buf : NULL);
+    if (r == 0) {
+        s.rows_hint = rows_hint(fd, src.gzip);
+        r = scan_source(&src, &s, &out, piece, &error);
+    }
     Py_END_ALLOW_THREADS
-    if (r < 0) {
+    if (r == -2 || (r < 0 && error != NULL && error->error == Z_READ)) {
+        errno = src.in.error;
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else if (r < 0 && error != NULL && error->error == Z_LIMIT) {
+        set_limit_error("text", error->produced);
+    } else if (r == LIMIT) {
+        set_limit_error("memory", scan_bytes(&s));
+    } else if (r < 0) {
         if (error != NULL && error->error != Z_MEM_ERROR)
             PyErr_Format(GzipError, "Error %d while decompressing data: %s", error->error,
                          error->message);
@@ -1566,7 +1676,6 @@ static PyObject *scan_file(PyObject *self, PyObject *args) {
     columns_free(&s.columns);
     interner_free(&s.cats);
     interner_free(&s.names);
-    PyBuffer_Release(&view);
     if (hurry.obj != NULL) PyBuffer_Release(&hurry);
     return result;
 }
@@ -1581,7 +1690,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 2
+#define KSCAN_VERSION 3
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,
@@ -1594,7 +1703,9 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     GzipError = PyErr_NewException("gpuscope.readers._kscan.GzipError", NULL, NULL);
+    LimitError = PyErr_NewException("gpuscope.readers._kscan.LimitError", NULL, NULL);
     if (GzipError == NULL || PyModule_AddObjectRef(module, "GzipError", GzipError) < 0 ||
+        LimitError == NULL || PyModule_AddObjectRef(module, "LimitError", LimitError) < 0 ||
         PyModule_AddIntConstant(module, "VERSION", KSCAN_VERSION) < 0) {
         Py_DECREF(module);
         return NULL;

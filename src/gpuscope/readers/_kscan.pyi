@@ -3,6 +3,7 @@
 VERSION: int
 
 class GzipError(Exception): ...
+class LimitError(Exception): ...
 
 class Block:
     """A column of the scanner's, as a read-only buffer."""
@@ -10,7 +11,7 @@ class Block:
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 def scan_file(
-    data: bytes, piece_bytes: int, hurry: bytearray, /
+    fd: int, piece_bytes: int, hurry: bytearray, max_text: int, max_bytes: int, /
 ) -> tuple[
     bytes,
     tuple[

@@ -16,21 +16,32 @@ imports wait for the GIL (a third slower on two cores).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from zlib_ng import zlib_ng
 
 from gpuscope.errors import CorruptInputError, InputError
-from gpuscope.readers._io import GZIP_MAGIC, ZLIB_ERROR, check_regular, head_bytes
+from gpuscope.readers._io import (
+    GZIP_MAGIC,
+    ZLIB_ERROR,
+    check_regular,
+    head_bytes,
+    inflate_limit,
+    inflated_too_much,
+    memory_budget,
+    over_budget,
+    size_text,
+)
 
 #: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
 #: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
 #: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
-SCANNER_VERSION = 2
+SCANNER_VERSION = 3
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
@@ -46,6 +57,11 @@ else:  # it inflates with zlib-ng where the zlib_ng package's extension has it, 
 PIECE_BYTES = 4 << 20
 #: Compressed bytes per call to the inflater (the msgspec reader's pieces).
 FEED_BYTES = 128 << 10
+#: The columns a scan reads, against the memory budget: the model's table is built from them in
+#: place, and the analyses then hold it about twice (a steady-state copy, sorted and derived
+#: columns), with the interpreter's own ~150 MB beside. Measured: benchmarks/memory.py.
+SCAN_SHARE = 0.4
+BASELINE_BYTES = 150 << 20
 #: Whether scans run on threads of their own. Off where processes already use every core (a
 #: folder read in parallel).
 threaded = True
@@ -107,42 +123,77 @@ class TextState:
         return head + joiner + tail + b"}"
 
 
+def scan_limit() -> int:
+    """The most memory a scan's columns may take (see :data:`SCAN_SHARE`)."""
+    return max(int((memory_budget() - BASELINE_BYTES) * SCAN_SHARE), 1 << 20)
+
+
+def too_big(path: Path, kind: str, amount: int) -> InputError:
+    """The one line for a read stopped at a limit (the scanner's LimitError, or the same limit
+    in the msgspec reader): ``kind`` "text" (a gzip bomb: ``amount`` is the limit) or "memory"
+    (the budget: ``amount`` is what the columns took when the read stopped)."""
+    if kind == "text":
+        return inflated_too_much(path, amount)
+    return over_budget(path, f"its events' columns passed {size_text(amount)} while read")
+
+
 def decompressed_pieces(path: Path, state: TextState) -> Iterator[bytes]:
-    """The file's bytes, gunzipped when gzip, in pieces of at most ``PIECE_BYTES``."""
+    """The file's bytes, gunzipped when gzip, in pieces of at most ``PIECE_BYTES``; the file is
+    read a slice at a time, never whole."""
     try:
-        raw = path.read_bytes()
+        file = path.open("rb")
     except OSError as error:
         raise InputError(path, f"cannot be read ({error.strerror})") from None
-    if not raw.startswith(GZIP_MAGIC):
-        for start in range(0, len(raw), PIECE_BYTES):
-            yield raw[start : start + PIECE_BYTES]
-        return
-    # Compressed input goes in small slices: zlib's own ``max_length`` would copy the whole rest
-    # of the file into ``unconsumed_tail`` at every piece.
-    view = memoryview(raw)
-    member = 0
-    while member < len(raw):
+    with file:
+        yield from _pieces_of(path, file, state)
+
+
+def _pieces_of(path: Path, file: BinaryIO, state: TextState) -> Iterator[bytes]:
+    try:
+        first = file.read(PIECE_BYTES)
+        if not first.startswith(GZIP_MAGIC):
+            while first:
+                yield first
+                first = file.read(PIECE_BYTES)
+            return
+        limit = inflate_limit(os.fstat(file.fileno()).st_size)
+        inflated = 0
+        # Compressed input goes in small slices: zlib's own ``max_length`` would copy the whole
+        # rest of the input into ``unconsumed_tail`` at every piece.
+        pending = first
         inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
-        position = member
-        while position < len(raw) and not inflater.eof:
-            feed: bytes | memoryview = view[position : position + FEED_BYTES]
-            position += len(feed)
+        while True:
+            feed = pending or file.read(FEED_BYTES)
+            pending = b""
+            if not feed:
+                state.truncated = True  # the stream stops before its end-of-stream marker
+                return
             while feed:
                 try:
                     piece = inflater.decompress(feed, PIECE_BYTES)
                 except ZLIB_ERROR as error:
                     raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
                 feed = inflater.unconsumed_tail
+                inflated += len(piece)
+                if inflated > limit:
+                    raise inflated_too_much(path, limit)
                 if piece:
                     yield piece
                 if inflater.eof:
                     break
-        if not inflater.eof:
-            state.truncated = True
-            return
-        member = position - len(inflater.unused_data)  # another gzip member may follow
-        if raw[member : member + 2] != GZIP_MAGIC:
-            return
+            if inflater.eof:  # another gzip member may follow
+                rest = inflater.unused_data
+                while len(rest) < 2:
+                    more = file.read(FEED_BYTES)
+                    if not more:
+                        break
+                    rest += more
+                if not rest.startswith(GZIP_MAGIC):
+                    return
+                pending = rest
+                inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
+    except OSError as error:
+        raise InputError(path, f"cannot be read ({error.strerror})") from None
 
 
 class Scan:
@@ -157,6 +208,7 @@ class Scan:
         # Set when the reader waits for the result: the scanner then inflates on a second
         # thread. Not before: a second busy thread would slow down the imports meanwhile.
         self._hurry = bytearray(1)
+        self._limit = scan_limit()  # now: ``--max-memory`` is read before a scan starts
         if threaded:
             self._thread = threading.Thread(target=self._run, name="gpuscope-scan", daemon=True)
             self._thread.start()
@@ -171,15 +223,26 @@ class Scan:
         if _kscan is None:
             raise NotScannableError
         try:
-            raw = self.path.read_bytes()
+            file = self.path.open("rb")
         except OSError as error:
             raise InputError(self.path, f"cannot be read ({error.strerror})") from None
-        try:
-            header, scanned, tail, truncated = _kscan.scan_file(raw, PIECE_BYTES, self._hurry)
-        except _kscan.GzipError as error:
-            raise CorruptInputError(self.path, f"corrupt gzip data ({error})") from None
-        except ValueError:
-            raise NotScannableError from None
+        with file:
+            try:
+                size = os.fstat(file.fileno()).st_size
+                # The scanner reads the file from its descriptor a slice at a time, never whole.
+                header, scanned, tail, truncated = _kscan.scan_file(
+                    file.fileno(), PIECE_BYTES, self._hurry, inflate_limit(size), self._limit
+                )
+            except _kscan.GzipError as error:
+                raise CorruptInputError(self.path, f"corrupt gzip data ({error})") from None
+            except _kscan.LimitError as error:
+                kind, amount = error.args
+                limit = inflate_limit(size) if kind == "text" else amount
+                raise too_big(self.path, kind, limit) from None
+            except OSError as error:
+                raise InputError(self.path, f"cannot be read ({error.strerror})") from None
+            except ValueError:
+                raise NotScannableError from None
         self.state.header, self.state.tail, self.state.truncated = header, tail, truncated
         return scanned
 

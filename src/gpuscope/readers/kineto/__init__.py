@@ -31,7 +31,7 @@ import msgspec
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import Trace
 from gpuscope.readers import _scan
-from gpuscope.readers._io import read_bytes
+from gpuscope.readers._io import memory_budget, read_bytes
 from gpuscope.readers._scan import NotScannableError, Scan, looks_like_kineto
 from gpuscope.readers.kineto._columns import (
     _Columns,
@@ -46,12 +46,18 @@ from gpuscope.readers.kineto._pieces import (
 )
 from gpuscope.readers.kineto._shape import (
     _EVENTS_DECODER,
+    _LENIENT_DECODER,
+    _LENIENT_EVENTS_DECODER,
     _META_DECODER,
     _LenientDocument,
 )
 from gpuscope.readers.kineto._values import (
     MAX_NAME_CHARS,
 )
+
+#: A document decoded whole takes up to this many times its text in Python objects (measured
+#: ~6x on generated traces): the most text read whole is the memory budget over it.
+WHOLE_DOCUMENT_FACTOR = 8
 
 __all__ = ["MAX_NAME_CHARS", "looks_like_kineto", "read", "read_file"]
 
@@ -61,18 +67,24 @@ def read_file(path: Path, scan: Scan | None = None) -> Trace:
 
     The C scanner reads it where it is built (``scan``, when given, is the file's scan already
     started; see ``_scan``). Otherwise, or when the document's layout or values are unusual,
-    msgspec decodes it in pieces of a few megabytes or, failing that, whole.
+    msgspec decodes it in pieces of a few megabytes (a piece with values of odd types decoded
+    leniently, the others typed) or, failing that (a layout the pieces do not follow), whole,
+    within the memory budget (``_io.memory_budget``).
     """
     with _gc_paused():
         try:
             if scan is None and _scan.scanner_built():
                 scan = Scan(path)
             if scan is not None:
-                return _read_scanned(path, scan)
+                try:
+                    return _read_scanned(path, scan)
+                except NotScannableError:
+                    pass  # the msgspec reader, still in pieces
             return _read_streamed(path)
-        except (NotScannableError, _NotStreamableError, msgspec.DecodeError, RecursionError):
+        except (_NotStreamableError, msgspec.DecodeError, RecursionError):
             pass  # the whole document decoded at once says what is wrong with it, if anything
-    content = read_bytes(path)
+    # Decoded whole, a document takes several times its text in Python objects.
+    content = read_bytes(path, limit=memory_budget() // WHOLE_DOCUMENT_FACTOR)
     return read(path, content.data, truncated_stream=content.truncated)
 
 
@@ -108,18 +120,24 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 
 
 def _read_streamed(path: Path) -> Trace:
-    stream = _EventText(path)
+    limit = _scan.scan_limit()
     columns = _Columns(lenient=False)
+    stream = _EventText(path, lambda: limit - columns.nbytes)
     for chunk in stream.chunks():
         body = b"[" + chunk + b"]"
-        decoded = _EVENTS_DECODER.decode(body)
-        columns.add(decoded, partial(_flows_in, body))
+        try:
+            decoded, lenient = _EVENTS_DECODER.decode(body), False
+        except msgspec.ValidationError:  # odd values here: this piece only is read leniently
+            decoded, lenient = _LENIENT_EVENTS_DECODER.decode(body), True
+        columns.add(decoded, partial(_flows_in, body), lenient=lenient)
         del decoded
+        if columns.nbytes > limit:
+            raise _scan.too_big(path, "memory", columns.nbytes)
     if not stream.finished:
         raise _NotStreamableError
     if stream.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
-    meta = _META_DECODER.decode(stream.metadata_document())
+    meta = _decode_meta(stream.metadata_document())
     if not _top_level_events(stream.header, meta):
         raise _NotStreamableError
     return columns.finish(path, meta, lost_tail=stream.truncated)
@@ -135,10 +153,19 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
     state = scan.state
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
-    meta = _META_DECODER.decode(state.metadata_document())
+    meta = _decode_meta(state.metadata_document())
     if not _top_level_events(state.header, meta):
         raise NotScannableError
     return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+def _decode_meta(text: bytes) -> Any:
+    """The document's other keys; leniently where a value has an odd type (``"deviceProperties":
+    1``), as the whole-document reader takes them, rather than reading the whole file again."""
+    try:
+        return _META_DECODER.decode(text)
+    except msgspec.ValidationError:
+        return _LENIENT_DECODER.decode(text)
 
 
 def _top_level_events(header: bytes, meta: Any) -> bool:

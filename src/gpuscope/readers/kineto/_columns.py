@@ -9,6 +9,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpuscope._arrays import among, distinct
@@ -38,12 +39,13 @@ from gpuscope.readers.kineto._values import (
     _LONG_NAME,
     _NEGATIVE_DURATION,
     _NOT_A_STRING,
+    _RAW_LIST_DECODER,
     MAX_NAME_CHARS,
     _bad_times,
     _coerce_args,
     _column,
     _count,
-    _decode_args_list,
+    _decode_args,
     _extra_args,
     _extras_of,
     _ids,
@@ -52,6 +54,7 @@ from gpuscope.readers.kineto._values import (
     _mark_mtia_dma,
     _memcpy_columns,
     _num,
+    _occupancy,
     _opt_int,
     _product,
     _raw_string,
@@ -79,17 +82,34 @@ class _Columns:
         self.flows: list[Any] = []
         #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
+        #: The memory the columns, extras and flows take so far (checked against the budget).
+        self.nbytes = 0
+        #: One dict per distinct set of recorded arguments: the same shapes recur at every step,
+        #: and a dict of lists per row would take a kilobyte or more each.
+        self._shared_extras: dict[bytes, dict[str, Any]] = {}
 
-    def add(self, raw_events: list[Any], flows: Callable[[], list[Any]]) -> None:
+    def _keep_extra(self, row: int, extra: dict[str, Any]) -> None:
+        key = msgspec.msgpack.encode(extra)  # exact: 1 and 1.0, inf and null differ
+        shared = self._shared_extras.setdefault(key, extra)
+        if shared is extra:
+            self.nbytes += len(key) * 8  # lists and strings as Python objects
+        self.extra[row] = shared
+        self.nbytes += 100  # the row's entry
+
+    def add(
+        self, raw_events: list[Any], flows: Callable[[], list[Any]], *, lenient: bool | None = None
+    ) -> None:
         """Add a piece of the document's events; ``flows`` decodes the same piece's flow events,
-        called only when device work in it lacks correlation ids."""
+        called only when device work in it lacks correlation ids. ``lenient``: the piece was
+        decoded with the lenient structs (default: as the whole document was)."""
+        lenient = self.lenient if lenient is None else lenient
         self.events += len(raw_events)
-        if self.lenient:
+        if lenient:
             complete = [e for e in raw_events if e.ph == "X"]
         else:
             complete = [e for e in raw_events if type(e) is _Event]
         categories = list(map(_CATEGORY, complete))
-        if self.lenient:  # a category that is not a string (a list, an object) is no kind
+        if lenient:  # a category that is not a string (a list, an object) is no kind
             categories = [c if isinstance(c, str) else None for c in categories]
         for cat in set(categories) - self.kind_of.keys():
             self._kind_code(cat)
@@ -102,7 +122,7 @@ class _Columns:
             return
         kinds = codes[keep]
         bad = _bad_times(
-            [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not self.lenient
+            [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not lenient
         )
         if bad is not None:
             rows = list(compress(rows, (~bad).tolist()))
@@ -111,12 +131,15 @@ class _Columns:
                 return
         if "mtia_ccp_events" in self.kind_of:
             _mark_mtia_dma(rows, kinds)
-        columns = self._columns(rows, kinds)
+        columns = self._columns(rows, kinds, lenient)
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
+            self.nbytes += values.nbytes
         on_device = (columns["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
         if np.any(columns["correlation"][on_device] < 0):
-            self.flows.extend(flows())
+            piece_flows = flows()
+            self.flows.extend(piece_flows)
+            self.nbytes += 200 * len(piece_flows)
         self.rows += len(rows)
 
     def add_scanned(self, scanned: _scan.Scanned) -> None:
@@ -167,22 +190,26 @@ class _Columns:
         if extra_rows:
             new_row = np.cumsum(keep) - 1
             rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
-            for row, args in zip(
-                rows_with_args, _decode_args_list(memoryview(extras)), strict=True
-            ):
-                extra = _extras_of(args) if keep[row] else None
+            # Each args object decoded on its own (msgspec.Raw: a view, no copy) and dropped:
+            # all of them at once would take a kilobyte or more each.
+            raws = _RAW_LIST_DECODER.decode(memoryview(extras))
+            del extras
+            for row, args_text in zip(rows_with_args, raws, strict=True):
+                extra = _extras_of(_decode_args(args_text)) if keep[row] else None
                 if extra:
-                    self.extra[self.rows + int(new_row[row])] = extra
+                    self._keep_extra(self.rows + int(new_row[row]), extra)
+            del raws
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": column("occupancy", np.float64).astype(np.float32),
+            "occupancy_pct": _occupancy(column("occupancy", np.float64), self.skipped),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
+            self.nbytes += values.nbytes
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
         if np.any(piece["correlation"][on_device] < 0):
             self.flows.extend(_FLOWS_DECODER.decode(memoryview(flows)))
@@ -206,9 +233,9 @@ class _Columns:
             self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
         return self.kind_of[cat]
 
-    def _columns(self, rows: list[Any], kinds: np.ndarray) -> dict[str, np.ndarray]:
+    def _columns(self, rows: list[Any], kinds: np.ndarray, lenient: bool) -> dict[str, np.ndarray]:
         args = [e.args or _EMPTY_ARGS for e in rows]
-        if self.lenient:
+        if lenient:
             args = [_coerce_args(a) for a in args]
             ts = [_num(e.ts) for e in rows]
             dur = [_num(e.dur) for e in rows]
@@ -217,10 +244,10 @@ class _Columns:
             ts = list(map(_TS, rows))
             dur = list(map(_DUR, rows))
         ts_us = np.array(ts)
-        self.float_ts |= not self.lenient and ts_us.dtype.kind == "f"
+        self.float_ts |= not lenient and ts_us.dtype.kind == "f"
         n = len(rows)
         for row, values in _extra_args(args).items():
-            self.extra[self.rows + row] = values
+            self._keep_extra(self.rows + row, values)
 
         def arg(field: str, chosen: np.ndarray) -> np.ndarray:
             if field in ("grid", "block"):
@@ -235,7 +262,9 @@ class _Columns:
             **self._arg_columns(
                 kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
             ),
-            "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=n),
+            "occupancy_pct": _occupancy(
+                np.fromiter(map(_OCCUPANCY, args), dtype=np.float64, count=n), self.skipped
+            ),
         }
 
     def _arg_columns(

@@ -5,7 +5,7 @@ msgspec, and the whole-document decoder (with the repair of a document cut off m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +47,11 @@ class _EventText(TextState):
     it ended mid-write.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, room: Callable[[], int] | None = None) -> None:
         super().__init__(path)
         self.finished = False
+        #: The memory left for the text of one event (the budget less the columns read so far).
+        self.room = room
 
     def chunks(self) -> Iterator[bytes]:
         pieces = _scan.decompressed_pieces(self.path, self)
@@ -88,6 +90,8 @@ class _EventText(TextState):
                     continue
             if exhausted:
                 break
+            if self.room is not None and 2 * len(buffer) > self.room():
+                raise _scan.too_big(self.path, "memory", len(buffer))
             more = next(pieces, None)  # one event larger than a piece: read on
             exhausted = more is None
             buffer += more or b""

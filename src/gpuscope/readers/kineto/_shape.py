@@ -128,8 +128,6 @@ class _LenientDocument(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Document)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
-_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args])
-_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs], float_hook=float)  # type: ignore[valid-type]
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _CATEGORY = attrgetter("cat")
@@ -144,6 +142,7 @@ _SKIP = 255
 # then refused as a value (see _bad_times), rather than failing the whole document.
 _LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument, float_hook=float)
 _EMPTY_ARGS = _Args()
+_LENIENT_EVENTS_DECODER = msgspec.json.Decoder(list[_LenientEvent], float_hook=float)
 
 # Categories, matched case-insensitively (2021 traces capitalise them).
 _KIND_OF_CATEGORY: dict[str, Kind] = {

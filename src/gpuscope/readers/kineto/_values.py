@@ -18,11 +18,10 @@ import numpy as np
 from gpuscope._arrays import distinct
 from gpuscope.model import CopyDirection, Kind
 from gpuscope.readers.kineto._shape import (
-    _ARGS_LIST_DECODER,
     _EMPTY_ARGS,
-    _LENIENT_ARGS_LIST_DECODER,
     _MEMCPY_DIRECTION,
     _Args,
+    _LenientArgs,
 )
 
 
@@ -156,6 +155,21 @@ def _bad_times(
     return bad
 
 
+_BAD_OCCUPANCY = "occupancy figures outside 0-100% were read as unknown"
+
+
+def _occupancy(percent: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
+    """Achieved occupancy in percent as float32; a figure outside 0-100 (a corrupt value, or one
+    beyond a float32) is unknown (NaN) and counted, not kept."""
+    with np.errstate(invalid="ignore"):
+        bad = (percent < 0) | (percent > 100)
+    if bad.any():
+        _count(skipped, _BAD_OCCUPANCY, int(bad.sum()))
+        percent = np.where(bad, np.nan, percent)
+    column: np.ndarray = percent.astype(np.float32)
+    return column
+
+
 def _time_or_nan(value: Any) -> float:
     if type(value) not in (int, float):
         return float("nan")
@@ -264,12 +278,17 @@ def _extras_of(a: Any) -> dict[str, Any]:
     return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}
 
 
-def _decode_args_list(text: bytes | memoryview) -> list[Any]:
-    """A JSON array of args objects, typed; odd value types coerced as the lenient reader does."""
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_ARGS_DECODER = msgspec.json.Decoder(_Args)
+_LENIENT_ARGS_DECODER = msgspec.json.Decoder(_LenientArgs, float_hook=float)
+
+
+def _decode_args(text: Any) -> Any:
+    """One args object, typed; odd value types coerced as the lenient reader does."""
     try:
-        return _ARGS_LIST_DECODER.decode(text)
+        return _ARGS_DECODER.decode(text)
     except msgspec.ValidationError:
-        return [_coerce_args(a) for a in _LENIENT_ARGS_LIST_DECODER.decode(text)]
+        return _coerce_args(_LENIENT_ARGS_DECODER.decode(text))
 
 
 def _raw_string(raw: bytes) -> str:

@@ -1,0 +1,234 @@
+"""Bounded memory (issue #22 item 3): a Kineto trace is read a slice at a time on every path, a
+gzip bomb stops at a reported limit, a memory budget refuses a too-big input with one line, and
+pieces cut anywhere (inside strings, escapes, numbers) read as the whole document does.
+
+The figures on 2 GB and 8 GB traces are in benchmarks/README.md (benchmarks/memory.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuscope.cli import main
+from gpuscope.errors import InputError
+from gpuscope.generator import GeneratorConfig, generate
+from gpuscope.model import _COLUMNS, Trace
+from gpuscope.readers import _io, _scan, kineto
+
+needs_scanner = pytest.mark.skipif(not _scan.scanner_built(), reason="the C scanner is not built")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def one_error_line(result: Result) -> str:
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscope: error:"), result.stderr
+    return lines[0]
+
+
+def same_trace(a: Trace, b: Trace) -> None:
+    for name in _COLUMNS:
+        x, y = getattr(a.events, name), getattr(b.events, name)
+        assert x.tobytes() == y.tobytes(), name
+    assert a.names == b.names
+    assert a.events.extra == b.events.extra
+    assert (a.steps, a.devices, a.schema, a.metadata, a.warnings) == (
+        b.steps,
+        b.devices,
+        b.schema,
+        b.metadata,
+        b.warnings,
+    )
+
+
+def without_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_scan, "_kscan", None)
+
+
+# --- nothing is read whole ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("scanner", [True, False])
+def test_a_trace_is_never_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool, scanner: bool
+) -> None:
+    if scanner and not _scan.scanner_built():
+        pytest.skip("the C scanner is not built")
+    generated = generate(GeneratorConfig(seed=1, steps=2))
+    path = tmp_path / ("t.json.gz" if compressed else "t.json")
+    path.write_bytes(generated.to_bytes(compress=compressed))
+    expected = kineto.read(path, generated.to_bytes())
+    if not scanner:
+        without_scanner(monkeypatch)
+
+    def whole(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the file was read whole")
+
+    monkeypatch.setattr(Path, "read_bytes", whole)
+    monkeypatch.setattr(kineto, "read_bytes", whole)
+    monkeypatch.setattr(_scan, "PIECE_BYTES", 4096)  # many pieces, even for a small file
+    monkeypatch.setattr(_scan, "FEED_BYTES", 512)
+    same_trace(kineto.read_file(path), expected)
+
+
+def test_one_odd_event_reads_leniently_in_its_piece_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An event with a value of an odd type used to send the whole file to the whole-document
+    # reader (ten times the memory): now only its piece is decoded leniently.
+    document = generate(GeneratorConfig(seed=1, steps=2)).document
+    document["traceEvents"][40]["pid"] = [1, 2]
+    document["traceEvents"][41]["ph"] = "Q"  # an unknown phase
+    data = json.dumps(document).encode()
+    path = tmp_path / "odd.json"
+    path.write_bytes(data)
+    expected = kineto.read(path, data)
+    monkeypatch.setattr(kineto, "read_bytes", lambda *a, **k: pytest.fail("read whole"))
+    monkeypatch.setattr(_scan, "PIECE_BYTES", 8192)
+    same_trace(kineto.read_file(path), expected)
+    without_scanner(monkeypatch)
+    same_trace(kineto.read_file(path), expected)
+
+
+# --- pieces cut anywhere -------------------------------------------------------------------------
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_number = st.one_of(
+    st.integers(0, 10**15), st.floats(0, 1e12, allow_nan=False).map(lambda f: round(f, 3))
+)
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> bytes:
+    events = []
+    for i in range(draw(st.integers(1, 12))):
+        events.append(
+            {
+                "ph": "X",
+                "cat": draw(st.sampled_from(["kernel", "cuda_runtime", "cpu_op"])),
+                "name": draw(_text) + '"\\/\b\u00e9\U0001f600',
+                "pid": draw(st.integers(-5, 2**40)),
+                "tid": draw(st.one_of(st.integers(0, 99), st.just("stream 7"))),
+                "ts": draw(_number),
+                "dur": draw(_number),
+                "args": {"device": 0, "correlation": i, "Input Dims": [[i, 2]], "x": draw(_text)},
+            }
+        )
+    ascii_only = draw(st.booleans())  # \u escapes everywhere, or raw UTF-8
+    return json.dumps(
+        {"traceEvents": events, "displayTimeUnit": "ns"}, ensure_ascii=ascii_only
+    ).encode()
+
+
+@given(data=documents(), piece=st.integers(16, 300), compressed=st.booleans())
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_pieces_cut_inside_strings_escapes_and_numbers_read_as_the_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, piece: int, compressed: bool
+) -> None:
+    path = tmp_path / ("p.json.gz" if compressed else "p.json")
+    path.write_bytes(gzip.compress(data, mtime=0) if compressed else data)
+    expected = kineto.read(path, data)
+    with monkeypatch.context() as patch:
+        patch.setattr(_scan, "PIECE_BYTES", piece)
+        patch.setattr(_scan, "FEED_BYTES", max(piece // 3, 1))
+        if _scan.scanner_built():
+            same_trace(kineto._read_scanned(path, _scan.Scan(path)), expected)
+        same_trace(kineto._read_streamed(path), expected)
+
+
+# --- limits --------------------------------------------------------------------------------------
+
+
+def bomb(path: Path, inflated: int) -> Path:
+    """A small gzip Kineto file whose one kernel name inflates to ``inflated`` bytes."""
+    head = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "'
+    tail = b'", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"device": 0}}]}'
+    packer = gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)
+    with packer:
+        packer.write(head)
+        block = b"a" * (1 << 20)
+        for _ in range(inflated >> 20):
+            packer.write(block)
+        packer.write(tail)
+    return path
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_a_gzip_bomb_stops_at_the_reported_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    if scanner and not _scan.scanner_built():
+        pytest.skip("the C scanner is not built")
+    if not scanner:
+        without_scanner(monkeypatch)
+    path = bomb(tmp_path / "bomb.json.gz", 24 << 20)
+    assert path.stat().st_size < 64 << 10
+    result = cli("diagnose", str(path), env={"GPUSCOPE_MAX_INFLATE": "4M"})
+    line = one_error_line(result)
+    assert "inflates to more than 4 MB" in line and "decompression bomb" in line, line
+    # The default limit: 200 times the file's size, at least 256 MiB.
+    assert _io.inflate_limit(path.stat().st_size) == 256 << 20
+
+
+def test_the_limit_holds_when_read_whole_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = bomb(tmp_path / "bomb.json.gz", 8 << 20)
+    monkeypatch.setenv("GPUSCOPE_MAX_INFLATE", "2M")
+    with pytest.raises(InputError, match="inflates to more than 2 MB"):
+        _io.read_bytes(path)
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_an_input_over_the_memory_budget_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    if scanner and not _scan.scanner_built():
+        pytest.skip("the C scanner is not built")
+    if not scanner:
+        without_scanner(monkeypatch)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(generate(GeneratorConfig(seed=2, steps=16)).to_bytes(compress=True))
+    try:
+        line = one_error_line(cli("diagnose", str(path), "--max-memory", "1K"))
+        assert "too big for the memory budget of 1 kB" in line and "--max-memory" in line, line
+        assert cli("diagnose", str(path), "--max-memory", "4G").exit_code == 0
+    finally:
+        _io.set_memory_budget(None)
+
+
+def test_max_memory_takes_sizes_and_refuses_others() -> None:
+    assert _io.parse_size("512M") == 512 << 20
+    assert _io.parse_size("1.5GiB") == 3 << 29
+    assert _io.parse_size("4096") == 4096
+    for bad in ("", "-1G", "lots", "nan", "0"):
+        with pytest.raises(ValueError):
+            _io.parse_size(bad)
+    result = cli("diagnose", "x.json", "--max-memory", "lots")
+    assert result.exit_code == 2 and "--max-memory" in result.stderr, result.stderr
+
+
+def test_the_default_budget_follows_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUSCOPE_MAX_MEMORY", raising=False)
+    available = _io._available_memory()
+    assert available > 0
+    assert _io.memory_budget() == int(available * _io.BUDGET_SHARE)
+    monkeypatch.setenv("GPUSCOPE_MAX_MEMORY", "3G")
+    assert _io.memory_budget() == 3 << 30

@@ -232,3 +232,33 @@ def test_the_default_budget_follows_the_machine(monkeypatch: pytest.MonkeyPatch)
     assert _io.memory_budget() == int(available * _io.BUDGET_SHARE)
     monkeypatch.setenv("GPUSCOPE_MAX_MEMORY", "3G")
     assert _io.memory_budget() == 3 << 30
+
+
+# --- annotate -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+@pytest.mark.parametrize("cut", [False, True])
+def test_annotate_copies_the_trace_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, cut: bool
+) -> None:
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
+    from gpuscope.render.annotate import annotate
+
+    data = generate(GeneratorConfig(seed=4, steps=3)).to_bytes()
+    if cut:  # a trace cut off mid-write: its partial last event is left out, as read
+        data = data[: len(data) * 2 // 3]
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
+    job = load(path)
+    expected = json.loads(annotate(data, diagnose(job, Options()), str(path)))
+    monkeypatch.setattr(_io, "read_bytes", lambda *a, **k: pytest.fail("read whole"))
+    monkeypatch.setattr(Path, "read_bytes", lambda *a, **k: pytest.fail("read whole"))
+    monkeypatch.setattr(_scan, "PIECE_BYTES", 1 << 16)
+    out = tmp_path / ("out.json.gz" if name.endswith(".gz") else "out.json")
+    result = cli("annotate", str(path), "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    written = out.open("rb").read()
+    written = gzip.decompress(written) if out.name.endswith(".gz") else written
+    assert json.loads(written) == expected

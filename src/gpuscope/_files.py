@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from gpuscope.errors import InputError
@@ -42,8 +43,12 @@ def is_input(path: str | Path) -> bool:
     return (status.st_dev, status.st_ino) in _inputs
 
 
-def atomic_write(path: str | Path, data: bytes, *, extra_inputs: tuple[Path, ...] = ()) -> None:
-    """Replace ``path`` with ``data`` atomically (see the module docstring)."""
+def atomic_write(
+    path: str | Path, data: bytes | Iterable[bytes], *, extra_inputs: tuple[Path, ...] = ()
+) -> None:
+    """Replace ``path`` with ``data`` atomically (see the module docstring). ``data`` may come in
+    pieces (an annotated trace is written as it is read); whatever the pieces raise leaves the
+    old file as it was."""
     target = Path(path)
     for extra in extra_inputs:
         note_input_path(extra)
@@ -59,7 +64,8 @@ def atomic_write(path: str | Path, data: bytes, *, extra_inputs: tuple[Path, ...
         raise InputError(target, f"cannot be written ({error.strerror or error})") from None
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         _keep_mode(target, temporary)

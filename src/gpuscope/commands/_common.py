@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -126,7 +126,9 @@ def missing_extra(feature: str, package: str, extra: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def write_output(path: Path, data: bytes, *, inputs: tuple[Path, ...] = ()) -> None:
+def write_output(
+    path: Path, data: bytes | Iterable[bytes], *, inputs: tuple[Path, ...] = ()
+) -> None:
     """Write an output file atomically, never over a file the command read (nor ``inputs``);
     a path that cannot be written is bad input (exit 2), not a crash (see ``gpuscope._files``)."""
     from gpuscope._files import atomic_write

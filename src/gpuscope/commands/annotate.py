@@ -41,17 +41,24 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
     prefetch = _early.begin(path, prefetched())  # the read overlaps the imports (see diagnose)
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
-    from gpuscope.readers._io import read_bytes
+    from gpuscope.readers._io import memory_budget, read_bytes
+    from gpuscope.readers.kineto import WHOLE_DOCUMENT_FACTOR
+    from gpuscope.render.annotate import NotStreamableError, annotate_file
     from gpuscope.render.annotate import annotate as annotated
 
     job = load(path, prefetch=prefetch)
     _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])
     result = diagnose(job, Options(gpu_hour_usd=gpu_hour_usd))
     for source, target in _targets(path, output, [t.source for t in job.traces]).items():
-        data = annotated(read_bytes(Path(source)).data, result, source, Path(source))
-        if target.name.endswith(".gz"):
-            data = gzip.compress(data, compresslevel=6, mtime=0)
-        write_output(target, data)
+        compress = target.name.endswith(".gz")
+        try:  # read and written a piece at a time: a trace of gigabytes is never held whole
+            write_output(target, annotate_file(Path(source), result, source, compress=compress))
+        except NotStreamableError:  # an unusual layout: the whole document, within the budget
+            limit = memory_budget() // WHOLE_DOCUMENT_FACTOR
+            data = annotated(read_bytes(Path(source), limit=limit).data, result, source)
+            if compress:
+                data = gzip.compress(data, compresslevel=6, mtime=0)
+            write_output(target, data)
         click.echo(f"wrote {target}", err=True)
 
 

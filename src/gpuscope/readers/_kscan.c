@@ -26,8 +26,11 @@
  *   names       the same for event names; column "name" indexes it
  *   extra_rows  bytes of int64 rows whose args hold "Input Dims", "Collective name" or
  *               "Call stack" (2021 traces' Python stacks)
- *   extras      those rows' args objects, copied as one JSON array (a Block; decoded in Python)
- *   flows       the flow events (phases s, f, t), copied as one JSON array (a Block)
+ *   extras      (ids, texts): bytes of int32, per extra row the index in texts of its kept
+ *               arguments (the members of args the model keeps, as one JSON object); each
+ *               distinct text once (the same shapes recur at every step)
+ *   flows       the flow events (phases s, f, t), one JSON array deflated (raw, zlib
+ *               wbits -15); empty bytes when there are none
  *
  * Nothing returned points into ``data``.
  *
@@ -92,19 +95,53 @@ static int grow(void *buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size
     return 0;
 }
 
-/* A growable JSON array of copied spans: "[" span "," span ... (closed on output). */
+/* A growable buffer of bytes. */
 typedef struct {
     char *data;
     Py_ssize_t length, capacity;
 } Text;
 
-static int text_append(Text *t, const char *span, Py_ssize_t length) {
-    if (grow(&t->data, &t->capacity, t->length + length + 2, 1, 4096) < 0) return -1;
-    t->data[t->length] = t->length == 0 ? '[' : ',';
-    t->length++;
-    memcpy(t->data + t->length, span, (size_t)length);
-    t->length += length;
+/* A growable text kept deflated (raw deflate, level 1): the flow events take a tenth of the
+ * text's memory this way, and are inflated only where device work lacks correlation ids. */
+typedef struct {
+    z_stream z;
+    int live;
+    char *data; /* the deflated bytes so far */
+    Py_ssize_t length, capacity, text_length;
+} Packed;
+
+static int packed_put(Packed *p, const char *span, Py_ssize_t length, int flush) {
+    if (!p->live) {
+        memset(&p->z, 0, sizeof p->z);
+        if (deflateInit2(&p->z, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
+        p->live = 1;
+    }
+    p->z.next_in = (Bytef *)span;
+    p->z.avail_in = (uInt)length;
+    for (;;) {
+        if (grow(&p->data, &p->capacity, p->length + 65536, 1, 65536) < 0) return -1;
+        p->z.next_out = (Bytef *)(p->data + p->length);
+        p->z.avail_out = (uInt)(p->capacity - p->length);
+        int r = deflate(&p->z, flush);
+        p->length = p->capacity - p->z.avail_out;
+        if (r == Z_STREAM_ERROR) return -1;
+        if (flush == Z_FINISH ? r == Z_STREAM_END : p->z.avail_in == 0 && p->z.avail_out > 0) break;
+    }
+    p->text_length += length;
     return 0;
+}
+
+/* Append a span as the next item of the JSON array (spans are small: one event each). */
+static int packed_append(Packed *p, const char *span, Py_ssize_t length) {
+    if (packed_put(p, p->text_length == 0 ? "[" : ",", 1, Z_NO_FLUSH) < 0) return -1;
+    return packed_put(p, span, length, Z_NO_FLUSH);
+}
+
+static void packed_free(Packed *p) {
+    if (p->live) deflateEnd(&p->z);
+    p->live = 0;
+    free(p->data);
+    p->data = NULL;
 }
 
 typedef struct {
@@ -114,9 +151,9 @@ typedef struct {
     double *occupancy;
     uint8_t *flags; /* 1 where ts was written as a float */
     int64_t *extra_rows;
-    Py_ssize_t n_extras, extras_capacity;
-    Text extras; /* the args objects of extra_rows, as one JSON array */
-    Text flows;  /* the flow events (phases s, f, t), as one JSON array */
+    int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
+    Py_ssize_t n_extras, extras_capacity, ids_capacity;
+    Packed flows; /* the flow events (phases s, f, t), as one JSON array, deflated */
 } Columns;
 
 static int columns_grow(Columns *c, Py_ssize_t hint) {
@@ -138,11 +175,13 @@ static int columns_grow(Columns *c, Py_ssize_t hint) {
     return 0;
 }
 
-static int extras_push(Columns *c, int64_t row, const char *start, const char *end) {
-    if (grow(&c->extra_rows, &c->extras_capacity, c->n_extras + 1, sizeof(int64_t), 256) < 0)
+static int extras_push(Columns *c, int64_t row, int32_t id) {
+    if (grow(&c->extra_rows, &c->extras_capacity, c->n_extras + 1, sizeof(int64_t), 256) < 0 ||
+        grow(&c->extra_ids, &c->ids_capacity, c->n_extras + 1, sizeof(int32_t), 256) < 0)
         return -1;
+    c->extra_ids[c->n_extras] = id;
     c->extra_rows[c->n_extras++] = row;
-    return text_append(&c->extras, start, end - start);
+    return 0;
 }
 
 static void columns_free(Columns *c) {
@@ -152,8 +191,8 @@ static void columns_free(Columns *c) {
     free(c->flags);
     for (int i = 0; i < N_INT64; i++) free(c->ints[i]);
     free(c->extra_rows);
-    free(c->extras.data);
-    free(c->flows.data);
+    free(c->extra_ids);
+    packed_free(&c->flows);
 }
 
 /* ---- interning raw strings -------------------------------------------------------------- */
@@ -753,13 +792,17 @@ static void keys_ready(Key *keys) {
     }
 }
 
-enum { A_GRID = N_INT_ARGS, A_BLOCK, A_OCCUPANCY, A_EXTRA };
+enum { A_GRID = N_INT_ARGS, A_BLOCK, A_OCCUPANCY, A_EXTRA, A_KEEP };
+enum { MAX_KEPT = 16 };
 static Key ARG_KEYS[] = {
     KEY("correlation", 0), KEY("stream", 1), KEY("device", 2), KEY("External id", 3),
     KEY("external id", 4), KEY("bytes", 5), KEY("Python id", 6), KEY("Python parent id", 7),
     KEY("size", 8), KEY("grid", A_GRID), KEY("block", A_BLOCK),
     KEY("est. achieved occupancy %", A_OCCUPANCY), KEY("Input Dims", A_EXTRA),
-    KEY("Collective name", A_EXTRA), KEY("Call stack", A_EXTRA), {NULL, 0, 0},
+    KEY("Collective name", A_EXTRA), KEY("Call stack", A_EXTRA), KEY("Input type", A_KEEP),
+    KEY("Concrete Inputs", A_KEEP), KEY("In msg nelems", A_KEEP), KEY("Out msg nelems", A_KEEP),
+    KEY("Group size", A_KEEP), KEY("dtype", A_KEEP), KEY("Process Group Name", A_KEEP),
+    KEY("Process Group Ranks", A_KEEP), {NULL, 0, 0},
 };
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS };
@@ -774,6 +817,10 @@ typedef struct {
     double occupancy;
     int extra;
     const char *start, *end;
+    /* The members the model keeps (A_EXTRA, A_KEEP), from key to value; more than MAX_KEPT:
+     * the whole args object is kept instead. */
+    const char *kept[MAX_KEPT][2];
+    int n_kept;
 } Args;
 
 static void args_defaults(Args *a) {
@@ -782,6 +829,7 @@ static void args_defaults(Args *a) {
     a->occupancy = NAN;
     a->extra = 0;
     a->start = a->end = NULL;
+    a->n_kept = 0;
 }
 
 static int read_args(Cursor *c, Args *a, int *unsupported) {
@@ -815,6 +863,13 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
         } else {
             if (code == A_EXTRA && !is_null(c)) a->extra = 1;
             r = skip_value(c, 1);
+            if ((code == A_EXTRA || code == A_KEEP) && r == OK) {
+                if (a->n_kept < MAX_KEPT) {
+                    a->kept[a->n_kept][0] = key - 1; /* its opening quote */
+                    a->kept[a->n_kept][1] = c->p;
+                }
+                a->n_kept++;
+            }
         }
         if (r == UNSUPPORTED) *unsupported = 1;
         else if (r != OK) return r;
@@ -829,6 +884,8 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
 typedef struct {
     Columns columns;
     Interner cats, names;
+    Interner extras; /* the distinct texts of the arguments kept (see read_args) */
+    Text scratch;    /* one event's kept arguments, as a JSON object */
     Py_ssize_t events, rows_hint;
     Py_ssize_t max_bytes; /* the most memory the columns may take (LIMIT beyond) */
     const char *error; /* why the scan stopped with BAD / UNSUPPORTED / LIMIT */
@@ -843,8 +900,27 @@ enum { ROW_BYTES = 4 + 4 + 8 + 1 + 8 * N_INT64 };
 /* The memory the scan's results take so far (the columns as filled, the copied texts). */
 static Py_ssize_t scan_bytes(const Scan *s) {
     const Columns *c = &s->columns;
-    return c->rows * ROW_BYTES + c->extras.length + c->flows.length + c->n_extras * 8 +
+    return c->rows * ROW_BYTES + c->flows.length + c->n_extras * 12 + s->extras.strings_length +
            s->names.strings_length + s->cats.strings_length;
+}
+
+/* The id of an event's kept arguments: the members the model keeps, as one JSON object (the
+ * same recorded shapes recur at every step: each distinct text is kept once). */
+static int32_t intern_kept(Scan *s, const Args *a) {
+    Text *t = &s->scratch;
+    t->length = 0;
+    if (a->n_kept > MAX_KEPT) return intern(&s->extras, a->start, a->end - a->start);
+    for (int i = 0; i < a->n_kept; i++) {
+        Py_ssize_t length = a->kept[i][1] - a->kept[i][0];
+        if (grow(&t->data, &t->capacity, t->length + length + 2, 1, 4096) < 0) return -1;
+        t->data[t->length++] = i == 0 ? '{' : ',';
+        memcpy(t->data + t->length, a->kept[i][0], (size_t)length);
+        t->length += length;
+    }
+    if (grow(&t->data, &t->capacity, t->length + 2, 1, 4096) < 0) return -1;
+    if (a->n_kept == 0) t->data[t->length++] = '{';
+    t->data[t->length++] = '}';
+    return intern(&s->extras, t->data, t->length);
 }
 
 static int read_event(Cursor *c, Scan *s) {
@@ -926,7 +1002,7 @@ static int read_event(Cursor *c, Scan *s) {
         return OK;
     }
     if (phase == 's' || phase == 'f' || phase == 't')
-        return text_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
+        return packed_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
     if (phase != 'X') return OK;
     if (unsupported) {
         s->error = "a complete event with a value of an unexpected type";
@@ -955,7 +1031,10 @@ static int read_event(Cursor *c, Scan *s) {
     col->ints[C_GRID][row] = args.grid;
     col->ints[C_BLOCK][row] = args.block;
     col->occupancy[row] = args.occupancy;
-    if (args.extra && extras_push(col, row, args.start, args.end) < 0) return BAD;
+    if (args.extra) {
+        int32_t id = intern_kept(s, &args);
+        if (id < 0 || extras_push(col, row, id) < 0) return BAD;
+    }
     col->rows++;
     return OK;
 }
@@ -1534,19 +1613,6 @@ static PyTypeObject BlockType = {
     .tp_doc = "A column of the scanner's, as a read-only buffer.",
 };
 
-/* A Text closed as a JSON array and handed over without a copy (flows take megabytes). */
-static PyObject *json_array(Text *t) {
-    if (t->length == 0) return PyBytes_FromString("[]");
-    t->data[t->length] = ']'; /* text_append keeps room for it */
-    Block *block = PyObject_New(Block, &BlockType);
-    if (block == NULL) return NULL;
-    block->data = t->data;
-    block->size = t->length + 1;
-    t->data = NULL;
-    t->length = t->capacity = 0;
-    return (PyObject *)block;
-}
-
 /* Hand a column over (its memory: on failure it is freed here). */
 static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size) {
     Block *block = PyObject_New(Block, &BlockType);
@@ -1584,9 +1650,20 @@ static PyObject *columns_result(Scan *s) {
         goto finally;
     extra_rows = PyBytes_FromStringAndSize(
         col->extra_rows ? (const char *)col->extra_rows : "", col->n_extras * 8);
-    if (extra_rows == NULL || (extras = json_array(&col->extras)) == NULL ||
-        (flows = json_array(&col->flows)) == NULL)
-        goto finally;
+    if (extra_rows == NULL) goto finally;
+    extras = Py_BuildValue("(y#N)", col->extra_ids ? (const char *)col->extra_ids : "",
+                           col->n_extras * 4, strings_list(&s->extras));
+    if (extras == NULL) goto finally;
+    if (col->flows.text_length == 0) {
+        flows = PyBytes_FromString("");
+    } else {
+        if (packed_put(&col->flows, "]", 1, Z_FINISH) < 0) {
+            PyErr_NoMemory();
+            goto finally;
+        }
+        flows = PyBytes_FromStringAndSize(col->flows.data, col->flows.length);
+    }
+    if (flows == NULL) goto finally;
     result = Py_BuildValue("(nnOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
                            flows);
 finally:
@@ -1676,6 +1753,8 @@ static PyObject *scan_file(PyObject *self, PyObject *args) {
     columns_free(&s.columns);
     interner_free(&s.cats);
     interner_free(&s.names);
+    interner_free(&s.extras);
+    free(s.scratch.data);
     if (hurry.obj != NULL) PyBuffer_Release(&hurry);
     return result;
 }

@@ -15,7 +15,14 @@ def scan_file(
 ) -> tuple[
     bytes,
     tuple[
-        int, int, dict[str, Block], list[bytes], list[bytes], bytes, Block | bytes, Block | bytes
+        int,
+        int,
+        dict[str, Block],
+        list[bytes],
+        list[bytes],
+        bytes,
+        tuple[bytes, list[bytes]],
+        bytes,
     ],
     bytes,
     bool,

@@ -79,7 +79,14 @@ if TYPE_CHECKING:
 
     #: The scanner's columns for a file (see ``_kscan.c``).
     Scanned = tuple[
-        int, int, dict[str, Block], list[bytes], list[bytes], bytes, Block | bytes, Block | bytes
+        int,
+        int,
+        dict[str, Block],
+        list[bytes],
+        list[bytes],
+        bytes,
+        tuple[bytes, list[bytes]],
+        bytes,
     ]
 
 

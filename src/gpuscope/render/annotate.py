@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from gpuscope.analyses.attribution import CAUSES
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding
 from gpuscope.errors import CorruptInputError
+from gpuscope.readers.kineto import _decode_meta, _top_level_events
+from gpuscope.readers.kineto._pieces import _EventText, _NotStreamableError
 from gpuscope.render.json import to_document
 
 PROCESS_NAME = "gpuscope"
@@ -47,21 +50,84 @@ def annotate(data: bytes, diagnosis: Diagnosis, source: str, path: Path | None =
     events = document.get("traceEvents")
     if not isinstance(events, list):
         raise CorruptInputError(path or source, "no 'traceEvents' list to annotate")
-    devices = [d for d in diagnosis.devices if d.source == source]
     pid = _new_pid(events)
-    events.extend(_process_metadata(pid, devices))
+    events.extend(_new_events(pid, diagnosis, source))
+    document["gpuscope"] = _summary_block(pid, diagnosis)
+    return _encode(document, special)
+
+
+def annotate_file(
+    path: Path, diagnosis: Diagnosis, source: str, *, compress: bool = False
+) -> Iterator[bytes]:
+    """The trace at ``path`` with gpuscope's tracks, as :func:`annotate` makes it, in pieces: the
+    file is read a piece of events at a time and copied as written, never held whole.
+
+    The new events go at the end of the events array and the ``gpuscope`` block at the end of
+    the document, so the new pid (one above every integer pid written) is known by then.
+    Raises :class:`NotStreamableError` before the end when the document's layout is not one the
+    pieces follow (an events array nested in another key, another ``traceEvents``); the caller
+    then annotates the whole document (:func:`annotate`).
+    """
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 31) if compress else None
+
+    def out(data: bytes) -> bytes:
+        return deflate.compress(data) if deflate is not None else data
+
+    stream = _EventText(path)
+    highest: int | None = None
+    first = True
+    try:
+        for chunk in stream.chunks():
+            for match in _PID.finditer(chunk):  # also pids inside args: only ever higher
+                pid = int(match.group(1))
+                highest = pid if highest is None else max(highest, pid)
+            if first:
+                yield out(stream.header + b'"traceEvents": [' + chunk)
+                first = False
+            else:
+                yield out(b",\n" + chunk)
+        if not stream.finished or first:
+            raise NotStreamableError
+        if not _top_level_events(stream.header, _decode_meta(stream.metadata_document())):
+            raise NotStreamableError
+    except (_NotStreamableError, msgspec.DecodeError):
+        raise NotStreamableError from None
+    pid = max(highest or 0, 0) + 1
+    new_events = _new_events(pid, diagnosis, source)
+    yield out(b"".join(b",\n" + msgspec.json.encode(e) for e in new_events) + b"]")
+    tail = stream.tail.rstrip()
+    tail = tail[:-1].rstrip() if tail.endswith(b"}") else tail  # cut off mid-write: no end
+    block = msgspec.json.encode(_summary_block(pid, diagnosis))
+    yield out(tail + b',\n"gpuscope": ' + block + b"\n}\n")
+    if deflate is not None:
+        yield deflate.flush()
+
+
+class NotStreamableError(Exception):
+    """The document's layout is not one :func:`annotate_file` follows: annotate it whole."""
+
+
+_PID = re.compile(rb'"pid"\s*:\s*(-?[0-9]+)\s*[,}]')
+
+
+def _new_events(pid: int, diagnosis: Diagnosis, source: str) -> list[dict[str, Any]]:
+    devices = [d for d in diagnosis.devices if d.source == source]
+    events = _process_metadata(pid, devices)
     for tid, device in enumerate(devices, start=1):
         events.extend(_idle_events(pid, tid, device))
     events.extend(_finding_events(pid, devices, diagnosis))
+    return events
+
+
+def _summary_block(pid: int, diagnosis: Diagnosis) -> dict[str, Any]:
     summary = to_document(diagnosis)
-    document["gpuscope"] = {
+    return {
         "schema": summary["schema"],
         "gpuscope_version": __version__,
         "pid": pid,
         "verdict": summary["verdict"],
         "findings": summary["findings"],
     }
-    return _encode(document, special)
 
 
 def _decode(data: bytes, path: Path) -> tuple[dict[str, Any], bool]:

@@ -4,6 +4,7 @@ the C scanner's columns), then one sorted table with its devices, steps and laun
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from itertools import compress
 from pathlib import Path
@@ -39,7 +40,6 @@ from gpuscope.readers.kineto._values import (
     _LONG_NAME,
     _NEGATIVE_DURATION,
     _NOT_A_STRING,
-    _RAW_LIST_DECODER,
     MAX_NAME_CHARS,
     _bad_times,
     _coerce_args,
@@ -88,12 +88,16 @@ class _Columns:
         #: and a dict of lists per row would take a kilobyte or more each.
         self._shared_extras: dict[bytes, dict[str, Any]] = {}
 
-    def _keep_extra(self, row: int, extra: dict[str, Any]) -> None:
+    def _shared(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The one dict kept for arguments equal to ``extra``."""
         key = msgspec.msgpack.encode(extra)  # exact: 1 and 1.0, inf and null differ
         shared = self._shared_extras.setdefault(key, extra)
         if shared is extra:
             self.nbytes += len(key) * 8  # lists and strings as Python objects
-        self.extra[row] = shared
+        return shared
+
+    def _keep_extra(self, row: int, extra: dict[str, Any]) -> None:
+        self.extra[row] = self._shared(extra)
         self.nbytes += 100  # the row's entry
 
     def add(
@@ -190,15 +194,17 @@ class _Columns:
         if extra_rows:
             new_row = np.cumsum(keep) - 1
             rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
-            # Each args object decoded on its own (msgspec.Raw: a view, no copy) and dropped:
-            # all of them at once would take a kilobyte or more each.
-            raws = _RAW_LIST_DECODER.decode(memoryview(extras))
-            del extras
-            for row, args_text in zip(rows_with_args, raws, strict=True):
-                extra = _extras_of(_decode_args(args_text)) if keep[row] else None
+            # The scanner interns the kept arguments: each distinct text is decoded once (all
+            # of them, used or not, as msgspec would decode them) and its dict shared.
+            ids, texts = extras
+            shared = [self._shared(_extras_of(_decode_args(text))) for text in texts]
+            for row, text_id in zip(
+                rows_with_args, np.frombuffer(ids, dtype=np.int32).tolist(), strict=True
+            ):
+                extra = shared[text_id] if keep[row] else None
                 if extra:
-                    self._keep_extra(self.rows + int(new_row[row]), extra)
-            del raws
+                    self.extra[self.rows + int(new_row[row])] = extra
+                    self.nbytes += 100
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
@@ -211,8 +217,8 @@ class _Columns:
             self.parts.setdefault(name, []).append(values)
             self.nbytes += values.nbytes
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
-        if np.any(piece["correlation"][on_device] < 0):
-            self.flows.extend(_FLOWS_DECODER.decode(memoryview(flows)))
+        if np.any(piece["correlation"][on_device] < 0) and flows:
+            self.flows.extend(_FLOWS_DECODER.decode(zlib.decompress(flows, -15)))
         self.rows += len(kept)
 
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:

@@ -119,5 +119,5 @@ def _tune_malloc() -> None:
 
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_ARENA_MAX, 2)
-        libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
+        libc.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
         libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)

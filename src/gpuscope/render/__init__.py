@@ -59,18 +59,41 @@ def sanitised(result: T) -> T:
 
 
 def _clean(value: Any) -> Any:
+    """``value`` with its strings printable: the same object where nothing changes (a diagnosis
+    of a long trace holds millions of strings and lists, and copying them all took more memory
+    than the analysis)."""
     if isinstance(value, enum.Enum):  # a str enum is a str: kept as it is
         return value
     if isinstance(value, str):
+        if len(value) <= MAX_SHOWN_CHARS and _UNPRINTABLE.search(value) is None:
+            return value
         return printable(value)
     if isinstance(value, msgspec.Struct):
-        fields = {f: _clean(getattr(value, f)) for f in value.__struct_fields__}
-        return msgspec.structs.replace(value, **fields)
+        names = value.__struct_fields__
+        old = [getattr(value, f) for f in names]
+        new = _cleaned_items(old)
+        if new is old:
+            return value
+        return msgspec.structs.replace(value, **dict(zip(names, new, strict=True)))
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return _cleaned_items(value)
     if isinstance(value, tuple):
-        items = [_clean(v) for v in value]
+        items = _cleaned_items(list(value))
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
+        pairs = [(_clean(k), _clean(v)) for k, v in value.items()]
+        if all(k is k2 and v is v2 for (k, v), (k2, v2) in zip(pairs, value.items(), strict=True)):
+            return value
+        return dict(pairs)
     return value
+
+
+def _cleaned_items(items: list[Any]) -> list[Any]:
+    """The items cleaned: ``items`` itself where none changes."""
+    for i, item in enumerate(items):
+        cleaned = _clean(item)
+        if cleaned is not item:
+            return [*items[:i], cleaned, *(_clean(rest) for rest in items[i + 1 :])]
+    return items

@@ -289,9 +289,27 @@ def _steps(d: DeviceReport) -> Table:
     table.add_column("step")
     table.add_column("duration", justify="right")
     table.add_column("GPU busy", justify="right")
-    for s in d.steps:
+    steps = list(d.steps)
+    if len(steps) > _MAX_STEP_ROWS:
+        # Thousands of steps (a long capture) made a table of thousands of rows, and its layout
+        # took more memory than the analysis: the first ones and the slowest of the rest show.
+        first = _MAX_STEP_ROWS // 2
+        slowest = sorted(steps[first:], key=lambda s: s.dur_ns)[-(_MAX_STEP_ROWS - first) :]
+        shown = set(map(id, steps[:first] + slowest))
+        rest = [s for s in steps if id(s) not in shown]
+        steps = [s for s in steps if id(s) in shown]
+    else:
+        rest = []
+    for s in steps:
         table.add_row(s.name, _ms(s.dur_ns), _pct(s.busy_pct))
+    if rest:
+        middle = sorted(s.dur_ns for s in rest)[len(rest) // 2]
+        table.add_row(f"{len(rest):,} more (median)", _ms(middle), "")
     return table
+
+
+#: The most steps listed one per row (the first half, then the slowest of the rest).
+_MAX_STEP_ROWS = 20
 
 
 def _kernels(d: DeviceReport) -> Table:

@@ -29,8 +29,8 @@
  *   extras      (ids, texts): bytes of int32, per extra row the index in texts of its kept
  *               arguments (the members of args the model keeps, as one JSON object); each
  *               distinct text once (the same shapes recur at every step)
- *   flows       the flow events (phases s, f, t), one JSON array deflated (raw, zlib
- *               wbits -15); empty bytes when there are none
+ *   flows       the flow events (phases s, f, t) as one JSON array: its text, or past 16 MB
+ *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
  *
  * Nothing returned points into ``data``.
  *
@@ -101,21 +101,51 @@ typedef struct {
     Py_ssize_t length, capacity;
 } Text;
 
-/* A growable text kept deflated (raw deflate, level 1): the flow events take a tenth of the
- * text's memory this way, and are inflated only where device work lacks correlation ids. */
+/* A growable text, deflated (raw deflate, level 1) once it passes PLAIN_BYTES: the flow events
+ * of a huge trace take a tenth of their text's memory this way, and are inflated only where
+ * device work lacks correlation ids. Smaller texts stay plain: deflating costs time. */
+enum { PLAIN_BYTES = 16 << 20 };
 typedef struct {
     z_stream z;
-    int live;
-    char *data; /* the deflated bytes so far */
+    int live;   /* deflating: data holds deflated bytes */
+    char *data; /* the text, or the deflated bytes so far */
     Py_ssize_t length, capacity, text_length;
 } Packed;
 
+static int packed_deflate(Packed *p, const char *span, Py_ssize_t length, int flush);
+
 static int packed_put(Packed *p, const char *span, Py_ssize_t length, int flush) {
-    if (!p->live) {
+    if (!p->live && p->text_length + length <= PLAIN_BYTES && flush != Z_FINISH) {
+        if (grow(&p->data, &p->capacity, p->length + length, 1, 4096) < 0) return -1;
+        memcpy(p->data + p->length, span, (size_t)length);
+        p->length += length;
+        p->text_length += length;
+        return 0;
+    }
+    if (!p->live) { /* from here on deflated: the plain text so far goes first */
+        if (flush == Z_FINISH) { /* never past PLAIN_BYTES: it stays plain */
+            if (grow(&p->data, &p->capacity, p->length + length, 1, 4096) < 0) return -1;
+            memcpy(p->data + p->length, span, (size_t)length);
+            p->length += length;
+            p->text_length += length;
+            return 0;
+        }
         memset(&p->z, 0, sizeof p->z);
         if (deflateInit2(&p->z, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
         p->live = 1;
+        char *plain = p->data;
+        Py_ssize_t plain_length = p->length;
+        p->data = NULL;
+        p->length = p->capacity = 0;
+        p->text_length = 0;
+        int r = packed_deflate(p, plain, plain_length, Z_NO_FLUSH);
+        free(plain);
+        if (r < 0) return -1;
     }
+    return packed_deflate(p, span, length, flush);
+}
+
+static int packed_deflate(Packed *p, const char *span, Py_ssize_t length, int flush) {
     p->z.next_in = (Bytef *)span;
     p->z.avail_in = (uInt)length;
     for (;;) {
@@ -1661,7 +1691,14 @@ static PyObject *columns_result(Scan *s) {
             PyErr_NoMemory();
             goto finally;
         }
-        flows = PyBytes_FromStringAndSize(col->flows.data, col->flows.length);
+        /* Plain text starts with its "[", deflated bytes with a "Z" put before them. */
+        int z = col->flows.live;
+        flows = PyBytes_FromStringAndSize(NULL, col->flows.length + z);
+        if (flows != NULL) {
+            char *out = PyBytes_AS_STRING(flows);
+            if (z) out[0] = 'Z';
+            memcpy(out + z, col->flows.data, (size_t)col->flows.length);
+        }
     }
     if (flows == NULL) goto finally;
     result = Py_BuildValue("(nnOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,

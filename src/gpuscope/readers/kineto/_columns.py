@@ -218,7 +218,8 @@ class _Columns:
             self.nbytes += values.nbytes
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
         if np.any(piece["correlation"][on_device] < 0) and flows:
-            self.flows.extend(_FLOWS_DECODER.decode(zlib.decompress(flows, -15)))
+            text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
+            self.flows.extend(_FLOWS_DECODER.decode(text))
         self.rows += len(kept)
 
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from corpus import corpus
-from gpuscope import generator as gen
 from gpuscope.analyses.whatif import ASSUMPTIONS, Edit, build_graph, replay, step_times
 from gpuscope.cli import main
 from gpuscope.diagnosis import Options, diagnose
 from gpuscope.readers import load
+from gpuscope.testing import generator as gen
 
 _SMALL = gen.GeneratorConfig(layers=2, steps=3)
 

@@ -17,11 +17,11 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec.structs import replace
 
 from gpuscope.analyses.whatif import build_graph, step_times
 from gpuscope.diagnosis import diagnose

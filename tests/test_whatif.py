@@ -4,12 +4,12 @@ matches the generator's run with that fix applied (same seed)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 
 from corpus import corpus
 from gpuscope.analyses.whatif import ASSUMPTIONS, Edit, build_graph, replay, step_times

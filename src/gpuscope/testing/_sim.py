@@ -10,8 +10,9 @@ import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from gpuscope.testing.config import DEVICES, JSON, DeviceSpec, Fp32Gemm, GeneratorConfig, Straggler
 from gpuscope.testing.truth import Gap
@@ -61,8 +62,7 @@ RUNTIME_NAMES = tuple(_CBID)
 # --- kernels ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Kernel:
+class _Kernel(msgspec.Struct, frozen=True):
     name: str
     dur_ns: int
     grid: tuple[int, int, int]
@@ -263,8 +263,7 @@ def _numel(dims: Sequence[int]) -> int:
 # --- the simulation ---------------------------------------------------------------------------
 
 
-@dataclass
-class _Work:
+class _Work(msgspec.Struct, frozen=True):
     kind: str  # "kernel", "gpu_memcpy", "gpu_memset"
     name: str
     stream: int
@@ -276,23 +275,20 @@ class _Work:
     comm: bool
 
 
-@dataclass(frozen=True)
-class _Wait:
+class _Wait(msgspec.Struct, frozen=True):
     until: int  # the source stream's end when the event was recorded
     busy_from: int  # start of the source stream's last work
     location: str | None  # a gap location when compute waits for communication
 
 
-@dataclass(frozen=True)
-class _Blame:
+class _Blame(msgspec.Struct, frozen=True):
     start: int
     end: int
     cause: str
     location: str
 
 
-@dataclass(frozen=True)
-class _GpuRange:
+class _GpuRange(msgspec.Struct, frozen=True):
     name: str
     stream: int
     start: int
@@ -300,8 +296,7 @@ class _GpuRange:
     ext: int
 
 
-@dataclass(frozen=True)
-class _HostStep:
+class _HostStep(msgspec.Struct, frozen=True):
     name: str
     start: int
     end: int

@@ -6,8 +6,9 @@ config into a trace. An injection is the one place that knows how its cause look
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypeAlias
+
+import msgspec
 
 JSON: TypeAlias = dict[str, Any]
 
@@ -15,8 +16,7 @@ JSON: TypeAlias = dict[str, Any]
 # --- injections: the one place that knows how each cause looks in a trace ---------------------
 
 
-@dataclass(frozen=True)
-class HostSync:
+class HostSync(msgspec.Struct, frozen=True):
     """``loss.item()`` at ``line``: a 4-byte DtoH copy, a stream sync, then Python-only work."""
 
     line: int = 57
@@ -25,15 +25,13 @@ class HostSync:
     fixed: bool = False  # the value is read later: the copy stays, the stream sync goes
 
 
-@dataclass(frozen=True)
-class SlowDataLoader:
+class SlowDataLoader(msgspec.Struct, frozen=True):
     """Each step starts with ``ms`` in ``enumerate(DataLoader)#...__next__`` (line 48)."""
 
     ms: float = 15.0
 
 
-@dataclass(frozen=True)
-class PageableH2DCopy:
+class PageableH2DCopy(msgspec.Struct, frozen=True):
     """The batch is copied from pageable memory: the host stages it while the GPU waits."""
 
     mb: float = 128.0
@@ -41,8 +39,7 @@ class PageableH2DCopy:
     fixed: bool = False  # the batch comes from pinned memory, copied asynchronously
 
 
-@dataclass(frozen=True)
-class TinyKernels:
+class TinyKernels(msgspec.Struct, frozen=True):
     """``count`` tiny elementwise ops whose host cost exceeds their kernel time (launch-bound).
 
     They run at the top of the step, so the gaps show once the GPU has caught up with the host
@@ -55,8 +52,7 @@ class TinyKernels:
     fixed: bool = False  # replayed as a CUDA graph: one launch, the kernels back to back
 
 
-@dataclass(frozen=True)
-class AllocatorChurn:
+class AllocatorChurn(msgspec.Struct, frozen=True):
     """``count`` allocations per step that miss the caching allocator: ``cudaFree`` (which
     synchronises the device) and ``cudaMalloc`` inside ``aten::empty``."""
 
@@ -67,23 +63,20 @@ class AllocatorChurn:
     fixed: bool = False  # the caching allocator serves them: no cudaFree / cudaMalloc
 
 
-@dataclass(frozen=True)
-class Fp32Gemm:
+class Fp32Gemm(msgspec.Struct, frozen=True):
     """A ``share`` of the model's linear layers run FP32 GEMMs without tensor cores."""
 
     share: float = 1.0
 
 
-@dataclass(frozen=True)
-class MemoryBoundChain:
+class MemoryBoundChain(msgspec.Struct, frozen=True):
     """A chain of large elementwise ops (add, mul, gelu) at ~85% of DRAM bandwidth."""
 
     ops: int = 48
     mb_per_op: float = 512.0
 
 
-@dataclass(frozen=True)
-class ExposedCollective:
+class ExposedCollective(msgspec.Struct, frozen=True):
     """An all-reduce after backward that the compute stream waits for (no overlap)."""
 
     mb: float = 256.0
@@ -92,8 +85,7 @@ class ExposedCollective:
     fixed: bool = False  # its data is ready early: it does not wait for compute to drain
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(msgspec.Struct, frozen=True):
     """``torch.save`` at ``line`` every ``every_n_steps`` steps, blocking the host for ``ms``."""
 
     ms: float = 40.0
@@ -101,8 +93,7 @@ class Checkpoint:
     every_n_steps: int = 2
 
 
-@dataclass(frozen=True)
-class Startup:
+class Startup(msgspec.Struct, frozen=True):
     """One-time start-up before the first step, at ``line`` (a warm-up call of the model), as a
     profile taken from the start records it. A first kernel runs, then, by ``kind``:
     ``context_init``: a ``cudaFree`` of ``ms`` inside the first ``aten::mm`` (cuBLAS's
@@ -120,8 +111,7 @@ class Startup:
 STARTUP_KINDS = ("context_init", "module_load", "compile", "graph_capture")
 
 
-@dataclass(frozen=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True):
     """Rank ``rank``'s GEMMs are slower by ``extra_ms`` per step in total: it joins every
     collective late and the other ranks wait inside their NCCL kernels."""
 
@@ -172,8 +162,7 @@ _INJECTED_NAME: dict[type, str] = {
 # --- devices ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DeviceSpec:
+class DeviceSpec(msgspec.Struct, frozen=True):
     """What ``deviceProperties`` says about a GPU, plus its DRAM bandwidth for the time model."""
 
     name: str
@@ -199,8 +188,7 @@ DEVICES: dict[str, DeviceSpec] = {
 # --- configuration ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GeneratorConfig:
+class GeneratorConfig(msgspec.Struct, frozen=True):
     """What to simulate. Durations are µs at ``batch_size`` 8 and are jittered a few percent."""
 
     seed: int = 0

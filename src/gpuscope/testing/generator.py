@@ -32,8 +32,10 @@ re-exports them all):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuscope.testing._output import Interval, _document, _truth
 from gpuscope.testing._program import _run_program
@@ -188,7 +190,7 @@ def apply_fix(config: GeneratorConfig, cause: str) -> GeneratorConfig:
         if dropped is not None and isinstance(injection, dropped):
             continue
         fix = flagged is not None and isinstance(injection, flagged)
-        inject.append(replace(injection, fixed=True) if fix else injection)  # type: ignore[arg-type]
+        inject.append(replace(injection, fixed=True) if fix else injection)
     return replace(config, inject=tuple(inject))
 
 
@@ -200,8 +202,7 @@ def _step_ns(traces: Sequence[GeneratedTrace], steps: int) -> float:
     return sum(t.truth.span_ns for t in traces) / len(traces) / steps
 
 
-@dataclass(frozen=True)
-class ScalingSeries:
+class ScalingSeries(msgspec.Struct, frozen=True):
     """The same training job at several GPU counts; its known answers come from the schedule.
 
     Each step ends with an all-reduce after backward that nothing overlaps and whose time grows
@@ -255,8 +256,7 @@ def generate_scaling_series(
     )
 
 
-@dataclass(frozen=True)
-class BatchSweep:
+class BatchSweep(msgspec.Struct, frozen=True):
     """The same inference job at several batch sizes; its known answers come from the schedule.
 
     Each step reads ``kv_mb_per_sample`` x batch MB per op through a chain of memory-bound ops

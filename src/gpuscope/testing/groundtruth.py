@@ -14,24 +14,23 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpuscope.diagnosis import diagnose
 from gpuscope.readers import load
 from gpuscope.testing import generator as g
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(msgspec.Struct, frozen=True):
     name: str
     config: g.GeneratorConfig
     expected: str  # the top finding's cause
     location: str | None  # "train.py:57" for idle causes
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     case: Case
     top_cause: str | None
     top_location: str | None

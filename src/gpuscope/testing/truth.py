@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+import msgspec
 
 from gpuscope.testing.config import JSON
 
@@ -30,8 +31,7 @@ class Gap(NamedTuple):
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class DeviceTruth:
+class DeviceTruth(msgspec.Struct, frozen=True):
     """Unions of device intervals, in ns."""
 
     span_ns: int  # first device event start to last end
@@ -42,8 +42,7 @@ class DeviceTruth:
     memset_ns: int
 
 
-@dataclass(frozen=True)
-class Truth:
+class Truth(msgspec.Struct, frozen=True):
     """The known answers for one generated trace."""
 
     device: int
@@ -83,8 +82,7 @@ class Truth:
         return self.devices[self.device].memset_ns
 
 
-@dataclass(frozen=True)
-class GeneratedTrace:
+class GeneratedTrace(msgspec.Struct, frozen=True):
     """A Kineto document and its ground truth."""
 
     document: JSON

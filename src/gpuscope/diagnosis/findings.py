@@ -14,24 +14,25 @@ Cost: a finding that wastes a share ``s`` of device time costs ``s x price`` per
 
 from __future__ import annotations
 
-from typing import TypeAlias
-
 import msgspec
 import numpy as np
-from numpy.typing import NDArray
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
-from gpuscope.analyses.attribution import Cause, IdleAttribution, LocationStat
-from gpuscope.analyses.bounds import Bound, KernelBounds, KernelKind, exclusive_by_bound
-from gpuscope.analyses.intervals import difference, union
-from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
-from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
+from gpuscope.analyses.attribution import Cause, LocationStat
+from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
-from gpuscope.diagnosis.fixes import Hardware, advice, short_name, straggler_advice
-from gpuscope.facts import GpuFacts, gpu_hour_price
-from gpuscope.model import CopyDirection
-from gpuscope.names import plural
+from gpuscope.diagnosis.copies import (
+    COPY_GROUPS,
+    CopyStat,
+    _copy_stats,
+    exposed_transfers,
+    exposed_transfers_by_group,
+)
+from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
+from gpuscope.diagnosis.fixes import Hardware, advice
+from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
+from gpuscope.facts import gpu_hour_price
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
@@ -54,20 +55,6 @@ HOST_CAUSES = frozenset(
     }
 )
 _TITLES = causes.titles("idle", "timeline")  # data/causes.csv
-
-
-class DeviceEvidence(msgspec.Struct, frozen=True):
-    """Everything the findings need from one device."""
-
-    rank: int | None
-    device: int
-    work: DeviceWork
-    temporal: TemporalBreakdown
-    overlap: Overlap
-    idle: IdleAttribution
-    bounds: KernelBounds
-    facts: GpuFacts | None
-    steps: int
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -112,10 +99,6 @@ def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:
 #: A per-day cost needs a window of at least this many steps: one step (or none) says nothing about
 #: the days that follow it (it may be warm-up, a checkpoint or a one-off).
 MIN_STEPS_PER_DAY = 3
-
-#: (pattern, cause, lost_ns, events, locations, evidence, saving_ns): ``saving_ns`` is what fixing
-#: the cause would save, which the dollars price; None when it cannot be estimated (no dollars).
-RawFinding: TypeAlias = tuple[str, str, int, int, list[LocationStat], list[str], int | None]
 
 
 def findings(
@@ -254,193 +237,6 @@ def _hardware(evidence: list[DeviceEvidence]) -> Hardware:
         if e.facts is not None:
             return Hardware(e.facts.architecture, e.facts.vendor)
     return Hardware(None, None)
-
-
-class CopyStat(msgspec.Struct, frozen=True):
-    """The job's copies of one kind: how long they held the device with nothing else running,
-    how fast they moved data against the link's peak, and from which host memory."""
-
-    count: int
-    exposed_ns: int
-    copy_ns: int  # union of the copies
-    bytes: int  # -1 when the trace records no sizes
-    pageable: int  # copies from / to pageable host memory
-    pinned: int  # copies the trace names as from / to pinned host memory
-    link: str | None
-    link_bytes_per_s: float | None  # one direction of the link
-    saving_ns: int | None  # None: not estimable
-    slowest_bytes_per_s: float | None = None  # of one copy
-    fastest_bytes_per_s: float | None = None
-
-    @property
-    def achieved_bytes_per_s(self) -> float | None:
-        return self.bytes / (self.copy_ns / 1e9) if self.bytes > 0 and self.copy_ns else None
-
-    def notes(self, words: str) -> list[str]:
-        text = [
-            f"{self.exposed_ns / 1e6:,.2f} ms of {words} copies with nothing else running"
-            f" ({self.count:,} copies, {self.copy_ns / 1e6:,.2f} ms in all)"
-        ]
-        achieved = self.achieved_bytes_per_s
-        if achieved is not None:
-            line = f"they moved {self.bytes / 1e9:,.2f} GB at {achieved / 1e9:,.1f} GB/s"
-            if self.slowest_bytes_per_s and self.fastest_bytes_per_s and self.count > 1:
-                line += (
-                    f" (one copy: {self.slowest_bytes_per_s / 1e9:,.1f} to"
-                    f" {self.fastest_bytes_per_s / 1e9:,.1f} GB/s)"
-                )
-            if self.link_bytes_per_s:
-                line += (
-                    f", {100 * achieved / self.link_bytes_per_s:.0f}% of {self.link}'s"
-                    f" {self.link_bytes_per_s / 1e9:,.0f} GB/s per direction"
-                )
-            text.append(line)
-        if self.pageable:
-            text.append(f"{self.pageable:,} of {self.count:,} copies use pageable host memory")
-        if self.pinned and self.pinned == self.count:
-            text.append("every copy uses pinned host memory")
-        elif self.pinned and self.pinned * 2 >= self.count:
-            text.append(f"{self.pinned:,} of {self.count:,} copies already use pinned host memory")
-        if self.saving_ns is None:
-            text.append(
-                "saving not estimable: nothing runs to hide the copies under and the link's"
-                " bandwidth is unknown (pass --gpu NAME)"
-            )
-        return text
-
-
-#: Copy groups: host-to-device, device-to-host, between GPUs, and unified-memory page migrations
-#: (the driver moving pages a processor touched: their fix is prefetching, not pinning).
-COPY_GROUPS = ("h2d", "d2h", "p2p", "um")
-_GROUP_DIRECTION = {"h2d": CopyDirection.H2D, "d2h": CopyDirection.D2H, "p2p": CopyDirection.P2P}
-
-
-def _copy_groups(e: DeviceEvidence) -> dict[str, NDArray[np.bool_]]:
-    """Which of the device's transfer rows (``e.bounds.rows``) fall in each copy group."""
-    ev = e.work.trace.events
-    rows = e.bounds.rows
-    over_link = e.bounds.bound == Bound.TRANSFER
-    names = e.work.trace.names
-    ids = ev.name_id[rows]
-    used = np.unique(ids[over_link]) if over_link.any() else np.zeros(0, dtype=np.int32)
-    um_names = np.zeros(len(names), dtype=np.bool_)
-    um_names[used] = [names[i].startswith("Unified Memory") for i in used.tolist()]
-    um = over_link & um_names[ids]
-    direction = ev.copy_direction[rows]
-    groups = {g: over_link & ~um & (direction == d) for g, d in _GROUP_DIRECTION.items()}
-    groups["um"] = um
-    return groups
-
-
-def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
-    """Per copy group, summed over devices. The saving is what overlap and bandwidth can give
-    back: the exposed time could hide under the device's other work, and a copy slower than the
-    link could run at its peak; a copy already at link speed with nothing to hide under is the
-    work itself, and saves nothing."""
-    result: dict[str, CopyStat] = {}
-    per_device = [(e, _copy_groups(e), exposed_transfers_by_group(e)) for e in evidence]
-    for group in COPY_GROUPS:
-        count = exposed = copy_ns = nbytes = pageable = pinned = 0
-        saving: int | None = 0
-        link: str | None = None
-        link_bw: float | None = None
-        rates: list[float] = []
-        for e, groups, exposed_by in per_device:
-            ev = e.work.trace.events
-            mine = groups[group]
-            if not mine.any():
-                continue
-            picked = e.bounds.rows[mine]
-            ex = exposed_by[group]
-            span = union(ev.start_ns[picked], ev.end_ns[picked]).total_ns
-            sizes = ev.bytes[picked]
-            sized = (sizes > 0) & (ev.dur_ns[picked] > 0)
-            moved = int(sizes[sized].sum())
-            rates += (sizes[sized] / (ev.dur_ns[picked][sized] / 1e9)).tolist()
-            direction = _GROUP_DIRECTION.get(group, CopyDirection.H2D)
-            peak = _link_peak(e.facts, direction)
-            other_busy = e.temporal.busy_ns - e.temporal.exclusive_memcpy_ns
-            faster = 0.0
-            if peak and moved and span:
-                faster = max(0.0, 1.0 - (moved / (span / 1e9)) / peak) * ex
-            elif not other_busy and group != "um":
-                saving = None  # nothing to hide under, and no link speed to compare with
-            if group == "um":
-                faster = float(ex)  # prefetched pages move once, in bulk, before the kernel runs
-            if saving is not None:
-                saving += int(min(ex, other_busy + faster))
-            count += int(mine.sum())
-            exposed += ex
-            copy_ns += span
-            nbytes += moved
-            pageable += int(ev.pageable[picked].sum())
-            pinned += _pinned(e, picked)
-            if peak and e.facts is not None:
-                link = e.facts.interconnect if direction == CopyDirection.P2P else "the host link"
-                link_bw = peak
-        result[group] = CopyStat(
-            count,
-            exposed,
-            copy_ns,
-            nbytes if nbytes else -1,
-            pageable,
-            pinned,
-            link,
-            link_bw,
-            saving,
-            min(rates) if rates else None,
-            max(rates) if rates else None,
-        )
-    return result
-
-
-def _pinned(e: DeviceEvidence, rows: NDArray[np.int64]) -> int:
-    """Copies whose name says pinned host memory (``Memcpy HtoD (Pinned -> Device)``)."""
-    names = e.work.trace.names
-    ids, counts = np.unique(e.work.trace.events.name_id[rows], return_counts=True)
-    return sum(
-        int(c)
-        for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
-        if "pinned" in names[i].lower()
-    )
-
-
-def _link_peak(facts: GpuFacts | None, direction: CopyDirection) -> float | None:
-    """One direction of the link a copy crosses: the GPU-to-GPU link for peer copies, the host
-    link (the PCIe slot, or NVLink-C2C on a superchip) for host copies."""
-    if facts is None:
-        return None
-    if direction == CopyDirection.P2P:
-        return facts.interconnect_bytes_per_s / 2 if facts.interconnect_bytes_per_s else None
-    return facts.host_link_bytes_per_s / 2 if facts.host_link_bytes_per_s else None
-
-
-def exposed_transfers_by_group(e: DeviceEvidence) -> dict[str, int]:
-    """Copy time over a link with nothing else running on the device (no kernel of any kind and
-    no on-device copy), per copy group (:data:`COPY_GROUPS`, taken in that order where copies of
-    several overlap): the GPU's engines wait for data to cross PCIe/NVLink."""
-    ev = e.work.trace.events
-    rows = e.bounds.rows
-    result = dict.fromkeys(COPY_GROUPS, 0)
-    over_link = e.bounds.bound == Bound.TRANSFER
-    if not over_link.any():
-        return result
-    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
-    hidden_by = union(starts[~over_link], ends[~over_link])
-    for group, wanted in _copy_groups(e).items():
-        copies = difference(union(starts[wanted], ends[wanted]), hidden_by)
-        result[group] = copies.total_ns
-        hidden_by = union(
-            np.concatenate([hidden_by.start_ns, copies.start_ns]),
-            np.concatenate([hidden_by.end_ns, copies.end_ns]),
-        )
-    return result
-
-
-def exposed_transfers(e: DeviceEvidence) -> tuple[int, int]:
-    """Host-to-device copy time, and the other copies over a link, with nothing else running."""
-    by = exposed_transfers_by_group(e)
-    return by["h2d"], by["d2h"] + by["p2p"] + by["um"]
 
 
 def _merge_locations(locations: list[LocationStat]) -> list[LocationStat]:
@@ -676,144 +472,21 @@ def _summary(
     return text
 
 
-# --- many GPUs: what the rank analysis adds -----------------------------------------------------
-
-
-class RankEvidence(msgspec.Struct, frozen=True):
-    """What the rank analysis adds to the findings: exposed time spent waiting for a late peer,
-    moved out of ``exposed_communication`` into ``straggler`` / ``collective_wait`` (so nothing
-    counts twice), per-step evidence and sharper fixes for ``exposed_communication``."""
-
-    exposed_wait_ns: int
-    raw: list[RawFinding]
-    exposed_notes: list[str]
-    exposed_locations: list[LocationStat]
-    fixes: dict[str, str]
-    always: frozenset[str] = frozenset()  # reported even when they cost little in this window
-
-
-def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int) -> RankEvidence:
-    raw: list[RawFinding] = []
-    fixes: dict[str, str] = {}
-    if analysis.stragglers:
-        notes = [_straggler_note(s) for s in analysis.stragglers[:3]]
-        count = sum(s.last_arrivals for s in analysis.stragglers)
-        lost = analysis.straggler_exposed_wait_ns
-        raw.append(("latency_mirage", "straggler", lost, count, [], notes, lost))
-        fixes["straggler"] = straggler_advice(analysis.stragglers[0])
-    if analysis.collective_wait_ns is not None:
-        other = analysis.exposed_wait_ns - analysis.straggler_exposed_wait_ns
-        raw.append(
-            (
-                "latency_mirage",
-                "collective_wait",
-                other,
-                analysis.matched_collectives,
-                [],
-                [_collective_wait_note(analysis, other)],
-                other,
-            )
-        )
-        fixes["collective_wait"] = advice("collective_wait")
-    notes, fix = _exposure_evidence(analysis, gpu_hour_usd, gpus)
-    fixes["exposed_communication"] = fix
-    locations = [LocationStat(w, ns, count) for w, ns, count in analysis.exposure.locations]
-    # A named straggler is reported even when the others hid their wait under compute in this
-    # window: they drift ahead of it step by step until they cannot.
-    always = frozenset({"straggler"} if analysis.stragglers else set())
-    return RankEvidence(analysis.exposed_wait_ns, raw, notes, locations, fixes, always)
-
-
-def _straggler_note(s: StragglerStat) -> str:
-    text = (
-        f"rank {s.rank} arrived last at {s.last_arrivals} of {s.shared} collectives"
-        f" ({s.share_pct:.0f}%), {s.mean_late_ns / 1e6:,.2f} ms after the next-slowest rank on"
-        f" average (max {s.max_late_ns / 1e6:,.2f} ms); the other ranks waited"
-        f" {s.caused_wait_ns / 1e6:,.2f} ms inside those collectives,"
-        f" {s.caused_exposed_wait_ns / 1e6:,.2f} ms of it with no compute alongside"
-    )
-    doing = [f"{short_name(n)} {ns / 1e6:,.2f} ms" for n, ns in s.top_kernels[:2]]
-    doing += [f"idle ({cause}) {ns / 1e6:,.2f} ms" for cause, ns in s.idle_causes[:2]]
-    if doing:
-        text += f"; meanwhile rank {s.rank} ran " + ", ".join(doing)
-    return text
-
-
-def _collective_wait_note(analysis: RankAnalysis, exposed_other_ns: int) -> str:
-    text = (
-        f"{(analysis.collective_wait_ns or 0) / 1e6:,.2f} ms waiting for the last rank inside"
-        f" {analysis.matched_collectives:,} matched collectives across {len(analysis.ranks)} ranks"
-        f" ({exposed_other_ns / 1e6:,.2f} ms of it exposed and not caused by a named straggler)"
-    )
-    busiest, least = analysis.busiest, analysis.least_busy
-    if busiest is not None and least is not None and busiest is not least:
-        text += (
-            f"; busiest rank {busiest.rank} ({busiest.busy_pct:.0f}% busy), least busy rank"
-            f" {least.rank} ({least.busy_pct:.0f}%)"
-        )
-    return text
-
-
-def _exposure_evidence(
-    analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int
-) -> tuple[list[str], str]:
-    """Exposed communication per step, what it costs, and which fix would gain what."""
-    e = analysis.exposure
-    notes: list[str] = []
-    hints: list[str] = []
-    per_gpu = max(len(analysis.ranks), 1)
-    if e.steps:
-        mean_exposed = sum(s.exposed_ns for s in e.steps) / len(e.steps)
-        mean_comm = sum(s.communication_ns for s in e.steps) / len(e.steps)
-        worst = max(e.steps, key=lambda s: s.exposed_ns)
-        text = (
-            f"per GPU and step: {mean_exposed / 1e6:,.2f} ms exposed of {mean_comm / 1e6:,.2f} ms"
-            f" of communication over {len(e.steps)} step{'s' if len(e.steps) > 1 else ''}"
-            f" (most: {worst.name},"
-            f" {worst.exposed_ns / 1e6:,.2f} ms)"
-        )
-        if gpu_hour_usd is not None:
-            per_1000 = mean_exposed / 3.6e12 * gpu_hour_usd * gpus * 1000
-            text += f"; ${per_1000:,.2f} per 1,000 steps on {plural(gpus, 'GPU')}"
-        notes.append(text)
-    if analysis.exposed_wait_ns:
-        notes.append(
-            f"{analysis.exposed_wait_ns / 1e6:,.2f} ms of the exposed time is waiting for a late"
-            " peer: counted under straggler / collective_wait, not here"
-        )
-    if e.collectives and e.fully_exposed:
-        notes.append(
-            f"{e.fully_exposed:,} of {e.collectives:,} collectives ran with no compute alongside"
-            f" ({e.fully_exposed_ns / 1e6:,.2f} ms over {plural(per_gpu, 'GPU')}, not counting"
-            " waits for a late peer)"
-        )
-        if e.fully_exposed_ns >= 0.5 * (e.exposed_ns - analysis.exposed_wait_ns):
-            where = f" (issued at {e.locations[0][0]})" if e.locations else ""
-            steps = max(len(e.steps), 1)
-            hints.append(
-                f"Most exposed time is collectives with nothing to overlap{where}: launch them"
-                " during backward, not after it (DDP's gradient buckets do; a manual `all_reduce`"
-                " after `loss.backward()` cannot overlap): up to"
-                f" {e.fully_exposed_ns / per_gpu / steps / 1e6:,.2f} ms per step per GPU."
-            )
-    if e.small:
-        what = "move under 1 MiB each" if e.small_by_size else "last under 50 µs each"
-        notes.append(
-            f"{e.small:,} collectives {what} ({e.small_exposed_ns / 1e6:,.2f} ms exposed):"
-            " their fixed latency dominates"
-        )
-        if e.small_exposed_ns >= 0.2 * max(e.exposed_ns - analysis.exposed_wait_ns, 1):
-            hints.append(
-                "Merge small collectives: raise DDP `bucket_cap_mb` (default 25), flatten tensors"
-                " into one buffer or use coalesced collectives, so the fixed cost is paid once."
-            )
-    if e.mean_message_bytes is not None:
-        notes.append(f"collective messages average {e.mean_message_bytes / 2**20:,.1f} MiB")
-    for b in analysis.bandwidth:
-        if b.bus_pct_of_peak is not None and not b.includes_wait:
-            notes.append(
-                f"{b.kind} bus bandwidth {(b.bus_bytes_per_s or 0) / 1e9:,.0f} GB/s,"
-                f" {b.bus_pct_of_peak:.0f}% of the link's {(b.peak_bytes_per_s or 0) / 1e9:,.0f}"
-                " GB/s per direction"
-            )
-    return notes, " ".join([*hints, advice("exposed_communication")])
+__all__ = [
+    "BUSY_NOT_HOST_PCT",
+    "COPY_GROUPS",
+    "MIN_SHARE_PCT",
+    "CopyStat",
+    "DeviceEvidence",
+    "Finding",
+    "RankEvidence",
+    "RawFinding",
+    "Verdict",
+    "exposed_transfers",
+    "exposed_transfers_by_group",
+    "findings",
+    "price",
+    "rank_evidence",
+    "verdict",
+    "world_size",
+]

@@ -2,7 +2,7 @@
 
 Contract: :func:`render_terminal` writes to a rich ``Console``; :func:`render_html` returns the
 text of one self-contained HTML file (plotly.js inlined, user text escaped) built with the single
-job report's page, escaping and section helpers from :mod:`gpuscope.render.html`. Neither
+job report's page, escaping and section helpers from :mod:`gpuscope.render.html.page`. Neither
 computes anything the summary does not hold.
 """
 
@@ -18,7 +18,7 @@ from rich.table import Table
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.names import plural, short_path
-from gpuscope.render.html import _LAYOUT, _e, _page, _Section, _section_html, plot_text
+from gpuscope.render.html.page import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
 #: Deep Learning Jobs" (ICSE 2024); the title says what they are, not only where they come from.

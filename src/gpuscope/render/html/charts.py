@@ -1,0 +1,352 @@
+"""The report's charts other than the timeline: busy share over time, where each step's time
+went, the ranks x steps heatmap and the roofline of the busiest device."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+from numpy.typing import NDArray
+
+from gpuscope.analyses.bounds import RooflinePoint, roofline_points
+from gpuscope.analyses.intervals import Intervals, covered_ns, difference
+from gpuscope.analyses.timeline import WorkClass
+from gpuscope.diagnosis import DeviceReport
+from gpuscope.render.html.page import (
+    _CAUSE_NAMES,
+    _LAYOUT,
+    CAUSE_COLOURS,
+    KIND_COLOURS,
+    HtmlOptions,
+    _device_label,
+    _is_multi,
+    _ms,
+    _origins,
+    _Section,
+    plot_text,
+)
+
+I64 = NDArray[np.int64]
+
+
+def _bucket_edges(lo: int, hi: int, buckets: int) -> I64:
+    """``buckets + 1`` integer edges splitting ``[lo, hi]`` evenly."""
+    return np.linspace(lo, hi, max(buckets, 1) + 1).round().astype(np.int64)
+
+
+def _busy_pct(d: DeviceReport, edges: I64) -> NDArray[np.float64]:
+    width = np.maximum(np.diff(edges), 1).astype(np.float64)
+    return 100.0 * covered_ns(d.work.busy, edges[:-1], edges[1:]) / width
+
+
+def _utilisation_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+    width_ns = max(d.temporal.span_ns for d in devices) / max(o.utilisation_buckets, 1)
+    note = f"Share of each {_ms(width_ns)} bucket in which the device ran any work."
+    if len(devices) >= HEATMAP_FROM_DEVICES:
+        figure = _utilisation_heatmap(devices, o)
+        note += " One row per GPU: overlapping lines would hide each other."
+    else:
+        figure = _utilisation_lines(devices, o)
+    return _Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
+
+
+#: From this many devices on, utilisation over time is a heat map (a row per device), not lines.
+HEATMAP_FROM_DEVICES = 3
+
+
+def _utilisation_lines(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
+    figure = go.Figure()
+    multi = _is_multi(devices)
+    for d, origin in zip(devices, _origins(devices), strict=True):
+        edges = _bucket_edges(d.span_start_ns, d.span_end_ns, o.utilisation_buckets)
+        middle = (edges[:-1] + edges[1:]) / 2 - origin
+        figure.add_trace(
+            go.Scatter(
+                x=np.round(middle / 1e6, 6),
+                y=np.round(_busy_pct(d, edges), 2),
+                mode="lines",
+                name=_device_label(d, multi),
+                hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra>%{fullData.name}</extra>",
+            )
+        )
+    figure.update_layout(
+        height=300,
+        **_LAYOUT,
+        xaxis={"title": {"text": "time (ms)"}},
+        yaxis={"title": {"text": "busy %"}, "range": [0, 102], "automargin": True},
+        showlegend=multi,
+    )
+    return figure
+
+
+def _utilisation_heatmap(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
+    """Busy % per device (rows) and time bucket (columns) on one time axis: the devices' own
+    buckets, placed at their time from the common origin (or their own, when clocks differ)."""
+    origins = _origins(devices)
+    lo = min(d.span_start_ns - origin for d, origin in zip(devices, origins, strict=True))
+    hi = max(d.span_end_ns - origin for d, origin in zip(devices, origins, strict=True))
+    edges = _bucket_edges(lo, hi, o.utilisation_buckets)
+    rows = []
+    for d, origin in zip(devices, origins, strict=True):
+        busy = _busy_pct(d, edges + origin)
+        outside = (edges[1:] + origin <= d.span_start_ns) | (edges[:-1] + origin >= d.span_end_ns)
+        shown = np.where(outside, np.nan, np.round(busy, 1))
+        rows.append([None if np.isnan(v) else float(v) for v in shown])
+    middle = (edges[:-1] + edges[1:]) / 2
+    figure = go.Figure(
+        go.Heatmap(
+            z=rows,
+            x=np.round(middle / 1e6, 6).tolist(),
+            y=[_device_label(d, True) for d in devices],
+            zmin=0,
+            zmax=100,
+            colorscale="RdYlGn",
+            colorbar={"title": {"text": "busy %"}},
+            hovertemplate="%{y} · %{x:.3f} ms<br>%{z:.1f}% busy<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=min(max(220, 90 + 22 * len(devices)), 1400),
+        **_LAYOUT,
+        xaxis={"title": {"text": "time (ms)"}},
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+    )
+    return figure
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+_STEP_PARTS = ["compute", "communication (exposed)", "memcpy / memset"]
+_OUTSIDE = "no device activity yet"
+
+
+def step_parts(d: DeviceReport) -> tuple[list[str], dict[str, NDArray[np.float64]]]:
+    """Each step window of a device cut into busy parts, idle causes and time outside its span."""
+    lo = np.array([s.start_ns for s in d.steps], dtype=np.int64)
+    hi = np.array([s.end_ns for s in d.steps], dtype=np.int64)
+    classes = d.work.by_class
+    compute = classes[WorkClass.COMPUTE]
+    parts = {
+        "compute": covered_ns(compute, lo, hi),
+        "communication (exposed)": covered_ns(
+            difference(classes[WorkClass.COMMUNICATION], compute), lo, hi
+        ),
+    }
+    busy = np.array([s.busy_ns for s in d.steps], dtype=np.int64)
+    parts["memcpy / memset"] = np.maximum(busy - parts["compute"] - parts[_STEP_PARTS[1]], 0)
+    g = d.idle.gaps
+    for code, cause in enumerate(_CAUSE_NAMES):
+        mine = g.cause == code
+        parts[cause] = covered_ns(Intervals(g.start_ns[mine], g.end_ns[mine]), lo, hi)
+    accounted = sum(parts.values())
+    parts[_OUTSIDE] = np.maximum(hi - lo - accounted, 0)
+    return [s.name for s in d.steps], {k: v.astype(np.float64) for k, v in parts.items()}
+
+
+def _steps_section(devices: Sequence[DeviceReport], prefix: str) -> _Section:
+    title = "Where each step's time went"
+    with_steps = [d for d in devices if d.steps]
+    if not with_steps:
+        return _Section(f"{prefix}chart-steps", title, "The trace has no profiler steps.", None)
+    order: list[str] = []
+    totals: dict[str, dict[str, float]] = {}
+    for d in with_steps:
+        names, parts = step_parts(d)
+        for i, name in enumerate(names):
+            if name not in totals:
+                order.append(name)
+                totals[name] = {}
+            for part, values in parts.items():
+                totals[name][part] = totals[name].get(part, 0.0) + float(values[i])
+    figure = _step_figure(order, totals)
+    note = "Each step window split into busy work and idle time by cause"
+    note += ", summed over every GPU." if len(with_steps) > 1 else "."
+    return _Section(f"{prefix}chart-steps", title, note, figure)
+
+
+def _step_figure(order: list[str], totals: dict[str, dict[str, float]]) -> go.Figure:
+    colours = {
+        "compute": "#2ca02c",
+        "communication (exposed)": "#9467bd",
+        "memcpy / memset": "#7f7f7f",
+        **CAUSE_COLOURS,
+        _OUTSIDE: "#e8e8e8",
+    }
+    figure = go.Figure()
+    x = [plot_text(n) for n in order]
+    for part, colour in colours.items():
+        y = [totals[n].get(part, 0.0) / 1e6 for n in order]
+        if not any(y):
+            continue
+        label = part if part in _STEP_PARTS or part == _OUTSIDE else f"idle: {part}"
+        figure.add_trace(
+            go.Bar(
+                x=x,
+                y=np.round(y, 6),
+                name=label,
+                marker={"color": colour},
+                hovertemplate="%{x}<br>%{y:.3f} ms<extra>%{fullData.name}</extra>",
+            )
+        )
+    figure.update_layout(
+        barmode="stack",
+        height=340,
+        **_LAYOUT,
+        yaxis={"title": {"text": "ms"}, "automargin": True},
+        xaxis={"automargin": True},
+    )
+    return figure
+
+
+# --- ranks heatmap -----------------------------------------------------------------------------
+
+
+def _heatmap_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+    title = "Busy % by rank and step"
+    labels = [_device_label(d, True) for d in devices]
+    if any(d.steps for d in devices):
+        columns, z = _step_matrix(devices)
+        note = "Share of each step in which each GPU ran any work."
+    else:
+        columns, z = _time_matrix(devices, o.heatmap_buckets)
+        title = "Busy % by rank over time"
+        note = "The trace has no profiler steps: columns are equal slices of each GPU's span."
+    figure = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=columns,
+            y=labels,
+            zmin=0,
+            zmax=100,
+            colorscale="RdYlGn",
+            colorbar={"title": {"text": "busy %"}},
+            hovertemplate="%{y} · %{x}<br>%{z:.1f}% busy<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=min(max(220, 80 + 24 * len(devices)), 1400),
+        **_LAYOUT,
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        xaxis={"type": "category", "automargin": True},
+    )
+    return _Section(f"{prefix}chart-heatmap", title, note, figure)
+
+
+def _step_matrix(devices: Sequence[DeviceReport]) -> tuple[list[str], list[list[float | None]]]:
+    numbers = sorted({s.number for d in devices for s in d.steps})
+    column = {n: i for i, n in enumerate(numbers)}
+    z: list[list[float | None]] = []
+    for d in devices:
+        row: list[float | None] = [None] * len(numbers)
+        for s in d.steps:
+            row[column[s.number]] = None if s.dur_ns <= 0 else round(s.busy_pct, 2)
+        z.append(row)
+    return [f"step {n}" for n in numbers], z
+
+
+def _time_matrix(
+    devices: Sequence[DeviceReport], buckets: int
+) -> tuple[list[str], list[list[float | None]]]:
+    z: list[list[float | None]] = []
+    for d in devices:
+        edges = _bucket_edges(d.span_start_ns, d.span_end_ns, buckets)
+        z.append([round(float(x), 2) for x in _busy_pct(d, edges)])
+    return [f"{100 * i / buckets:.0f}%" for i in range(buckets)], z
+
+
+# --- roofline ----------------------------------------------------------------------------------
+
+
+def _roofline_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+    title = "Roofline"
+    busiest = max(devices, key=lambda d: d.temporal.busy_ns)
+    points = [
+        p
+        for p in roofline_points(busiest.bounds, busiest.work, top=o.roofline_points)
+        if p.flops and p.bytes
+    ]
+    label = _device_label(busiest, _is_multi(devices))
+    if not points:
+        note = (
+            f"No kernel of {label} has recorded shapes to estimate its FLOPs and bytes from "
+            "(profile with record_shapes=True)."
+        )
+        return _Section(f"{prefix}chart-roofline", title, note, None)
+    figure = _roofline_figure(busiest, points, o)
+    note = (
+        f"Kernels of {label} (the busiest GPU) with recorded shapes: achieved TFLOP/s against "
+        "arithmetic intensity, each point sized by its time"
+    )
+    note += "." if busiest.facts else "; the device is not in the facts table, so no roofs."
+    return _Section(f"{prefix}chart-roofline", title, note, figure)
+
+
+def _roofline_figure(d: DeviceReport, points: list[RooflinePoint], o: HtmlOptions) -> go.Figure:
+    intensity = np.array([p.intensity or 0.0 for p in points])
+    achieved = np.array([(p.flops_per_s or 0.0) / 1e12 for p in points])
+    longest = max(p.total_ns for p in points)
+    figure = go.Figure()
+    _roofs(figure, d, float(intensity.min()) / 4, float(intensity.max()) * 4)
+    figure.add_trace(
+        go.Scatter(
+            x=intensity,
+            y=achieved,
+            mode="markers",
+            name="kernels",
+            marker={
+                "size": [8 + 34 * (p.total_ns / longest) ** 0.5 for p in points],
+                "color": [KIND_COLOURS.get(p.kind, "#999") for p in points],
+                "line": {"width": 1, "color": "#333"},
+                "opacity": 0.8,
+            },
+            hovertext=[_point_text(p, o) for p in points],
+            hovertemplate="%{hovertext}<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=420,
+        **_LAYOUT,
+        hovermode="closest",
+        xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+        yaxis={"type": "log", "title": {"text": "achieved TFLOP/s"}, "automargin": True},
+    )
+    return figure
+
+
+def _point_text(p: RooflinePoint, o: HtmlOptions) -> str:
+    return (
+        f"{plot_text(p.name, o.label_chars)}<br>{p.kind} · {p.bound}-bound · {p.count:,} launches"
+        f"<br>{_ms(p.total_ns)} · {(p.flops_per_s or 0) / 1e12:,.2f} TFLOP/s · "
+        f"{(p.bytes_per_s or 0) / 1e9:,.0f} GB/s · {p.intensity or 0:,.1f} FLOP/byte"
+    )
+
+
+def _roofs(figure: go.Figure, d: DeviceReport, x_lo: float, x_hi: float) -> None:
+    f = d.facts
+    if f is None or not f.memory_bandwidth_bytes_per_s:
+        return
+    bandwidth = f.memory_bandwidth_bytes_per_s
+    peaks = [
+        ("FP8 tensor", f.fp8_flops_per_s),
+        ("BF16 tensor", f.bf16_flops_per_s),
+        ("TF32 tensor", f.tf32_flops_per_s),
+        ("FP32", f.fp32_flops_per_s),
+    ]
+    for name, peak in peaks:
+        if not peak:
+            continue
+        ridge = peak / bandwidth
+        xs = [min(x_lo, ridge / 4), ridge, max(x_hi, ridge * 4)]
+        ys = [min(x * bandwidth, peak) / 1e12 for x in xs]
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=f"{name} roof",
+                line={"dash": "dot", "width": 1.5},
+                hovertemplate=f"{name}: %{{y:,.0f}} TFLOP/s peak, "
+                f"{bandwidth / 1e9:,.0f} GB/s<extra></extra>",
+            )
+        )

@@ -1,0 +1,247 @@
+"""The before/after report: what changed per step, findings resolved and new, kernel changes,
+then each side's verdict, findings and charts in two columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+from gpuscope.analyses import diff
+from gpuscope.analyses.attribution import CAUSES
+from gpuscope.diagnosis import Diagnosis
+from gpuscope.names import (
+    percentage_change,
+)
+from gpuscope.render.html.page import (
+    _LAYOUT,
+    HtmlOptions,
+    _e,
+    _name,
+    _page,
+    _Section,
+    _section_html,
+)
+from gpuscope.render.html.report import _sections
+from gpuscope.render.html.sections import _findings, _header, _verdict
+
+
+def render_diff(before: Diagnosis, after: Diagnosis, options: HtmlOptions | None = None) -> str:
+    """Two diagnoses side by side: what changed per step (with whether it beats the noise, from
+    :mod:`gpuscope.analyses.diff`), findings resolved and new, kernel changes, then each one's
+    verdict, findings and charts in two columns."""
+    options = options or HtmlOptions()
+    change = diff.diff(diff.summarize(before), diff.summarize(after))
+    comparison = [_step_comparison(change), _cause_comparison(change, before, after)]
+    left = _sections(before, options, prefix="before-")
+    right = _sections(after, options, prefix="after-")
+    body = "\n".join(
+        [
+            "<h1>gpuscope: before and after</h1>",
+            _diff_notes(change),
+            _metric_table(change),
+            _finding_changes(change),
+            *(_section_html(s) for s in comparison),
+            _kernel_changes(change),
+            _columns(_side(before, "Before"), _side(after, "After")),
+            *(
+                _columns(_section_html(a), _section_html(b))
+                for a, b in zip(left, right, strict=True)
+            ),
+        ]
+    )
+    title = f"gpuscope: {before.source} vs {after.source}"
+    return _page(title, body, [*comparison, *left, *right])
+
+
+def _columns(left: str, right: str) -> str:
+    return f"<div class='cols'><div>{left}</div><div>{right}</div></div>"
+
+
+def _side(d: Diagnosis, title: str) -> str:
+    found = _findings(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
+    return f"{_header(d, title)}{_verdict(d.verdict)}{found}"
+
+
+def _diff_notes(change: diff.RunDiff) -> str:
+    notes = "".join(f"<p class='warning'>{_e(n)}</p>" for n in change.notes)
+    return (
+        f"<p class='dim'>before: <span class='mono'>{_e(change.before.source)}</span> · after: "
+        f"<span class='mono'>{_e(change.after.source)}</span></p>{notes}"
+    )
+
+
+_OUTCOME_COLOURS = {"better": "#2ca02c", "worse": "#d62728", "unchanged": "#5d6675"}
+
+
+def _metric_label(name: str) -> str:
+    labels = {
+        diff.STEP_TIME: "step time",
+        diff.ITERATIONS: "iterations per second",
+        diff.ITEMS: "items per second",
+        diff.GPU_BUSY: "GPU busy",
+        diff.COST: "waste per GPU-hour",
+    }
+    return labels.get(name, name.replace(diff.LOST_PREFIX, "lost per step: "))
+
+
+def _metric_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ns":
+        return f"{value / 1e6:,.3f} ms"
+    if unit == "pct":
+        return f"{value:.1f}%"
+    if unit == "per_s":
+        return f"{value:,.4g}/s"
+    return f"${value:,.2f}"
+
+
+def _metric_row(m: diff.MetricDiff) -> str:
+    c = m.comparison
+    change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f}%"
+    if m.unit == "pct" and c.change is not None:
+        change = percentage_change(c.change, c.change_pct)
+    interval = (
+        "n/a"
+        if c.ci_low is None or c.ci_high is None
+        else f"{_metric_value(c.ci_low, m.unit)} … {_metric_value(c.ci_high, m.unit)}"
+    )
+    outcome = m.outcome
+    colour = _OUTCOME_COLOURS.get(outcome, "#8a5300")
+    note = f" <span class='dim'>({_e(c.note)})</span>" if c.note else ""
+    return (
+        f"<tr><td>{_e(_metric_label(m.name))}</td>"
+        f"<td class='num'>{_metric_value(c.before_median, m.unit)}</td>"
+        f"<td class='num'>{_metric_value(c.after_median, m.unit)}</td>"
+        f"<td class='num'>{change}</td><td class='num'>{interval}</td>"
+        f"<td class='num'>{'n/a' if c.p_value is None else f'{c.p_value:.3g}'}</td>"
+        f"<td style='color:{colour}'><b>{_e(outcome)}</b>{note}</td></tr>"
+    )
+
+
+def _metric_table(change: diff.RunDiff) -> str:
+    rows = "".join(_metric_row(m) for m in change.metrics)
+    level = 100 * (1 - diff.SIGNIFICANCE_LEVEL)
+    return (
+        "<section id='diff-metrics'><h2>What changed, per step</h2>"
+        f"<p class='note'>Medians over steps; the change is the Hodges-Lehmann shift and the"
+        f" interval its {level:g}% confidence interval (Mann-Whitney); 'unchanged' means within"
+        " step-to-step noise.</p>"
+        "<table><tr><th>metric</th><th class='num'>before</th><th class='num'>after</th>"
+        "<th class='num'>change</th><th class='num'>interval</th><th class='num'>p</th>"
+        f"<th>outcome</th></tr>{rows}</table></section>"
+    )
+
+
+def _finding_changes(change: diff.RunDiff) -> str:
+    groups = (
+        ("resolved", change.resolved),
+        ("new", change.new),
+        ("still there", change.persisting),
+    )
+    items = "".join(
+        f"<li><b>{_e(label)}</b>: "
+        + (", ".join(f"{_e(f.cause)} ({_e(f.title)})" for f in found) or "none")
+        + "</li>"
+        for label, found in groups
+    )
+    return f"<section><h2>Findings</h2><ul>{items}</ul></section>"
+
+
+def _kernel_changes(change: diff.RunDiff) -> str:
+    if not change.kernels:
+        return ""
+    unit = "per step" if change.kernel_unit == "step" else "per second of device span"
+    rows = "".join(
+        f"<tr><td class='mono kernel'>{_name(k.name)}</td><td>{_e(k.status)}</td>"
+        f"<td class='num'>{k.before_ns / 1e6:,.3f} ms</td>"
+        f"<td class='num'>{k.after_ns / 1e6:,.3f} ms</td></tr>"
+        for k in change.kernels
+    )
+    return (
+        f"<section><h2>Kernels that changed most</h2><p class='note'>Device time {unit}, per "
+        "GPU.</p><table><tr><th>kernel</th><th>change</th><th class='num'>before</th>"
+        f"<th class='num'>after</th></tr>{rows}</table></section>"
+    )
+
+
+_SIDES = (("before", "#9aa5b8"), ("after", "#1f77b4"))
+
+
+def _step_comparison(change: diff.RunDiff) -> _Section:
+    title = "Step time, step by step"
+    step = change.metric(diff.STEP_TIME)
+    busy = change.metric(diff.GPU_BUSY)
+    if step is None or not (step.before or step.after):
+        return _Section("diff-chart-steps", title, "Neither trace has profiler steps.", None)
+    figure = go.Figure()
+    for (label, colour), values, shares in (
+        (_SIDES[0], step.before, busy.before if busy else []),
+        (_SIDES[1], step.after, busy.after if busy else []),
+    ):
+        figure.add_trace(
+            go.Bar(
+                x=list(range(1, len(values) + 1)),
+                y=np.round(np.asarray(values, dtype=np.float64) / 1e6, 6),
+                name=label,
+                marker={"color": colour},
+                customdata=[round(x, 1) for x in shares] or None,
+                hovertemplate="step %{x}: %{y:.3f} ms"
+                + (", %{customdata}% busy" if shares else "")
+                + "<extra>%{fullData.name}</extra>",
+            )
+        )
+    figure.update_layout(
+        barmode="group",
+        height=320,
+        **_LAYOUT,
+        xaxis={"title": {"text": "step (the first recorded step only opens the second)"}},
+        yaxis={"title": {"text": "ms"}, "automargin": True},
+    )
+    note = "Each step on the device, from the end of the previous step's work to its own."
+    return _Section("diff-chart-steps", title, note, figure)
+
+
+def _cause_comparison(change: diff.RunDiff, before: Diagnosis, after: Diagnosis) -> _Section:
+    lost = [m for m in change.metrics if m.name.startswith(diff.LOST_PREFIX)]
+    if lost and all(m.comparison.before_mean is not None for m in lost):
+        keys = [m.name.removeprefix(diff.LOST_PREFIX) for m in lost]
+        values = [
+            [(getattr(m.comparison, f"{side}_mean") or 0.0) / 1e6 for m in lost]
+            for side in ("before", "after")
+        ]
+        unit, note = "ms per step", "Time lost per step to each cause (mean over steps)."
+    else:
+        totals = [_cause_shares(before), _cause_shares(after)]
+        keys = [k for k in totals[0] if totals[0][k] or totals[1][k]]
+        values = [[t[k] for k in keys] for t in totals]
+        unit, note = "% of device time", "Share of device time lost to each cause."
+    figure = go.Figure()
+    for (label, colour), xs in zip(_SIDES, values, strict=True):
+        figure.add_trace(
+            go.Bar(
+                y=keys,
+                x=np.round(xs, 6),
+                orientation="h",
+                name=label,
+                marker={"color": colour},
+                hovertemplate=f"%{{y}}: %{{x:,.3f}} {unit}<extra>%{{fullData.name}}</extra>",
+            )
+        )
+    figure.update_layout(
+        barmode="group",
+        height=max(240, 80 + 44 * len(keys)),
+        **_LAYOUT,
+        xaxis={"title": {"text": unit}},
+        yaxis={"autorange": "reversed", "automargin": True},
+    )
+    return _Section("diff-chart-causes", "Lost time by cause: before vs after", note, figure)
+
+
+def _cause_shares(d: Diagnosis) -> dict[str, float]:
+    """Each idle cause's and exposed communication's share of the job's device time, in %."""
+    span = max(sum(x.temporal.span_ns for x in d.devices), 1)
+    shares = {c.value: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
+    exposed = sum(x.overlap.exposed_ns for x in d.devices)
+    shares[diff.EXPOSED_COMMUNICATION] = 100.0 * exposed / span
+    return shares

@@ -1,0 +1,220 @@
+"""The page's text sections: the header, the verdict and its shares, the findings with their
+evidence, locations and fixes, and the device and kernel tables (escaped with ``html.escape``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from gpuscope import __version__
+from gpuscope.analyses.whatif import Prediction
+from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.diagnosis.findings import Finding, Verdict
+from gpuscope.diagnosis.patterns import PATTERNS, legend
+from gpuscope.names import (
+    plural,
+    short_kernel_names,
+    short_location,
+)
+from gpuscope.render import predicted
+from gpuscope.render.html.page import (
+    _device_label,
+    _e,
+    _name,
+)
+
+
+def _header(d: Diagnosis, title: str) -> str:
+    inputs = "".join(
+        f"<li><span class='mono'>{_e(i.path)}</span> <span class='dim'>({_e(i.format)}, "
+        f"{i.events:,} events, {plural(i.steps, 'step')}{_rank(i.rank)})</span></li>"
+        for i in d.inputs[:16]
+    )
+    more = f"<li class='dim'>and {len(d.inputs) - 16} more</li>" if len(d.inputs) > 16 else ""
+    warnings = "".join(f"<p class='warning'>warning: {_e(w)}</p>" for w in d.warnings)
+    return (
+        f"<h1>{_e(title)}</h1><p class='dim'>gpuscope {_e(__version__)} · "
+        f"<span class='mono'>{_e(d.source)}</span></p><ul class='dim'>{inputs}{more}</ul>"
+        f"{warnings}"
+    )
+
+
+def _rank(rank: int | None) -> str:
+    return "" if rank is None else f", rank {rank}"
+
+
+def _verdict(v: Verdict) -> str:
+    figures = [
+        ("bound", v.bound),
+        # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
+        ("GPU idle", f"{v.idle_pct:.1f}%" if math.isfinite(v.idle_pct) else "n/a (no timeline)"),
+        ("wasted per GPU-hour", _usd(v.wasted_usd_per_gpu_hour)),
+        ("price per GPU-hour", _usd(v.gpu_hour_usd)),
+        ("GPUs", str(v.world_size)),
+    ]
+    for key, label in (("mfu_pct", "MFU"), ("mbu_pct", "MBU")):
+        value = v.figures.get(key)
+        figures.append((label, "n/a" if value is None else f"{value:.1f}%"))
+    cells = "".join(f"<div class='figure'>{_e(k)}<b>{_e(x)}</b></div>" for k, x in figures)
+    return (
+        f"<div class='verdict bound-{_e(v.bound)}' id='verdict'>{_e(v.summary)}</div>"
+        f"<div class='figures'>{cells}</div>{_shares(v.shares_pct)}"
+        f"<p class='note'>Price: {_e(v.price_source)}.</p>"
+    )
+
+
+_BOUND_COLOURS = {
+    "host": "#d62728",
+    "communication": "#9467bd",
+    "memory": "#bcbd22",
+    "compute": "#2ca02c",
+    "transfer": "#17becf",
+    "latency": "#ff7f0e",
+    "unclassified": "#7f7f7f",
+}
+
+
+def _shares(all_shares: dict[str, float]) -> str:
+    # A share the input cannot give (NaN) is left out, never drawn or printed as "nan%".
+    shares = {k: x for k, x in all_shares.items() if math.isfinite(x)}
+    spans = "".join(
+        f"<span style='width:{max(x, 0.0):.2f}%;background:{_BOUND_COLOURS.get(k, '#999')}' "
+        f"title='{_e(k)} {x:.1f}%'></span>"
+        for k, x in shares.items()
+    )
+    legend = " · ".join(f"{_e(k)} {x:.1f}%" for k, x in shares.items())
+    # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
+    whole = "sampled GPU time" if "busy" in shares else "device time by bound"
+    return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
+
+
+def _findings(
+    found: Sequence[Finding],
+    gpu_hour_usd: float | None = None,
+    all_fixes: Prediction | None = None,
+    links: dict[str, str] | None = None,
+) -> str:
+    if not found:
+        return (
+            "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
+        )
+    items = "".join(_finding(i, f, gpu_hour_usd, links or {}) for i, f in enumerate(found, 1))
+    together = ""
+    if all_fixes is not None:
+        together = (
+            f"<p class='prediction all-fixes'><b>"
+            f"{_e(predicted.headline(all_fixes, gpu_hour_usd, 'All fixes together'))}</b>"
+            " (replayed as one edit set: the findings' savings overlap and are not added up)</p>"
+        )
+    tags = f"<p class='note'>{_e(legend(f.pattern for f in found))}</p>"
+    return (
+        f"<section id='findings'><h2>Findings, costliest first</h2>{together}{items}{tags}"
+        "</section>"
+    )
+
+
+def _finding(
+    i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
+) -> str:
+    figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
+    if f.lost_ns_per_step is not None:
+        figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
+    if f.cost_usd_per_gpu_hour is not None:
+        figures.append(f"${f.cost_usd_per_gpu_hour:,.2f} per GPU-hour")
+    if f.cost_usd_per_day is not None:
+        figures.append(f"${f.cost_usd_per_day:,.0f} per day")
+    evidence = "".join(f"<li>{_e(x)}</li>" for x in f.evidence)
+    if f.prediction is not None:
+        evidence = (
+            f"<li class='prediction'><b>{_e(predicted.headline(f.prediction, gpu_hour_usd))}</b>;"
+            f" {_e(predicted.details(f.prediction))}</li>{evidence}"
+        )
+    rows = "".join(
+        f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
+        f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
+        for loc in f.locations
+    )
+    where = (
+        "<table><tr><th>location</th><th class='num'>lost</th><th class='num'>gaps</th></tr>"
+        f"{rows}</table>"
+        if rows
+        else ""
+    )
+    return (
+        f"<article class='finding' data-cause='{_e(f.cause)}'>"
+        f"<h3>{i}. {_e(f.title)} <span class='dim mono'>{_e(f.cause)} · "
+        f"<span title='{_e(PATTERNS.get(f.pattern, ''))}'>[{_e(f.pattern)}]</span></span>"
+        f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
+        f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
+    )
+
+
+def _linked(location: str, links: dict[str, str]) -> str:
+    """A finding's location, linked to its row of the module or operator view when it has one."""
+    anchor = links.get(location)
+    name = _name(location, short_location(location, 100))  # the whole location on hover
+    if anchor is None:
+        return name
+    return f"<a href='{_e(anchor)}'>{name}</a>"
+
+
+def _code_spans(text: str) -> str:
+    """Escaped text whose `backticked` parts are set as code."""
+    parts = text.split("`")
+    return "".join(f"<code>{_e(p)}</code>" if i % 2 else _e(p) for i, p in enumerate(parts))
+
+
+def _devices(devices: Sequence[DeviceReport]) -> str:
+    if not devices:
+        return ""
+    rows = "".join(_device_row(d) for d in devices)
+    head = "".join(
+        f"<th class='num'>{h}</th>" if h not in ("device", "GPU") else f"<th>{h}</th>"
+        for h in ("device", "GPU", "span", "busy", "idle", "compute", "comm", "memory", "MFU")
+    )
+    detailed = devices if len(devices) <= 2 else _extremes(devices)
+    kernels = "".join(_kernel_table(d, len(devices) > 1) for d in detailed)
+    return f"<section><h2>Devices</h2><table>{head}{rows}</table>{kernels}</section>"
+
+
+def _device_row(d: DeviceReport) -> str:
+    t = d.temporal
+    cells = [
+        _e(_device_label(d, True)),
+        _e(d.info.name or "unknown"),
+        f"{t.span_ns / 1e6:,.2f} ms",
+        *(
+            f"{t.pct(x):.1f}%"
+            for x in (t.busy_ns, t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)
+        ),
+        "n/a" if d.bounds.mfu_pct is None else f"{d.bounds.mfu_pct:.1f}%",
+    ]
+    tds = "".join(
+        f"<td>{c}</td>" if i < 2 else f"<td class='num'>{c}</td>" for i, c in enumerate(cells)
+    )
+    return f"<tr>{tds}</tr>"
+
+
+def _extremes(devices: Sequence[DeviceReport]) -> list[DeviceReport]:
+    by_busy = sorted(devices, key=lambda d: d.temporal.busy_ns / max(d.temporal.span_ns, 1))
+    return [by_busy[0], by_busy[-1]]
+
+
+def _kernel_table(d: DeviceReport, multi: bool) -> str:
+    short = short_kernel_names(k.name for k in d.kernels)
+    rows = "".join(
+        f"<tr><td class='mono kernel'>{_name(k.name, short[k.name])}</td>"
+        f"<td>{_e(k.work_class.name.lower())}</td>"
+        f"<td class='num'>{k.count:,}</td><td class='num'>{k.total_ns / 1e6:,.2f} ms</td>"
+        f"<td class='num'>{k.share_of_busy_pct:.1f}%</td></tr>"
+        for k in d.kernels
+    )
+    return (
+        f"<h3>Top kernels · {_e(_device_label(d, multi))}</h3><table><tr><th>kernel</th>"
+        "<th>class</th><th class='num'>count</th><th class='num'>total</th>"
+        f"<th class='num'>share</th></tr>{rows}</table>"
+    )

@@ -15,18 +15,24 @@ How idle time is explained, looking at the host thread that launched the work en
    loader, collective wait, allocator call, host-to-device copy the host waits for, sync;
 2. in what is left, a synchronisation (or ``cudaFree``) that returned just as it began: the host
    emptied the queue and then spent the time on its own work before launching again;
-3. else the work after the gap had been launched before the gap began: the device waited on a
+3. else a short gap that ends in an on-demand unified-memory migration: the driver servicing a
+   page fault (``page_migration``, see :func:`_on_demand_migration`); such work was never
+   launched, so no longer gap before it is launch overhead either;
+4. else the work after the gap had been launched before the gap began: the device waited on a
    dependency (a peer's collective when that work is communication; a bubble under 50 µs between
    queued kernels is launch latency; anything longer is unknown);
-4. else a short gap (launch latency territory): the host could not launch fast enough;
-5. else a CPU op that launches no device work covers the gap (an optimizer step on the CPU, host
+5. else a short gap (launch latency territory): the host could not launch fast enough;
+6. else a CPU op that launches no device work covers the gap (an optimizer step on the CPU, host
    preprocessing): ``cpu_other``; Python and framework code on its way to the next launch is
    launch overhead, unless it runs for over a millisecond (then ``cpu_other``);
-6. else ``unknown``: nothing in the trace explains it, and it is reported as such.
+7. else the thread was recorded on a CPU for most of the gap outside any CUDA call: ``cpu_other``,
+   the host computing (see :func:`_host_computing`);
+8. else ``unknown``: nothing in the trace explains it, and it is reported as such.
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 import msgspec
@@ -45,7 +51,7 @@ from gpuscope.analyses.intervals import (
 )
 from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
-from gpuscope.model import Kind
+from gpuscope.model import Kind, Trace
 
 #: Gaps up to this long with nothing blocking the host are launch overhead.
 SHORT_GAP_NS = 50_000
@@ -71,6 +77,7 @@ class Cause(str, Enum):
     CPU_OTHER = "cpu_other"
     UNKNOWN = "unknown"
     WARMUP = "warmup"  # one-time start-up; its kinds are in CauseStat.kinds
+    PAGE_MIGRATION = "page_migration"  # the driver servicing unified-memory page faults
 
 
 CAUSES = list(Cause)
@@ -146,6 +153,7 @@ def attribute_idle(
         next_work = np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)
         launcher = ev.link[work.rows[next_work]]
         after_class = work.work_class[next_work]
+        after_row = work.rows[next_work]
         main_pid, main_tid = host.main_thread
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
@@ -153,7 +161,9 @@ def attribute_idle(
             of_pid = pid == p
             for t in distinct(tid[of_pid]).tolist():
                 which = np.flatnonzero(of_pid & (tid == t))
-                gap = _Gaps(g0[which], g1[which], after_class[which], launcher[which])
+                gap = _Gaps(
+                    g0[which], g1[which], after_class[which], launcher[which], after_row[which]
+                )
                 parts.append(_explain(work, host, (p, t), gap))
     segments = _Segments.concat(parts)
     locations, resolved = _locations(
@@ -214,6 +224,7 @@ class _Gaps(msgspec.Struct, frozen=True):
     end: NDArray[np.int64]
     after_class: NDArray[np.uint8]  # WorkClass
     launcher: NDArray[np.int64]
+    after_row: NDArray[np.int64]  # the row of the work that ends the gap
 
 
 class _Segments(msgspec.Struct, frozen=True):
@@ -302,7 +313,12 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
         decide(hit & (host.activity[row] == HostActivity.H2D_COPY), Cause.H2D_COPY, row)
         decide(hit, Cause.HOST_SYNC, row)
 
-    # 3. Work launched well before its gap began: the device waited on a dependency.
+    # 3. A short gap before an on-demand migration: the driver servicing a page fault.
+    migration = _on_demand_migration(work.trace, gap.after_row[index])
+    decide(migration & (length <= SHORT_GAP_NS), Cause.PAGE_MIGRATION, decider)
+    was_launched = ~migration  # launch overhead needs a launch: a migration is the driver's own
+
+    # 4. Work launched well before its gap began: the device waited on a dependency.
     launcher = gap.launcher[index]
     launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], r1)
     queued = (launcher >= 0) & (launch_ns < gap.start[index] - QUEUED_NS)
@@ -312,10 +328,10 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
     decide(queued & (length <= SHORT_GAP_NS), Cause.LAUNCH_OVERHEAD, launcher)
     decide(queued, Cause.UNKNOWN, launcher)
 
-    # 4. Short gaps: the host could not launch fast enough.
-    decide(length <= SHORT_GAP_NS, Cause.LAUNCH_OVERHEAD, launcher)
+    # 5. Short gaps: the host could not launch fast enough.
+    decide(was_launched & (length <= SHORT_GAP_NS), Cause.LAUNCH_OVERHEAD, launcher)
 
-    # 5. A CPU op that launches no device work kept the host busy: cpu_other. Python and framework
+    # 6. A CPU op that launches no device work kept the host busy: cpu_other. Python and framework
     #    code on the way to the next launch is launch overhead unless it runs for very long.
     #    Only the pieces still undecided are looked at (most gaps are short, decided above).
     todo = np.flatnonzero(undecided)
@@ -334,15 +350,64 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
         pure_cpu = np.zeros(r0.size, dtype=np.bool_)
         pure_cpu[todo] = (op_row[todo] >= 0) & (2 * inside >= t_length) & (launched == 0)
         decide(pure_cpu, Cause.CPU_OTHER, op_row)
-        decide(length <= LONG_HOST_GAP_NS, Cause.LAUNCH_OVERHEAD, launcher)
+        decide(was_launched & (length <= LONG_HOST_GAP_NS), Cause.LAUNCH_OVERHEAD, launcher)
         decide(op_row >= 0, Cause.CPU_OTHER, op_row)
         frames = thread_rows[thread_kind == Kind.PYTHON]
         if frames.size:
             py_cover = np.zeros(r0.size, dtype=np.int64)
             py_cover[todo] = covered_ns(host.intervals(frames), t0, t1)
             decide(2 * py_cover >= length, Cause.CPU_OTHER, np.full(r0.size, -1, np.int64))
+        # 7. The thread was on a CPU, in no CUDA call: the host computing.
+        computing = np.zeros(r0.size, dtype=np.bool_)
+        computing[todo] = _host_computing(host, thread_rows, t0, t1)
+        decide(computing, Cause.CPU_OTHER, np.full(r0.size, -1, np.int64))
     pieces.append(_Segments(r0, r1, cause, decider))
     return _Segments.concat(pieces)
+
+
+def _on_demand_migration(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which rows are unified-memory migrations the driver started on its own: a processor touched
+    a page resident elsewhere (``Page fault``), the driver moved its neighbours too (``Speculative
+    prefetch``), evicted pages to make room, or followed access counters. Only ``User prefetch``
+    (``cudaMemPrefetchAsync``) is launched by the program. Readers name migrations
+    ``Unified Memory HtoD (Page fault)``.
+
+    The faulting thread stalls while the UVM driver services the fault: it finds the page, unmaps
+    it where it lives, copies it (and a neighbourhood) and maps it where it was touched. A short
+    idle gap before such a migration is that service, tens of microseconds between the fault
+    and the copy or between the copies of one fault: ``page_migration``. It is never launch
+    overhead: nothing launched the migration. A longer gap before one is whatever the thread did
+    before touching the page, decided by the later rules (the host computing, or unknown)."""
+    names = trace.names
+    ids = trace.events.name_id[rows]
+    used = distinct(ids)
+    flag = np.zeros(len(names), dtype=np.bool_)
+    flag[used] = [_ON_DEMAND.match(names[i]) is not None for i in used.tolist()]
+    return flag[ids]
+
+
+_ON_DEMAND = re.compile(r"^Unified Memory \w+ \((?!User prefetch\))")
+
+
+def _host_computing(
+    host: HostIndex, thread_rows: NDArray[np.int64], t0: NDArray[np.int64], t1: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Pieces the thread spent mostly on a CPU outside any CUDA call: the host computing.
+
+    Where the trace records when the thread was on a CPU (:attr:`Kind.HOST_RUNNING`: the OS
+    scheduling trace or CPU samples of Nsight Systems), a thread that ran through a device-idle
+    gap without calling CUDA was doing its own work (a CPU loop, preprocessing, verification):
+    ``cpu_other``. Where nothing records the thread, this says nothing and the gap stays
+    ``unknown``; a thread off the CPU was waiting on something the trace does not name.
+    """
+    ev = host.trace.events
+    running = thread_rows[ev.kind[thread_rows] == Kind.HOST_RUNNING]
+    if running.size == 0:
+        return np.zeros(t0.size, dtype=np.bool_)
+    on_cpu = covered_ns(host.intervals(running), t0, t1)
+    calls = thread_rows[ev.kind[thread_rows] == Kind.RUNTIME]
+    in_calls = covered_ns(host.intervals(calls), t0, t1)
+    return 2 * (on_cpu - in_calls) >= t1 - t0
 
 
 def _segments(

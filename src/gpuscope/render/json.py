@@ -16,7 +16,7 @@ import msgspec
 from msgspec.structs import asdict
 
 from gpuscope import __version__
-from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
+from gpuscope.analyses.bounds import Bound, RooflinePoint
 from gpuscope.analyses.counters import CounterStat, CounterSummary
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
@@ -203,8 +203,8 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             **_bounds_source(d),
         },
         "roofline": {
-            "kernels": [_point(p) for p in roofline_points(d.bounds, d.work, by="kernel")],
-            "operators": [_point(p) for p in roofline_points(d.bounds, d.work, by="operator")],
+            "kernels": [_point(p) for p in d.series.roofline_kernels],
+            "operators": [_point(p) for p in d.series.roofline_operators],
         },
         "views": None if d.views is None else views_document(d.views),
         "top_kernels": [

@@ -30,13 +30,9 @@ from gpuscope.diagnosis import DeviceReport
 
 @dataclass(frozen=True)
 class HtmlOptions:
-    """Layout limits. The defaults keep a report of a large trace a few MB and quick to draw."""
+    """Presentation limits. The resolution of the charts (timeline buckets and bars, utilisation
+    buckets, roofline points) is the diagnosis' own: :mod:`gpuscope.analyses.drawn`."""
 
-    timeline_buckets: int = 1600  # time buckets across the timeline at full zoom-out (~pixels)
-    max_timeline_bars: int = 4000  # bars on the timeline, every lane together
-    utilisation_buckets: int = 300
-    heatmap_buckets: int = 40  # time buckets of the ranks heatmap when the trace has no steps
-    roofline_points: int = 30
     label_chars: int = 160  # longer names are cut in chart labels (tables show them whole)
 
 

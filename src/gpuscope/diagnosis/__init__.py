@@ -81,6 +81,8 @@ class InputSummary(msgspec.Struct, frozen=True):
     world_size: int | None
     events: int
     steps: int
+    #: The trace's wall-clock origin (Kineto's ``baseTimeNanoseconds``), when it records one.
+    base_time_ns: int | None = None
 
 
 class DeviceReport(msgspec.Struct, frozen=True):
@@ -313,4 +315,9 @@ def _input_summary(trace: Trace) -> InputSummary:
         world_size=trace.world_size,
         events=len(trace.events),
         steps=len(trace.steps),
+        base_time_ns=_int_or_none(trace.metadata.get("base_time_ns")),
     )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None

@@ -23,7 +23,6 @@ from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.diagnosis.sampled import SampledFinding
 from gpuscope.facts import GpuFacts, match_device
 from gpuscope.render.ranks import ranks_document
 
@@ -83,7 +82,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": f.evidence,
         "fix": f.fix,
         "max_gain_ns": f.lost_ns,
-        "measured_from": f.measured_from if isinstance(f, SampledFinding) else "timeline",
+        "measured_from": f.measured_from,
         "predicted_saving_ns_per_step": (
             None
             if f.predicted_saving_ns_per_step is None
@@ -114,7 +113,14 @@ def _prediction(p: Prediction | None) -> dict[str, Any] | None:
 
 
 def dumps(diagnosis: Diagnosis) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(to_document(diagnosis)), indent=1)
+    """The document, indented, with the saved diagnosis (:mod:`gpuscope.diagnosis.saved`) as its
+    last field on one line: ``gpuscope report``, ``diff`` and ``fleet`` read it back."""
+    from gpuscope.diagnosis import saved  # noqa: PLC0415 - only --json writes it
+
+    document = msgspec.json.format(msgspec.json.encode(to_document(diagnosis)), indent=1)
+    whole = msgspec.json.encode(saved.to_builtins(diagnosis))
+    key = b'"' + saved.SAVED_KEY.encode() + b'"'
+    return document.rstrip()[:-1].rstrip() + b",\n " + key + b": " + whole + b"\n}"
 
 
 def _pct(value: float | None) -> float | None:

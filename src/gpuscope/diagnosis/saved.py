@@ -84,7 +84,7 @@ def _finite(value: Any) -> Any:
 def is_saved(path: str | Path) -> bool:
     """Whether ``path`` is a JSON document that ``gpuscope diagnose --json`` wrote."""
     p = Path(path)
-    if not p.is_file() or p.suffix.lower() != ".json":
+    if not p.is_file():
         return False
     with p.open("rb") as f:
         head = f.read(256)

@@ -37,7 +37,7 @@ Contract:
   but its interval is not, or when the steps are too few to reach the confidence, with the steps
   a side that would settle it; within otherwise. docs/ci-gate.md explains the choice.
 * Names carrying unique ids (``ProfilerStep#123``, NVTX ``seq = 17``, ``0x7f...`` addresses)
-  are matched by their stable part (:func:`~gpuscope.analyses.drawn.stable_name`, re-exported here).
+  are matched by their stable part (:func:`gpuscope.names.stable_name`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ size, so that is what is kept:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import msgspec
@@ -38,6 +37,7 @@ from gpuscope.analyses.attribution import CAUSES, IdleAttribution
 from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
 from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import DeviceWork, StepStat, WorkClass
+from gpuscope.names import stable_name
 
 I64 = NDArray[np.int64]
 
@@ -228,10 +228,11 @@ def timeline(
     lanes: list[_Items] = []
     for i, (w, g, b) in enumerate(zip(works, idle, bounds, strict=True)):
         gaps = g.gaps
-        where = np.array(
-            [-1 if x is None else names.setdefault(x, len(names)) for x in gaps.location],
-            dtype=np.int64,
-        )
+        # Locations are resolved for the costliest gaps only: most are None.
+        where = np.full(len(gaps.location), -1, dtype=np.int64)
+        present = [(k, x) for k, x in enumerate(gaps.location) if x is not None]
+        if present:
+            where[[k for k, _ in present]] = [names.setdefault(x, len(names)) for _, x in present]
         lanes.append(_Items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause.astype(np.intp), where))
         ev = w.trace.events
         streams = ev.stream[w.rows]
@@ -257,14 +258,31 @@ def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> int:
     zoom-out when the budget allows (detail for zooming in), coarser when it does not."""
     width = max((hi - lo) // max(16 * TIMELINE_BUCKETS, 1), 1)
     while width < hi - lo:
-        bars = 0
-        for lane in lanes:
-            long = (lane.end_ns - lane.start_ns) >= width
-            bars += int(long.sum()) + _runs(lane, ~long, lo, width)[0].size
-        if bars <= MAX_TIMELINE_BARS:
-            break
+        # At least one bar per long item and per stretch of adjacent occupied buckets (a change
+        # of dominant category only adds runs): when that is over budget, so is the count.
+        if _fewest_bars(lanes, lo, width) <= MAX_TIMELINE_BARS:
+            bars = 0
+            for lane in lanes:
+                long = (lane.end_ns - lane.start_ns) >= width
+                bars += int(long.sum()) + _runs(lane, ~long, lo, width)[0].size
+            if bars <= MAX_TIMELINE_BARS:
+                break
         width *= 2
     return int(width)
+
+
+def _fewest_bars(lanes: Sequence[_Items], lo: int, width: int) -> int:
+    bars = 0
+    for lane in lanes:
+        long = (lane.end_ns - lane.start_ns) >= width
+        short = ~long
+        bucket = ((lane.start_ns[short] + lane.end_ns[short]) // 2 - lo) // width
+        if bucket.size and not np.any(bucket[1:] < bucket[:-1]):
+            stretches = 1 + int(np.count_nonzero(bucket[1:] > bucket[:-1] + 1))
+        else:
+            stretches = 0  # unordered: no cheap bound, count them properly
+        bars += int(long.sum()) + stretches
+    return bars
 
 
 def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tuple[I64, I64]:
@@ -277,7 +295,7 @@ def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tupl
         return np.zeros(0, dtype=np.int64), run_of
     start, end = lane.start_ns[index], lane.end_ns[index]
     bucket = ((start + end) // 2 - lo) // width
-    occupied, inverse = np.unique(bucket, return_inverse=True)
+    occupied, inverse = _sorted_unique(bucket)
     weight = np.bincount(
         inverse * _CATEGORIES + lane.category[index],
         weights=(end - start).astype(np.float64),
@@ -289,6 +307,19 @@ def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tupl
     run_id = np.cumsum(new_run) - 1
     run_of[index] = run_id[inverse]
     return dominant[new_run].astype(np.int64), run_of
+
+
+def _sorted_unique(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)``, without its sort when the values are already
+    in order: a stream's kernels run one after another and a device's idle gaps are disjoint, so
+    their buckets almost always are (this runs once per lane per bucket width tried)."""
+    if values.size and not np.any(values[1:] < values[:-1]):
+        new = np.empty(values.size, dtype=np.bool_)
+        new[0] = True
+        np.not_equal(values[1:], values[:-1], out=new[1:])
+        return values[new], np.cumsum(new) - 1
+    occupied, inverse = np.unique(values, return_inverse=True)
+    return occupied, inverse.reshape(-1)
 
 
 def _lane(items: _Items, lo: int, width: int) -> Lane:
@@ -305,11 +336,13 @@ def _lane(items: _Items, lo: int, width: int) -> Lane:
     busy = np.bincount(run, weights=length[members].astype(np.float64), minlength=runs)
     located = np.full(runs, -1, dtype=np.int64)
     if items.stream is None and runs:
-        # Per run, the location of its longest member that has one.
-        for k in np.argsort(-length[members], kind="stable").tolist():
-            r, where = int(run[k]), int(items.label[int(members[k])])
-            if located[r] < 0 and where >= 0:
-                located[r] = where
+        # Per run, the location of its longest member that has one: the first such member in
+        # order of decreasing length (stable, as drawn).
+        order = np.argsort(-length[members], kind="stable")
+        labels, owners = items.label[members][order], run[order]
+        has = labels >= 0
+        found, at = np.unique(owners[has], return_index=True)
+        located[found] = labels[has][at]
     return Lane(
         device=items.device,
         stream=items.stream,
@@ -327,19 +360,6 @@ def _lane(items: _Items, lo: int, width: int) -> Lane:
 
 
 # --- the diff's kernel time ----------------------------------------------------------------------
-
-_STABLE = (
-    (re.compile(r"#\d+"), "#"),
-    (re.compile(r"\b(seq|op_id|sequenceNr|id)\s*=\s*\d+"), r"\1=N"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x"),
-)
-
-
-def stable_name(name: str) -> str:
-    """``name`` without its unique ids: ``ProfilerStep#123`` -> ``ProfilerStep#``."""
-    for pattern, replacement in _STABLE:
-        name = pattern.sub(replacement, name)
-    return name
 
 
 def step_periods(steps: Sequence[StepStat]) -> tuple[I64, I64]:
@@ -373,10 +393,12 @@ def kernel_time(
         ev = work.trace.events
         starts = ev.start_ns[work.rows]
         inside = work.rows[(starts >= window[0]) & (starts < window[1])]
-        for name_id, dur in zip(
-            ev.name_id[inside].tolist(), ev.dur_ns[inside].tolist(), strict=True
-        ):
+        # Per name first (integer sums), then merged by stable name: one regex per name, not
+        # per kernel.
+        ids = ev.name_id[inside]
+        per_id = np.bincount(ids, weights=ev.dur_ns[inside], minlength=len(work.trace.names))
+        for name_id in distinct(ids).tolist():
             name = stable_name(work.trace.names[name_id])
-            totals[name] = totals.get(name, 0.0) + dur / units
+            totals[name] = totals.get(name, 0.0) + float(per_id[name_id]) / units
     devices = max(len(works), 1)
     return ("step" if count else "s"), {name: ns / devices for name, ns in totals.items()}

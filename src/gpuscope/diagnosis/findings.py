@@ -368,7 +368,9 @@ def verdict(
     bound = _bound(shares, 100.0 - idle_pct)
     # What the findings would save, priced: the sum of their dollars (never the time they name).
     wasted = (
-        sum(f.cost_usd_per_gpu_hour or 0.0 for f in found) if gpu_hour_usd is not None else None
+        sum((f.cost_usd_per_gpu_hour or 0.0 for f in found), 0.0)
+        if gpu_hour_usd is not None
+        else None
     )
     transfers = _transfer_split(evidence)
     return Verdict(

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corpus import corpus, corpus_root
-from gpuscope.model import _COLUMNS, Trace
+from gpuscope.model import _COLUMNS, Kind, Trace
 from gpuscope.readers import _early, _scan, kineto
 from gpuscope.readers._io import read_bytes
 
@@ -135,9 +135,9 @@ def test_odd_but_valid_values_read_as_the_lenient_reader_reads_them(tmp_path: Pa
     whole = kineto.read(path, path.read_bytes())
     assert_same_trace(scanned, whole)
     ev = scanned.events
-    kernels = ev.kind == kineto.Kind.KERNEL
+    kernels = ev.kind == Kind.KERNEL
     assert sorted(ev.correlation[kernels].tolist()) == [0, 1, 2, 3, 4, 5]  # 2.0 read as 2
-    assert ev.bytes[ev.kind == kineto.Kind.MEMCPY].tolist() == [4096]
+    assert ev.bytes[ev.kind == Kind.MEMCPY].tolist() == [4096]
     assert 'say "hi"\\n é' in scanned.names
 
 

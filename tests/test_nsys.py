@@ -24,7 +24,8 @@ from gpuscope.analyses.timeline import device_work, temporal_breakdown
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.generator import GeneratorConfig, SlowDataLoader, generate
 from gpuscope.model import CopyDirection, Kind, Trace
-from gpuscope.readers import load, nsys
+from gpuscope.readers import load
+from gpuscope.readers.nsys import _export as nsys_export
 from gpuscope.readers.nsys import looks_like_nsys
 
 NSYS_FILES = [
@@ -555,7 +556,7 @@ def test_rows_read_in_rowid_batches_across_gaps(
     path = out.close()
     expected = [f"k{i}" for i in range(40) if (i + 1) % 3]
     for batch_rows in (1, 4, 7, 65536):
-        monkeypatch.setattr(nsys, "_BATCH_ROWS", batch_rows)
+        monkeypatch.setattr(nsys_export, "_BATCH_ROWS", batch_rows)
         (trace,) = load(path).traces
         kernels = np.flatnonzero(trace.events.kind == Kind.KERNEL)
         assert [trace.name(int(k)) for k in kernels] == expected

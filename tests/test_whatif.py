@@ -143,9 +143,9 @@ def test_one_pass_solver_and_numpy_fixpoint_agree(
     tmp_path: Path, inject: tuple[gen.Injection, ...]
 ) -> None:
     """The C solver (when built) and its numpy twin give the same schedule, edited or not."""
-    from gpuscope.analyses import whatif
+    from gpuscope.analyses.whatif import schedule
 
-    if whatif._replay is None:
+    if schedule._replay is None:
         pytest.skip("the replay extension is not built here")
     trace = load(_write(replace(_SMALL, inject=inject), tmp_path, "t")).traces[0]
     g = build_graph(trace)

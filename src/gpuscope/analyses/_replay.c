@@ -4,7 +4,7 @@
  *   S[v] = max(fixed[v], E[prev[v]] + gap[v], S[launch src] + delay, E[event src])
  *   E[v] = max(S[v] + dur[v], E[wait src] + tail)
  * The 2n quantities and their edges form a DAG; Kahn's algorithm visits them in a topological
- * order and relaxes every edge once: O(n + edges). The numpy fixpoint in whatif.py is the
+ * order and relaxes every edge once: O(n + edges). The numpy fixpoint in whatif/schedule.py is the
  * pure-Python twin (it settles one cross-chain hop per pass, which long zig-zags of tiny kernels
  * between streams make slow); tests compare the two. A cycle (which a consistent trace cannot
  * make) returns False and the caller falls back to the twin.

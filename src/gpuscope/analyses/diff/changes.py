@@ -1,0 +1,262 @@
+"""Two run summaries compared: per-metric shifts, kernel changes, findings resolved and new, and
+how close each resolved finding's predicted saving came.
+
+Contract in :mod:`gpuscope.analyses.diff`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from gpuscope.analyses.attribution import CAUSES
+from gpuscope.analyses.diff.stats import Comparison, _left_out_note, compare, typical_steps
+from gpuscope.analyses.diff.summary import (
+    COST,
+    EXPOSED_COMMUNICATION,
+    GPU_BUSY,
+    ITEMS,
+    ITERATIONS,
+    LOST_PREFIX,
+    STEP_TIME,
+    FindingSummary,
+    RunSummary,
+    headline,
+)
+
+#: Kernel changes listed in a diff, and the smallest change listed (% of the kernel's time
+#: before; kernels added or removed are always listed).
+TOP_KERNEL_CHANGES = 10
+KERNEL_CHANGE_MIN_PCT = 2.0
+
+
+# --- diffs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    name: str
+    unit: str  # "ns", "pct", "usd_per_gpu_hour"
+    better: str  # "lower" or "higher"
+    before: list[float]  # per step
+    after: list[float]
+    comparison: Comparison
+
+    @property
+    def outcome(self) -> str:
+        """better | worse | unchanged (within noise) | unclear (thin evidence or no data)."""
+        c = self.comparison
+        if c.significant is None or c.change is None:
+            return "unclear"
+        if not c.significant:
+            return "unchanged"
+        lower = c.change < 0
+        return "better" if lower == (self.better == "lower") else "worse"
+
+
+@dataclass(frozen=True)
+class KernelChange:
+    name: str
+    status: str  # added | removed | slower | faster
+    before_ns: float  # per kernel_unit
+    after_ns: float
+
+    @property
+    def change_ns(self) -> float:
+        return self.after_ns - self.before_ns
+
+    @property
+    def change_pct(self) -> float | None:
+        return 100.0 * self.change_ns / self.before_ns if self.before_ns else None
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    cause: str
+    title: str
+    before: FindingSummary | None
+    after: FindingSummary | None
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """A resolved finding's predicted step time (made on "before") beside "after"'s measured."""
+
+    cause: str
+    before_step_ns: float
+    predicted_step_ns: float
+    after_step_ns: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted_step_ns - self.after_step_ns) / self.after_step_ns
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    before: RunSummary
+    after: RunSummary
+    metrics: list[MetricDiff]
+    kernel_unit: str
+    kernels: list[KernelChange]
+    resolved: list[FindingChange]
+    new: list[FindingChange]
+    persisting: list[FindingChange]
+    notes: list[str]
+    predictions: list[PredictionCheck] = field(default_factory=list)
+
+    def metric(self, name: str) -> MetricDiff | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+
+def diff(
+    before: RunSummary,
+    after: RunSummary,
+    top_kernels: int = TOP_KERNEL_CHANGES,
+    items_per_step: float | None = None,
+) -> RunDiff:
+    """``after`` against ``before``, per step. ``items_per_step`` (samples or tokens a step
+    processes) adds items per second to the iterations per second."""
+    notes: list[str] = []
+    for side, s in (("before", before), ("after", after)):
+        if s.no_steps_reason:
+            notes.append(f"{side}: {s.no_steps_reason}; per-step figures are not available")
+    if before.step_source != after.step_source and before.steps and after.steps:
+        notes.append(
+            f"steps found differently: {before.step_source} before, {after.step_source} after"
+        )
+    if before.device != after.device:
+        notes.append(f"different devices: {before.device} before, {after.device} after")
+    unit = "step" if before.kernel_unit == after.kernel_unit == "step" else "s"
+    if unit == "s" and (before.kernel_unit == "step" or after.kernel_unit == "step"):
+        notes.append("kernels compared per second of device span: one side has no steps")
+    resolved, new, persisting = _finding_changes(before, after)
+    return RunDiff(
+        before=before,
+        after=after,
+        metrics=_metric_diffs(before, after, items_per_step),
+        kernel_unit=unit,
+        kernels=_kernel_changes(before, after, unit, top_kernels),
+        resolved=resolved,
+        new=new,
+        persisting=persisting,
+        notes=notes,
+        predictions=_prediction_checks(before, after, resolved),
+    )
+
+
+def _prediction_checks(
+    before: RunSummary, after: RunSummary, resolved: list[FindingChange]
+) -> list[PredictionCheck]:
+    """How close each resolved finding's predicted saving came: before's step time less the
+    saving, against after's step time (both measured here the same way)."""
+    b, a = headline(before, STEP_TIME), headline(after, STEP_TIME)
+    if not b or not a:
+        return []
+    return [
+        PredictionCheck(f.cause, b, b - f.before.predicted_saving_ns_per_step, a)
+        for f in resolved
+        if f.before is not None and f.before.predicted_saving_ns_per_step is not None
+    ]
+
+
+def _metric_diffs(
+    before: RunSummary, after: RunSummary, items_per_step: float | None
+) -> list[MetricDiff]:
+    causes = [c.value for c in CAUSES] + [EXPOSED_COMMUNICATION]
+    lost = [LOST_PREFIX + c for c in causes]
+    present = [name for name in lost if _any_nonzero(before, name) or _any_nonzero(after, name)]
+    specs = [
+        (STEP_TIME, "ns", "lower"),
+        (GPU_BUSY, "pct", "higher"),
+        (COST, "usd_per_gpu_hour", "lower"),
+    ]
+    specs += [(name, "ns", "lower") for name in present]
+    result = []
+    for name, unit, better in specs:
+        b = before.per_step.get(name, [])
+        a = after.per_step.get(name, [])
+        comparison = compare(b, a)
+        typical_b, typical_a = b, a
+        if name == STEP_TIME and b and a:
+            typical_b, typical_a, left_b, left_a = typical_steps(b, a)
+            if left_b or left_a:
+                comparison = replace(
+                    compare(typical_b, typical_a), note=_left_out_note(left_b, left_a)
+                )
+        if (not b or not a) and name in before.window and name in after.window:
+            comparison = _compare_windows(before.window[name], after.window[name])
+        elif (not b and before.steps) or (not a and after.steps):
+            side = "before" if not b and before.steps else "after"
+            reason = "the device has no price (pass --gpu-hour-usd)" if name == COST else "no data"
+            comparison = replace(comparison, note=f"not available {side}: {reason}")
+        result.append(MetricDiff(name, unit, better, b, a, comparison))
+        if name == STEP_TIME:
+            result += _throughput(typical_b, typical_a, items_per_step)
+    return result
+
+
+def _throughput(
+    before: list[float], after: list[float], items_per_step: float | None
+) -> list[MetricDiff]:
+    """Iterations per second (and items per second with ``items_per_step``) of each step: what
+    a run delivers, comparable when the two captures hold different numbers of iterations."""
+    b = [1e9 / v for v in before if v > 0]
+    a = [1e9 / v for v in after if v > 0]
+    result = [MetricDiff(ITERATIONS, "per_s", "higher", b, a, compare(b, a))]
+    if items_per_step is not None:
+        bi = [items_per_step * v for v in b]
+        ai = [items_per_step * v for v in a]
+        result.append(MetricDiff(ITEMS, "per_s", "higher", bi, ai, compare(bi, ai)))
+    return result
+
+
+def _compare_windows(before: float, after: float) -> Comparison:
+    """Whole-capture shares: the change, but no noise estimate (``significant`` is None)."""
+    change_pct = 100.0 * (after - before) / before if before else None
+    note = "no steps: whole-capture figures, noise not measured"
+    return Comparison(
+        before, after, after - before, change_pct, None, None, None, None, note, before, after
+    )
+
+
+def _any_nonzero(summary: RunSummary, name: str) -> bool:
+    return any(v != 0.0 for v in summary.per_step.get(name, []))
+
+
+def _kernel_changes(
+    before: RunSummary, after: RunSummary, unit: str, top: int
+) -> list[KernelChange]:
+    b = _kernels_per(before, unit)
+    a = _kernels_per(after, unit)
+    changes = []
+    for name in sorted(set(b) | set(a)):
+        vb, va = b.get(name, 0.0), a.get(name, 0.0)
+        if vb == va or (vb and abs(va - vb) < KERNEL_CHANGE_MIN_PCT / 100.0 * vb):
+            continue
+        status = (
+            "added" if vb == 0.0 else "removed" if va == 0.0 else "slower" if va > vb else "faster"
+        )
+        changes.append(KernelChange(name, status, vb, va))
+    changes.sort(key=lambda k: (-abs(k.change_ns), k.name))
+    return changes[:top]
+
+
+def _kernels_per(summary: RunSummary, unit: str) -> dict[str, float]:
+    if summary.kernel_unit == unit:
+        return summary.kernel_ns
+    # per step -> per second: a step lasts the mean step time
+    step_s = float(np.mean(summary.per_step[STEP_TIME])) / 1e9
+    return {name: ns / step_s for name, ns in summary.kernel_ns.items()}
+
+
+def _finding_changes(
+    before: RunSummary, after: RunSummary
+) -> tuple[list[FindingChange], list[FindingChange], list[FindingChange]]:
+    b = {f.cause: f for f in before.findings}
+    a = {f.cause: f for f in after.findings}
+    resolved = [FindingChange(c, f.title, f, None) for c, f in b.items() if c not in a]
+    new = [FindingChange(c, f.title, None, f) for c, f in a.items() if c not in b]
+    persisting = [FindingChange(c, f.title, f, a[c]) for c, f in b.items() if c in a]
+    return resolved, new, persisting

@@ -1,0 +1,180 @@
+"""The CI gate: is the step time over the baseline's by more than the bound.
+
+Contract in :mod:`gpuscope.analyses.diff`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.analyses.diff.changes import RunDiff
+from gpuscope.analyses.diff.stats import (
+    CONFIDENCE,
+    MAX_STEPS_TO_SETTLE,
+    _left_out_note,
+    robust_sd,
+    shift_interval,
+    steps_to_settle,
+    typical_steps,
+)
+from gpuscope.analyses.diff.summary import STEP_TIME, RunSummary
+
+# --- gate ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    max_idle_pct: float | None = None
+    max_cost_usd_per_gpu_hour: float | None = None
+    max_regression_pct: float | None = None  # step time against the baseline
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    ok: bool
+    reasons: list[str]  # one line per broken bound, first the most important
+    passed: list[str]  # one line per bound kept
+    unavailable: list[str]  # bounds that could not be checked: bad input
+    #: Bounds the evidence cannot decide yet (too few steps), each saying how many would.
+    inconclusive: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Regression:
+    """The gate's view of step time against a baseline: the Hodges-Lehmann shift in % of the
+    baseline's median, its one-sided lower bound at :data:`CONFIDENCE`, and the verdict."""
+
+    before_median_ns: float
+    after_median_ns: float
+    change_pct: float
+    lower_pct: float | None  # None: too few steps for the rank test to reach CONFIDENCE
+    upper_pct: float | None
+    max_pct: float
+    verdict: str  # "over" | "within" | "inconclusive"
+    steps_needed: int | None  # a side, when inconclusive
+    before_steps: int = 0  # compared, after slow outliers are left out
+    after_steps: int = 0
+    before_left_out: int = 0  # slow outlier steps (typical_steps)
+    after_left_out: int = 0
+
+
+def regression(before: Sequence[float], after: Sequence[float], max_pct: float) -> Regression:
+    """Is the step time over the baseline's by more than ``max_pct``, at :data:`CONFIDENCE`?
+
+    * over: the shift's whole interval at :data:`CONFIDENCE` (the diff's two-sided interval: its
+      lower end is a 97.5% one-sided bound) lies above the bound;
+    * inconclusive: the estimate is above the bound but its lower bound is not, or the steps are
+      too few for the rank test to reach the confidence at all (``steps_needed`` says how many
+      a side would settle it, from the measured noise and the distance to the bound);
+    * within: the estimate is within the bound (a gate stays quiet unless a regression shows).
+    """
+    kept_b, kept_a, left_b, left_a = typical_steps(before, after)
+    b = np.asarray(kept_b, dtype=np.float64)
+    a = np.asarray(kept_a, dtype=np.float64)
+    base = float(np.median(b))
+    differences = np.sort(np.subtract.outer(a, b).ravel())
+    shift = float(np.median(differences))
+    tail = (1.0 - CONFIDENCE) / 2.0  # the diff's two-sided interval: its lower end
+    low, _ = shift_interval(differences, b.size, a.size, tail)
+    _, high = shift_interval(differences, b.size, a.size, tail)
+    to_pct = 100.0 / base
+    change_pct = shift * to_pct
+    lower = None if low is None else low * to_pct
+    upper = None if high is None else high * to_pct
+    margin_ns = abs(shift - max_pct / to_pct)
+    needed = steps_to_settle(robust_sd(b, a), margin_ns, tail)
+    if lower is not None and lower > max_pct:
+        verdict, steps = "over", None
+    elif change_pct > max_pct or lower is None:
+        verdict, steps = "inconclusive", max(needed, min(b.size, a.size) + 1)
+    else:
+        verdict, steps = "within", None
+    return Regression(
+        base,
+        float(np.median(a)),
+        change_pct,
+        lower,
+        upper,
+        max_pct,
+        verdict,
+        steps,
+        int(b.size),
+        int(a.size),
+        left_b,
+        left_a,
+    )
+
+
+def check(summary: RunSummary, bounds: Bounds, baseline: RunDiff | None = None) -> CheckOutcome:
+    """Each bound against the run; step time against the baseline by :func:`regression`."""
+    broken: list[str] = []
+    kept: list[str] = []
+    unavailable: list[str] = []
+    inconclusive: list[str] = []
+    if bounds.max_idle_pct is not None:
+        idle = decisive(summary.idle_pct, bounds.max_idle_pct)
+        line = f"GPU idle {idle}% (max {bounds.max_idle_pct:g}%)"
+        (broken if summary.idle_pct > bounds.max_idle_pct else kept).append(line)
+    if bounds.max_cost_usd_per_gpu_hour is not None:
+        cost = summary.wasted_usd_per_gpu_hour
+        if cost is None:
+            unavailable.append("the waste cannot be priced: unknown device (pass --gpu-hour-usd)")
+        else:
+            bound = bounds.max_cost_usd_per_gpu_hour
+            shown = f"{bound:.2f}" if float(f"{bound:.2f}") == bound else f"{bound:g}"
+            line = f"waste ${decisive(cost, bound, 2)}/GPU-hour (max ${shown})"
+            (broken if cost > bounds.max_cost_usd_per_gpu_hour else kept).append(line)
+    if bounds.max_regression_pct is not None and baseline is not None:
+        before = baseline.before.per_step.get(STEP_TIME, [])
+        after = baseline.after.per_step.get(STEP_TIME, [])
+        if not before or not after:
+            side = "the baseline" if not before else "this run"
+            reason = (baseline.before if not before else baseline.after).no_steps_reason
+            unavailable.append(
+                f"step time cannot be compared with the baseline: {side} has no steps"
+                + (f" ({reason})" if reason else "")
+            )
+        else:
+            r = regression(before, after, bounds.max_regression_pct)
+            line = regression_line(r)
+            {"over": broken, "within": kept, "inconclusive": inconclusive}[r.verdict].append(line)
+    ok = not broken and not unavailable and not inconclusive
+    return CheckOutcome(ok, broken, kept, unavailable, inconclusive)
+
+
+def decisive(value: float, bound: float, digits: int = 1) -> str:
+    """``value`` as text with as many decimals as it takes to see it against ``bound``: at least
+    ``digits``, at least as many as the bound was given with, more while the two would print alike
+    but differ (52.3449 against a bound of 52.34 prints 52.345, not 52.3)."""
+    given = f"{bound:g}"
+    places = max(digits, 0 if "e" in given else len(given.partition(".")[2]))
+    while places < 9 and value != bound and f"{value:.{places}f}" == f"{bound:.{places}f}":
+        places += 1
+    return f"{value:.{places}f}"
+
+
+def regression_line(r: Regression) -> str:
+    confidence = f"{100 * CONFIDENCE:g}%"
+    line = (
+        f"step time {r.after_median_ns / 1e6:,.2f} ms vs baseline {r.before_median_ns / 1e6:,.2f}"
+        f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {r.after_steps} and"
+        f" {r.before_steps} steps"
+    )
+    left_out = _left_out_note(r.before_left_out, r.after_left_out)
+    if left_out:
+        line += f", {left_out.replace(' before', ' baseline').replace(' after', ' run')}"
+    if r.lower_pct is not None and r.upper_pct is not None:
+        line += f"; {confidence} interval {r.lower_pct:+.1f}% to {r.upper_pct:+.1f}%"
+    if r.verdict == "inconclusive":
+        if r.lower_pct is None:
+            line += f"; too few steps to reach {confidence} confidence"
+        else:
+            line += "; over the bound, but not beyond noise"
+        if r.steps_needed is not None and r.steps_needed >= MAX_STEPS_TO_SETTLE:
+            line += f"; more than {MAX_STEPS_TO_SETTLE} steps a side would settle it"
+        else:
+            line += f"; about {r.steps_needed} steps a side would settle it"
+    return line + ")"

@@ -1,0 +1,227 @@
+"""The what-if edits, one per fix, each with the assumption a finding shows.
+
+Contract in :mod:`gpuscope.analyses.whatif`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope.analyses.whatif.graph import NEG, Edit, Graph
+from gpuscope.model import CopyDirection, Kind
+
+I64 = NDArray[np.int64]
+
+
+# --- the edits: one per fix ---------------------------------------------------------------------
+
+#: What each edit assumes, in the words a finding shows. Causes not here have no edit.
+ASSUMPTIONS: dict[str, str] = {
+    "data_loader": (
+        "the data loader keeps up (workers prefetch the next batch): the host's time inside"
+        " the loader's __next__ becomes 0"
+    ),
+    "host_sync": (
+        "the host no longer waits at these syncs (the value is read later, or not at all): each"
+        " returns at once and the work behind it keeps running"
+    ),
+    "launch_overhead": (
+        "the kernels after launch gaps run back to back, as under a CUDA graph: they keep their"
+        " durations and the host's time issuing them goes"
+    ),
+    "h2d_copy": (
+        "the copies come from pinned memory, asynchronously: the host does not wait for them"
+        " and each runs at the pinned rate (the fastest pinned host-to-device copy in the trace,"
+        " else twice its pageable rate), overlapping the work that does not depend on it"
+    ),
+    "exposed_communication": (
+        "collectives that ran with no compute alongside start as soon as they are launched"
+        " (their data is ready earlier, as with DDP's buckets during backward) and overlap the"
+        " compute that does not depend on them"
+    ),
+    "fp32_gemm": (
+        "FP32 GEMMs run on tensor cores: faster by the facts table's tensor-core / FP32 peak"
+        " ratio, but no faster than their bytes at the memory bandwidth"
+    ),
+    "straggler": (
+        "the straggler arrives with the next-to-last rank: the others' waiting inside the"
+        " collectives it came last at shrinks by its lateness, and it keeps pace with them"
+    ),
+    "collective_wait": (
+        "the ranks arrive at each collective together: the waiting inside collectives goes"
+    ),
+    "allocator": (
+        "allocations hit the caching allocator: cudaMalloc / cudaFree return at once and no"
+        " longer synchronise the device"
+    ),
+    "checkpoint": (
+        "checkpoints are written in the background: the host's time saving them, and its waits"
+        " for their copies, go"
+    ),
+}
+
+
+class EditInputs(msgspec.Struct):
+    """What the edits need from one trace's analyses (all rows are rows of its events)."""
+
+    activity: NDArray[np.uint8]  # HostActivity per event row
+    launch_gap_rows: I64  # device work that ended an idle gap caused by launch overhead
+    launch_gap_ns: I64  # that gap's length
+    exposed_comm_rows: I64  # communication kernels with no compute alongside
+    fp32_rows: I64
+    fp32_bytes: NDArray[np.float64]  # NaN: not known
+    tensor_ratio: float  # tensor-core peak over FP32 peak
+    memory_bytes_per_s: float | None
+    collective_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    wait_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    straggler_cut_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
+    """Change ``edit`` in place to the fix of ``cause`` (a no-op for causes with no edit)."""
+    from gpuscope.analyses.host import HostActivity  # noqa: PLC0415 - only edits need it
+
+    if cause == "data_loader":
+        _drop_host_time(g, inputs, edit, HostActivity.DATA_LOADER)
+    elif cause == "checkpoint":
+        _drop_host_time(g, inputs, edit, HostActivity.CHECKPOINT)
+        _unblock(g, edit, _calls_in(g, inputs, HostActivity.CHECKPOINT), pinned=False)
+    elif cause == "host_sync":
+        _unblock(g, edit, _calls_of(g, inputs, HostActivity.HOST_SYNC), pinned=False)
+    elif cause == "allocator":
+        calls = _calls_of(g, inputs, HostActivity.ALLOCATOR)
+        _unblock(g, edit, calls, pinned=False)
+        edit.dur[calls] = 0
+    elif cause == "h2d_copy":
+        _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
+    elif cause == "launch_overhead":
+        # Only the host time the GPU waited for goes (a gap's launch-overhead part): the host's
+        # other work before a launch (a data loader, a sync) is another finding's.
+        nodes = g.node_of_row[inputs.launch_gap_rows]
+        idle = inputs.launch_gap_ns[nodes >= 0]
+        nodes = nodes[nodes >= 0]
+        at = np.searchsorted(g.launch_dst, nodes)
+        if g.launch_dst.size == 0:  # no launch linked to device work (an export without kernels)
+            at = at[:0]
+            nodes, idle = nodes[:0], idle[:0]
+        ok = (at < g.launch_dst.size) & (
+            g.launch_dst[np.minimum(at, max(g.launch_dst.size - 1, 0))] == nodes
+        )
+        at, idle = at[ok], idle[ok]
+        edit.launch_delay[at] = NEG
+        calls = g.launch_src[at]
+        cut = np.minimum(edit.gap[calls], idle)
+        np.subtract.at(edit.gap, calls, cut)
+        edit.dur[calls] = 0
+    elif cause == "exposed_communication":
+        nodes = _nodes(g, inputs.exposed_comm_rows)
+        edit.event_keep &= ~np.isin(g.event_dst, nodes)
+    elif cause == "fp32_gemm":
+        nodes = _nodes(g, inputs.fp32_rows)
+        known = g.node_of_row[inputs.fp32_rows] >= 0
+        faster = edit.dur[nodes] / max(inputs.tensor_ratio, 1.0)
+        if inputs.memory_bytes_per_s:
+            floor = inputs.fp32_bytes[known] / inputs.memory_bytes_per_s * 1e9
+            faster = np.where(np.isnan(floor), faster, np.maximum(faster, floor))
+        edit.dur[nodes] = np.minimum(edit.dur[nodes], faster.astype(np.int64))
+    elif cause in ("straggler", "collective_wait"):
+        cut = inputs.straggler_cut_ns if cause == "straggler" else inputs.wait_ns
+        nodes = _nodes(g, inputs.collective_rows)
+        known = g.node_of_row[inputs.collective_rows] >= 0
+        edit.dur[nodes] = np.maximum(edit.dur[nodes] - cut[known], 0)
+
+
+def _nodes(g: Graph, rows: I64) -> I64:
+    nodes = g.node_of_row[rows]
+    return nodes[nodes >= 0]
+
+
+def _calls_of(g: Graph, inputs: EditInputs, activity: int) -> I64:
+    """Host call nodes whose own row has ``activity``."""
+    return np.flatnonzero(g.host & (inputs.activity[g.rows] == activity))
+
+
+def _spans(g: Graph, inputs: EditInputs, activity: int) -> tuple[I64, I64]:
+    """The union of the host ranges with ``activity``, on the graph's clock."""
+    from gpuscope.analyses.intervals import union  # noqa: PLC0415
+
+    ev = g.trace.events
+    rows = np.flatnonzero(inputs.activity == activity)
+    iv = union(ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns)
+    return iv.start_ns, iv.end_ns
+
+
+def _covered(starts: I64, ends: I64, lo: I64, hi: I64) -> I64:
+    """Length of the sorted, disjoint intervals inside each [lo, hi)."""
+    if starts.size == 0:
+        return np.zeros(lo.size, dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def upto(t: I64) -> I64:
+        k = np.searchsorted(starts, t, side="right")
+        inside = np.where(
+            k > 0, np.minimum(t, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0
+        )
+        found: I64 = before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(inside, 0)
+        return found
+
+    covered: I64 = np.maximum(upto(hi) - upto(lo), 0)
+    return covered
+
+
+def _drop_host_time(g: Graph, inputs: EditInputs, edit: Edit, activity: int) -> None:
+    starts, ends = _spans(g, inputs, activity)
+    hosts = np.flatnonzero(g.host & ~g.first)
+    prev_end = g.end[hosts - 1]
+    edit.gap[hosts] -= np.minimum(_covered(starts, ends, prev_end, g.start[hosts]), edit.gap[hosts])
+    calls = np.flatnonzero(g.host)
+    edit.dur[calls] -= np.minimum(
+        _covered(starts, ends, g.start[calls], g.end[calls]), edit.dur[calls]
+    )
+
+
+def _calls_in(g: Graph, inputs: EditInputs, activity: int) -> I64:
+    """Host call nodes that run inside a host range with ``activity``."""
+    starts, ends = _spans(g, inputs, activity)
+    calls = np.flatnonzero(g.host)
+    return calls[_covered(starts, ends, g.start[calls], g.end[calls] + 1) > 0]
+
+
+def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool) -> None:
+    """The calls no longer wait: each costs what a launch costs; a copy it made runs async."""
+    waiting = np.isin(g.wait_dst, calls)
+    edit.wait_keep &= ~waiting
+    edit.dur[g.wait_dst[waiting]] = np.minimum(edit.dur[g.wait_dst[waiting]], g.call_ns)
+    copies = g.wait_src[waiting & g.wait_copy]
+    if copies.size == 0:
+        return
+    at = np.searchsorted(g.launch_dst, copies)
+    ok = (at < g.launch_dst.size) & (g.launch_dst[np.minimum(at, g.launch_dst.size - 1)] == copies)
+    edit.launch_delay[at[ok]] = np.minimum(edit.launch_delay[at[ok]], g.launch_latency_ns)
+    edit.gap[copies] = 0
+    if pinned:
+        ev = g.trace.events
+        rows = g.rows[copies]
+        pageable = ev.pageable[rows]
+        rate = _pinned_rate(g)
+        nbytes = ev.bytes[rows].astype(np.float64)
+        at_rate = nbytes / rate * 1e9 if rate else edit.dur[copies] / 2.0
+        faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
+        edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
+
+
+def _pinned_rate(g: Graph) -> float | None:
+    """The fastest pinned host-to-device copy of 1 MiB or more, in bytes per second."""
+    ev = g.trace.events
+    rows = np.flatnonzero(
+        (ev.kind == Kind.MEMCPY)
+        & (ev.copy_direction == CopyDirection.H2D)
+        & ~ev.pageable
+        & (ev.bytes >= 1 << 20)
+        & (ev.dur_ns > 0)
+    )
+    if rows.size == 0:
+        return None
+    return float((ev.bytes[rows] / ev.dur_ns[rows]).max() * 1e9)

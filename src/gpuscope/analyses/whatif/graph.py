@@ -1,0 +1,437 @@
+"""The dependency graph of one trace: host chains, stream chains and the edges between them.
+
+Contract in :mod:`gpuscope.analyses.whatif`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope._arrays import distinct
+from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
+
+I64 = NDArray[np.int64]
+B = NDArray[np.bool_]
+
+
+#: "No constraint": far below any time of a window (times are relative to the window's start).
+NEG = -(1 << 42)
+#: Offset between chains in the segmented scan: above any span of a window (about 4.9 hours).
+_SEG = 1 << 44
+#: A blocking call returns at most this long before the end of the work it waited for (clocks
+#: of host and device agree to a few µs).
+RETURN_TOLERANCE_NS = 2_000
+#: The latency between a launch call's start and its kernel's start, when the trace shows none.
+DEFAULT_LAUNCH_LATENCY_NS = 5_000
+#: Work that starts within this of its stream predecessor's end was queued behind it, not
+#: waiting for its launch (back-to-back kernels start 1-5 µs apart).
+QUEUED_GAP_NS = 10_000
+
+_RECORD = re.compile(r"^(?:cuda|hip)EventRecord|^cuEventRecord")
+_WAIT_EVENT = re.compile(r"^(?:cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
+_SYNC = re.compile(
+    r"^(?:cuda|hip)(?:Device|Stream|Event|Ctx)Synchronize|^cu(?:Ctx|Stream|Event)Synchronize"
+)
+_FREE = re.compile(r"^(?:cuda|hip)Free(?:Host)?(?:_v\d+)?$|^cuMemFree")
+_BLOCKING_COPY = re.compile(
+    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH]"
+)
+_COPY_CALL = re.compile(r"^(?:cuda|hip|cu)Memcpy")
+_QUERY = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query|^cu(?:Event|Stream)Query")
+#: Calls that only enqueue work: their median cost is what a launch costs the host.
+_ENQUEUE = re.compile(r"Launch|^(?:cuda|hip)Memcpy\w*Async|^(?:cuda|hip)MemsetAsync")
+
+
+class Graph(msgspec.Struct):
+    """The dependency graph of one trace. Node arrays are in chain order (chain by chain, each in
+    its original order); times are ns relative to ``origin_ns``."""
+
+    trace: Trace
+    origin_ns: int
+    rows: I64  # event row of each node
+    host: B  # a runtime call (else device work)
+    chain: I64  # chain id, non-decreasing
+    first: B  # first node of its chain
+    start: I64  # as recorded
+    end: I64
+    dur: I64  # own duration: the call's cost without waiting, the work's duration
+    gap: I64  # after the chain predecessor's end: the host's own time, 0 on streams
+    fixed: I64  # start no earlier than this (NEG: free): chain heads, work with no launch
+    launch_src: I64  # launch edges: host node -> device node, start + delay
+    launch_dst: I64
+    launch_delay: I64
+    event_src: I64  # cross-stream edges: end of src -> start of dst
+    event_dst: I64
+    wait_src: I64  # blocking calls: end of src (device) + tail -> end of dst (host call)
+    wait_dst: I64
+    wait_tail: I64
+    wait_copy: B  # the call waits for its own copy (a synchronous copy)
+    node_of_row: I64  # per event row: its node, -1 when none (nested calls: the outer call)
+    launch_latency_ns: int
+    call_ns: int  # a non-blocking launch call's typical cost
+    step_of: I64  # per node: index into ``steps`` of its step (-1: outside the steps)
+    steps: int
+    step_order: I64  # device nodes inside the steps, grouped by step
+    step_bounds: I64  # where each step's group begins in ``step_order``
+
+
+class Edit(msgspec.Struct):
+    """Changes to a graph's weights and edges; arrays are copies owned by the edit."""
+
+    dur: I64
+    gap: I64
+    launch_delay: I64
+    event_keep: B
+    wait_keep: B
+
+    @classmethod
+    def none(cls, g: Graph) -> Edit:
+        return cls(
+            g.dur.copy(),
+            g.gap.copy(),
+            g.launch_delay.copy(),
+            np.ones(g.event_src.size, dtype=np.bool_),
+            np.ones(g.wait_src.size, dtype=np.bool_),
+        )
+
+
+# --- building ---------------------------------------------------------------------------------
+
+
+def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Graph:
+    """The graph of ``trace``; ``activity`` (from :func:`gpuscope.analyses.host.host_activity`)
+    is not needed to build it, only to name edits."""
+    ev = trace.events
+    kind = ev.kind
+    runtime = np.flatnonzero(kind == Kind.RUNTIME)
+    device = np.flatnonzero(ev.of_kind(*BUSY_KINDS) & (ev.device >= 0) & (ev.dur_ns >= 0))
+    origin = int(
+        min(ev.start_ns[runtime].min(initial=1 << 62), ev.start_ns[device].min(initial=1 << 62))
+    )
+    if device.size == 0:
+        origin = 0
+
+    # Host chains: per thread, top-level calls only.
+    thread_key = (ev.pid[runtime] << 32) + (ev.tid[runtime] & 0xFFFFFFFF)
+    order = np.argsort(thread_key, kind="stable")  # rows are in start order already
+    hrows, hkey = runtime[order], thread_key[order]
+    hstart, hend = ev.start_ns[hrows] - origin, ev.end_ns[hrows] - origin
+    new_thread = np.ones(hrows.size, dtype=np.bool_)
+    new_thread[1:] = hkey[1:] != hkey[:-1]
+    thread_id = np.cumsum(new_thread) - 1
+    # Running max of previous ends within a thread: a call that starts before it is nested.
+    prev_end = np.full(hrows.size, NEG, dtype=np.int64)
+    if hrows.size:
+        seg = thread_id * _SEG
+        running = np.maximum.accumulate(hend + seg) - seg
+        prev_end[1:] = running[:-1]
+        prev_end[new_thread] = NEG
+    top = hstart >= prev_end
+    outer = np.cumsum(top) - 1  # index among top-level calls of each call's enclosing call
+    host_rows = hrows[top]
+
+    # Device chains: per (device, stream), by start.
+    dkey = (ev.device[device].astype(np.int64) << 40) + (ev.stream[device] & ((1 << 40) - 1))
+    dorder = np.argsort(dkey, kind="stable")
+    drows, dk = device[dorder], dkey[dorder]
+    new_stream = np.ones(drows.size, dtype=np.bool_)
+    new_stream[1:] = dk[1:] != dk[:-1]
+
+    rows = np.concatenate([host_rows, drows])
+    nh = host_rows.size
+    host = np.zeros(rows.size, dtype=np.bool_)
+    host[:nh] = True
+    first = np.concatenate([new_thread[top], new_stream])
+    chain = np.cumsum(first) - 1
+    start = ev.start_ns[rows] - origin
+    end = ev.end_ns[rows] - origin
+    dur = end - start
+    n = rows.size
+    node_of_row = np.full(len(ev), -1, dtype=np.int64)
+    node_of_row[hrows] = outer
+    node_of_row[drows] = np.arange(nh, n)
+
+    prev = np.arange(n) - 1
+    prev[first] = -1
+    prev_end_all = np.where(prev >= 0, end[np.maximum(prev, 0)], NEG)
+    gap = np.zeros(n, dtype=np.int64)
+    gap[:nh] = np.where(first[:nh], 0, np.maximum(start[:nh] - prev_end_all[:nh], 0))
+
+    # Launch edges.
+    dnodes = np.arange(nh, n)
+    launcher = node_of_row[np.maximum(ev.link[drows], 0)]
+    linked = (ev.link[drows] >= 0) & (launcher >= 0) & (launcher < nh)
+    launch_dst, launch_src = dnodes[linked], launcher[linked]
+    observed = np.maximum(start[launch_dst] - start[launch_src], 0)
+    waited_launch = start[launch_dst] > prev_end_all[launch_dst] + QUEUED_GAP_NS
+    event_src, event_dst = _event_edges(ev, host, start, chain, launch_src, launch_dst, rows, trace)
+    # The trace decides: work that started before the work it would wait for ended did not wait.
+    agrees = start[event_dst] >= end[event_src] - RETURN_TOLERANCE_NS
+    event_src, event_dst = event_src[agrees], event_dst[agrees]
+    by_event = np.zeros(n, dtype=np.bool_)
+    by_event[event_dst] = start[event_dst] <= end[event_src] + RETURN_TOLERANCE_NS
+    bound = waited_launch & ~by_event[launch_dst]
+    latency = int(np.median(observed[bound])) if bound.any() else DEFAULT_LAUNCH_LATENCY_NS
+    latency = min(latency, DEFAULT_LAUNCH_LATENCY_NS * 4)
+    delay = np.where(bound, observed, np.minimum(observed, latency))
+
+    fixed = np.full(n, NEG, dtype=np.int64)
+    fixed[:nh][first[:nh]] = start[:nh][first[:nh]]
+    no_launch = np.ones(n, dtype=np.bool_)
+    no_launch[:nh] = False
+    no_launch[launch_dst] = False
+    fixed[no_launch] = start[no_launch]
+
+    host_ids = ev.name_id[host_rows]
+    enqueues = _named(trace, host_ids, _ENQUEUE)
+    call_ns = int(np.median(dur[:nh][enqueues])) if enqueues.any() else 5_000
+    # Polling: a run of event / stream queries on a thread is the host waiting for work to end
+    # (the loop exits on the query that finds it done). The last query is a sync; the polling
+    # before it is waiting, not the host's own work, so it takes no time of its own.
+    query = _named(trace, host_ids, _QUERY)
+    in_chain_prev = np.zeros(nh, dtype=np.bool_)
+    in_chain_prev[1:] = query[:-1] & ~first[1:nh]
+    in_chain_next = np.zeros(nh, dtype=np.bool_)
+    in_chain_next[:-1] = query[1:] & ~first[1:nh]
+    poll_last = query & in_chain_prev & ~in_chain_next
+    polling = query & in_chain_next
+    gap[:nh][query & in_chain_prev] = 0
+    dur[:nh][polling] = 0
+    wait_src, wait_dst, wait_tail, wait_copy, own = _waits(
+        ev,
+        trace,
+        host_ids,
+        host_rows,
+        node_of_row,
+        start,
+        end,
+        chain,
+        nh,
+        launch_src,
+        launch_dst,
+        poll_last,
+    )
+    # A synchronous copy starts once the call has staged (or the stream drained): its delay is
+    # counted from the later of the two, so it is both a launch delay and a stream gap.
+    copy_nodes = own[wait_copy]
+    if copy_nodes.size:
+        dst_pos = np.searchsorted(launch_dst, copy_nodes)
+        ok = (dst_pos < launch_dst.size) & (
+            launch_dst[np.minimum(dst_pos, launch_dst.size - 1)] == copy_nodes
+        )
+        dst_pos, copy_nodes = dst_pos[ok], copy_nodes[ok]
+        calls = launch_src[dst_pos]
+        begin = np.maximum(start[calls], prev_end_all[copy_nodes])
+        off = np.maximum(start[copy_nodes] - begin, 0)
+        delay[dst_pos] = off
+        gap[copy_nodes] = off
+    # A blocking call's own cost is what it takes past the end of what it waited for.
+    dur[wait_dst] = np.where(
+        end[wait_src] > start[wait_dst], np.maximum(wait_tail, 0), dur[wait_dst]
+    )
+    steps, step_of = _steps(trace, origin, start, host, launch_src, launch_dst, n)
+    in_steps = np.flatnonzero(~host & (step_of >= 0))
+    step_order = in_steps[np.argsort(step_of[in_steps], kind="stable")]
+    grouped = step_of[step_order]
+    step_bounds = (
+        np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if grouped.size else grouped
+    )
+    return Graph(
+        trace=trace,
+        origin_ns=origin,
+        rows=rows,
+        host=host,
+        chain=chain,
+        first=first,
+        start=start,
+        end=end,
+        dur=dur,
+        gap=gap,
+        fixed=fixed,
+        launch_src=launch_src,
+        launch_dst=launch_dst,
+        launch_delay=delay,
+        event_src=event_src,
+        event_dst=event_dst,
+        wait_src=wait_src,
+        wait_dst=wait_dst,
+        wait_tail=wait_tail,
+        wait_copy=wait_copy,
+        node_of_row=node_of_row,
+        launch_latency_ns=latency,
+        call_ns=call_ns,
+        step_of=step_of,
+        steps=steps,
+        step_order=step_order,
+        step_bounds=step_bounds.astype(np.int64),
+    )
+
+
+def _launch_times(start: I64, launch_src: I64, launch_dst: I64, n: int) -> I64:
+    """When each node was launched: its call's start (device work with no call: its own start)."""
+    t = start.copy()
+    t[launch_dst] = start[launch_src]
+    return t
+
+
+def _per_stream_last(chain: I64, dev_nodes: I64, launched: I64, at: I64) -> tuple[I64, I64]:
+    """For each time in ``at`` and each stream chain: the last node launched before it (-1)."""
+    chains = distinct(chain[dev_nodes])
+    out = np.full((chains.size, at.size), -1, dtype=np.int64)
+    for i, c in enumerate(chains.tolist()):
+        nodes = dev_nodes[chain[dev_nodes] == c]
+        t = launched[nodes]
+        order = np.argsort(t, kind="stable")
+        nodes, t = nodes[order], t[order]
+        k = np.searchsorted(t, at, side="left") - 1
+        out[i] = np.where(k >= 0, nodes[np.maximum(k, 0)], -1)
+    return chains, out
+
+
+def _waits(
+    ev: Events,
+    trace: Trace,
+    host_ids: NDArray[np.int32],
+    host_rows: I64,
+    node_of_row: I64,
+    start: I64,
+    end: I64,
+    chain: I64,
+    nh: int,
+    launch_src: I64,
+    launch_dst: I64,
+    poll_last: B,
+) -> tuple[I64, I64, I64, B, I64]:
+    """Blocking calls: (awaited node, call node, tail, waits for its own copy, own copy node)."""
+    n = start.size
+    is_sync = _named(trace, host_ids, _SYNC) | _named(trace, host_ids, _FREE) | poll_last
+    is_copy = _named(trace, host_ids, _COPY_CALL)
+    blocking_name = _named(trace, host_ids, _BLOCKING_COPY)
+    hnodes = np.arange(nh)
+    link = ev.link[host_rows]
+    own = np.where(link >= 0, node_of_row[np.maximum(link, 0)], -1)
+    own = np.where((own >= nh), own, -1)
+    own_kind = np.where(own >= 0, ev.kind[np.maximum(link, 0)], 0)
+    pageable = np.where(own >= 0, ev.pageable[np.maximum(link, 0)], False)
+    copy_dir = np.where(own >= 0, ev.copy_direction[np.maximum(link, 0)], 0)
+    sync_copy = (
+        is_copy
+        & (own >= 0)
+        & (own_kind == Kind.MEMCPY)
+        & (pageable | blocking_name | (copy_dir == CopyDirection.OTHER) & blocking_name)
+    )
+    own_end = end[np.maximum(own, 0)]
+    # The trace decides: a copy call that returned before its transfer ended did not block.
+    sync_copy &= end[:nh] >= own_end - RETURN_TOLERANCE_NS
+    srcs: list[I64] = [own[sync_copy]]
+    dsts: list[I64] = [hnodes[sync_copy]]
+    copies: list[B] = [np.ones(int(sync_copy.sum()), dtype=np.bool_)]
+    sync_nodes = hnodes[is_sync & ~sync_copy]
+    if sync_nodes.size and n > nh:
+        dev_nodes = np.arange(nh, n)
+        launched = _launch_times(start, launch_src, launch_dst, n)
+        _, last = _per_stream_last(chain, dev_nodes, launched, start[sync_nodes])
+        ends = np.where(last >= 0, end[np.maximum(last, 0)], NEG)
+        ends = np.where(ends <= end[sync_nodes] + RETURN_TOLERANCE_NS, ends, NEG)
+        pick = np.argmax(ends, axis=0)
+        cols = np.arange(sync_nodes.size)
+        awaited = last[pick, cols]
+        ok = ends[pick, cols] > NEG
+        srcs.append(awaited[ok])
+        dsts.append(sync_nodes[ok])
+        copies.append(np.zeros(int(ok.sum()), dtype=np.bool_))
+    src = np.concatenate(srcs).astype(np.int64)
+    dst = np.concatenate(dsts).astype(np.int64)
+    copy = np.concatenate(copies)
+    order = np.argsort(dst, kind="stable")
+    src, dst, copy = src[order], dst[order], copy[order]
+    tail = np.clip(end[dst] - end[src], 0, end[dst] - start[dst])
+    return src, dst, tail, copy, np.where(copy, src, -1)
+
+
+def _event_edges(
+    ev: Events,
+    host: B,
+    start: I64,
+    chain: I64,
+    launch_src: I64,
+    launch_dst: I64,
+    rows: I64,
+    trace: Trace,
+) -> tuple[I64, I64]:
+    """Record / wait-event pairs on each thread, turned into stream-to-stream edges."""
+    nh = int(host.sum())
+    n = start.size
+    name_ids = ev.name_id[rows[:nh]]
+    is_rec = _named(trace, name_ids, _RECORD)
+    is_wait = _named(trace, name_ids, _WAIT_EVENT)
+    empty = np.zeros(0, dtype=np.int64)
+    if not is_wait.any() or n == nh:
+        return empty, empty
+    hchain = chain[:nh]
+    # Per host node: the next node at or after it on its thread that launched device work.
+    launches = np.full(nh, -1, dtype=np.int64)
+    launches[launch_src] = launch_dst  # one work per call is enough: the first on its stream
+    idx = np.where(launches >= 0, np.arange(nh), nh)
+    nxt = np.minimum.accumulate(idx[::-1])[::-1]
+    waits = np.flatnonzero(is_wait)
+    after = np.where(waits + 1 < nh, nxt[np.minimum(waits + 1, nh - 1)], nh)
+    ok = after < nh
+    ok[ok] &= hchain[after[ok]] == hchain[waits[ok]]
+    waits, after = waits[ok], after[ok]
+    dst = launches[after]
+    # The mark: the record before the wait on its thread (since the previous wait), else the
+    # wait itself (some traces do not record cudaEventRecord).
+    marks = np.flatnonzero(is_rec | is_wait)
+    k = np.searchsorted(marks, waits) - 1
+    prior = marks[np.maximum(k, 0)]
+    use_rec = (k >= 0) & is_rec[prior] & (hchain[prior] == hchain[waits])
+    rec = np.where(use_rec, prior, waits)
+    if rec.size == 0:
+        return empty, empty
+    dev_nodes = np.arange(nh, n)
+    launched = _launch_times(start, launch_src, launch_dst, n)
+    chains, last = _per_stream_last(chain, dev_nodes, launched, start[rec])
+    dev_of_chain = {
+        int(c): int(ev.device[rows[dev_nodes[chain[dev_nodes] == c][0]]]) for c in chains.tolist()
+    }
+    chain_dev = np.array([dev_of_chain[int(c)] for c in chains.tolist()], dtype=np.int64)
+    dst_dev = ev.device[rows[dst]].astype(np.int64)
+    t = np.where(last >= 0, launched[np.maximum(last, 0)], NEG)
+    t = np.where(
+        (chains[:, None] != chain[dst][None, :]) & (chain_dev[:, None] == dst_dev[None, :]), t, NEG
+    )
+    pick = np.argmax(t, axis=0)
+    cols = np.arange(rec.size)
+    src = last[pick, cols]
+    ok = t[pick, cols] > NEG
+    src, dst = src[ok], dst[ok]
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def _named(trace: Trace, name_ids: NDArray[np.int32], pattern: re.Pattern[str]) -> B:
+    """Rows whose name matches, decided once per distinct name of the calls."""
+    used = distinct(name_ids)
+    hits = np.array([pattern.search(trace.names[i]) is not None for i in used.tolist()])
+    if not hits.any():
+        return np.zeros(name_ids.size, dtype=np.bool_)
+    return hits[np.searchsorted(used, name_ids)]
+
+
+def _steps(
+    trace: Trace, origin: int, start: I64, host: B, launch_src: I64, launch_dst: I64, n: int
+) -> tuple[int, I64]:
+    """Step index per node, by when the node (its call, for device work) started."""
+    launched = _launch_times(start, launch_src, launch_dst, n)
+    steps = sorted(trace.steps, key=lambda s: s.start_ns)
+    if not steps:
+        return 1, np.zeros(n, dtype=np.int64)
+    bounds = np.array([s.start_ns - origin for s in steps], dtype=np.int64)
+    last_end = steps[-1].end_ns - origin
+    k = np.searchsorted(bounds, launched, side="right") - 1
+    k = np.where((k >= 0) & (launched < last_end), k, -1)
+    return len(steps), k.astype(np.int64)

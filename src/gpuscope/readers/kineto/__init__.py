@@ -1,0 +1,155 @@
+"""Reader for PyTorch profiler (Kineto) Chrome-trace JSON, every generation.
+
+Handles: 2021 traces (capitalised categories, ``async`` flows, ``computeProperties``), integer-µs
+traces (2022-2024), float-µs traces with ``baseTimeNanoseconds`` (2025+), CUDA, ROCm (device args
+that differ from ``deviceProperties`` ids, empty device names) and MTIA (``mtia_ccp_events``).
+
+Contract: :func:`read` takes decoded bytes and returns one :class:`~gpuscope.model.Trace`, or raises
+:class:`~gpuscope.errors.InputError` with one line saying what is wrong. A document cut off
+mid-write is read up to its last whole event, with a warning.
+
+Speed: the C scanner (``_kscan.c``, run by ``_scan``) reads the events straight into columns;
+where it is not built or does not follow a document, msgspec decodes it into small typed structs
+that keep only the fields gpuscope uses, turned into numpy columns one pass per field.
+
+Parts: ``_shape`` (the msgspec structs and category tables), ``_pieces`` (the document's text cut
+into pieces of whole events, and the whole-document decoder), ``_columns`` (events to the model's
+table, devices and steps), ``_values`` (values to columns, and what is skipped and why).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
+from gpuscope.model import Trace
+from gpuscope.readers import _scan
+from gpuscope.readers._io import read_bytes
+from gpuscope.readers._scan import NotScannableError, Scan, looks_like_kineto
+from gpuscope.readers.kineto._columns import (
+    _Columns,
+)
+from gpuscope.readers.kineto._pieces import (
+    _JSON_STRING,
+    _decode,
+    _EventText,
+    _flows_in,
+    _flows_of,
+    _NotStreamableError,
+)
+from gpuscope.readers.kineto._shape import (
+    _EVENTS_DECODER,
+    _META_DECODER,
+    _LenientDocument,
+)
+from gpuscope.readers.kineto._values import (
+    MAX_NAME_CHARS,
+)
+
+__all__ = ["MAX_NAME_CHARS", "looks_like_kineto", "read", "read_file"]
+
+
+def read_file(path: Path, scan: Scan | None = None) -> Trace:
+    """Read a Kineto file holding little more than its columns in memory.
+
+    The C scanner reads it where it is built (``scan``, when given, is the file's scan already
+    started; see ``_scan``). Otherwise, or when the document's layout or values are unusual,
+    msgspec decodes it in pieces of a few megabytes or, failing that, whole.
+    """
+    with _gc_paused():
+        try:
+            if scan is None and _scan.scanner_built():
+                scan = Scan(path)
+            if scan is not None:
+                return _read_scanned(path, scan)
+            return _read_streamed(path)
+        except (NotScannableError, _NotStreamableError, msgspec.DecodeError, RecursionError):
+            pass  # the whole document decoded at once says what is wrong with it, if anything
+    content = read_bytes(path)
+    return read(path, content.data, truncated_stream=content.truncated)
+
+
+def read(path: Path, data: bytes, *, truncated_stream: bool = False) -> Trace:
+    """Decode one whole Kineto document held in memory into a :class:`Trace`."""
+    with _gc_paused():
+        return _read(path, data, truncated_stream)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    # Hundreds of thousands of short-lived objects and no cycles: the cyclic GC would only rescan
+    # them, which costs more than the decoding itself.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
+    document, lost_tail = _decode(path, data, truncated_stream)
+    events = document.traceEvents
+    if events is None:
+        raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")
+    if not events:
+        raise EmptyTraceError(path, "the trace holds no events")
+    columns = _Columns(lenient=isinstance(document, _LenientDocument))
+    columns.add(events, lambda: _flows_of(data))
+    return columns.finish(path, document, lost_tail=lost_tail)
+
+
+def _read_streamed(path: Path) -> Trace:
+    stream = _EventText(path)
+    columns = _Columns(lenient=False)
+    for chunk in stream.chunks():
+        body = b"[" + chunk + b"]"
+        decoded = _EVENTS_DECODER.decode(body)
+        columns.add(decoded, partial(_flows_in, body))
+        del decoded
+    if not stream.finished:
+        raise _NotStreamableError
+    if stream.truncated and columns.events == 0:
+        raise CorruptInputError(path, "the file ends mid-write before its first whole event")
+    meta = _META_DECODER.decode(stream.metadata_document())
+    if not _top_level_events(stream.header, meta):
+        raise _NotStreamableError
+    return columns.finish(path, meta, lost_tail=stream.truncated)
+
+
+def _read_scanned(path: Path, scan: Scan) -> Trace:
+    """The columns the C scanner read, piece by piece, into the model (see ``_scan``)."""
+    columns = _Columns(lenient=False)
+    try:
+        columns.add_scanned(scan.result())
+    except UnicodeDecodeError:
+        raise NotScannableError from None
+    state = scan.state
+    if state.truncated and columns.events == 0:
+        raise CorruptInputError(path, "the file ends mid-write before its first whole event")
+    meta = _META_DECODER.decode(state.metadata_document())
+    if not _top_level_events(state.header, meta):
+        raise NotScannableError
+    return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+def _top_level_events(header: bytes, meta: Any) -> bool:
+    """Whether the events array found first is the document's own ``traceEvents``: the key at
+    the top level (one bracket open before it, strings aside), and no other ``traceEvents`` key
+    after it (a JSON parser keeps the last of duplicate keys). A ``traceEvents`` nested in a
+    metadata object before the real one, or a second one, goes to the whole-document reader."""
+    if meta.traceEvents is not None:
+        return False
+    if b"[" not in header and header.count(b"{") == 1:
+        return True  # the usual header: device properties come after the events, or none
+    bare = _JSON_STRING.sub(b"", header)
+    depth = bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]")
+    return depth == 1

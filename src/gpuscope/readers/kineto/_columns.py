@@ -1,0 +1,458 @@
+"""Decoded events turned into the model: columns built piece by piece (from msgspec's structs or
+the C scanner's columns), then one sorted table with its devices, steps and launch links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import compress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuscope._arrays import among, distinct
+from gpuscope.errors import EmptyTraceError
+from gpuscope.model import DeviceInfo, Events, Kind, Step, Trace
+from gpuscope.readers import _scan
+from gpuscope.readers._links import join_launches, link_launches
+from gpuscope.readers.kineto._shape import (
+    _CATEGORY,
+    _DEVICE_KINDS,
+    _DUR,
+    _EMPTY_ARGS,
+    _FLOW_CATEGORIES,
+    _FLOWS_DECODER,
+    _KIND_OF_CATEGORY,
+    _LINKED_KINDS,
+    _NAME,
+    _OCCUPANCY,
+    _PID,
+    _SKIP,
+    _STEP_NAME,
+    _TID,
+    _TS,
+    _Event,
+)
+from gpuscope.readers.kineto._values import (
+    _LONG_NAME,
+    _NEGATIVE_DURATION,
+    _NOT_A_STRING,
+    MAX_NAME_CHARS,
+    _bad_times,
+    _coerce_args,
+    _column,
+    _count,
+    _decode_args_list,
+    _extra_args,
+    _extras_of,
+    _ids,
+    _int_id,
+    _joined,
+    _mark_mtia_dma,
+    _memcpy_columns,
+    _num,
+    _opt_int,
+    _product,
+    _raw_string,
+    _scatter,
+    _to_ns,
+)
+
+# --- building the model --------------------------------------------------------------------------
+
+
+class _Columns:
+    """Events turned into columns piece by piece, then assembled into one sorted table."""
+
+    def __init__(self, *, lenient: bool) -> None:
+        self.lenient = lenient
+        self.kind_of: dict[Any, int] = {}
+        self.index: dict[Any, int] = {}
+        self._names: list[str] = []
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.extra: dict[int, dict[str, Any]] = {}
+        self.rows = 0
+        self.events = 0
+        self.old_schema = False
+        self.float_ts = False
+        self.flows: list[Any] = []
+        #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
+        self.skipped: dict[str, int] = {}
+
+    def add(self, raw_events: list[Any], flows: Callable[[], list[Any]]) -> None:
+        """Add a piece of the document's events; ``flows`` decodes the same piece's flow events,
+        called only when device work in it lacks correlation ids."""
+        self.events += len(raw_events)
+        if self.lenient:
+            complete = [e for e in raw_events if e.ph == "X"]
+        else:
+            complete = [e for e in raw_events if type(e) is _Event]
+        categories = list(map(_CATEGORY, complete))
+        if self.lenient:  # a category that is not a string (a list, an object) is no kind
+            categories = [c if isinstance(c, str) else None for c in categories]
+        for cat in set(categories) - self.kind_of.keys():
+            self._kind_code(cat)
+        codes = np.fromiter(
+            map(self.kind_of.__getitem__, categories), dtype=np.uint8, count=len(categories)
+        )
+        keep = codes != _SKIP
+        rows = list(compress(complete, keep.tolist()))
+        if not rows:
+            return
+        kinds = codes[keep]
+        bad = _bad_times(
+            [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not self.lenient
+        )
+        if bad is not None:
+            rows = list(compress(rows, (~bad).tolist()))
+            kinds = kinds[~bad]
+            if not rows:
+                return
+        if "mtia_ccp_events" in self.kind_of:
+            _mark_mtia_dma(rows, kinds)
+        columns = self._columns(rows, kinds)
+        for name, values in columns.items():
+            self.parts.setdefault(name, []).append(values)
+        on_device = (columns["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
+        if np.any(columns["correlation"][on_device] < 0):
+            self.flows.extend(flows())
+        self.rows += len(rows)
+
+    def add_scanned(self, scanned: _scan.Scanned) -> None:
+        """Add the events the C scanner read: the same columns :meth:`add` builds from decoded
+        events."""
+        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
+        self.events += events
+        if n == 0:
+            return
+        # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
+        # UnicodeDecodeError, and the msgspec reader says what is wrong with the document.
+        b"".join(raw_names).decode()
+        b"".join(raw_cats).decode()
+        cats = [_raw_string(c) for c in raw_cats]
+        codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
+        cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
+        codes = codes_of_cat[cat]
+        keep = codes != _SKIP
+        # The scanner hands over any time that is not a number in range; a negative duration
+        # is skipped and counted here as the msgspec reader does (see _bad_times).
+        negative = keep & (np.frombuffer(memoryview(raw["dur_ns"]), dtype=np.int64) < 0)
+        if negative.any():
+            _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
+            keep &= ~negative
+        if not keep.any():
+            return
+        kept = np.flatnonzero(keep)
+        every_row = len(kept) == n
+        kinds = codes[kept]
+        name_local = np.frombuffer(memoryview(raw.pop("name")), dtype=np.int32)[kept]
+        if "mtia_ccp_events" in cats:
+            dma = np.array([name.startswith(b"dma") for name in raw_names], dtype=bool)
+            is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)
+            kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
+
+        # Each raw column is read once and dropped: the peak holds the table about once.
+        def column(key: str, dtype: type = np.int64) -> np.ndarray:
+            values: np.ndarray = np.frombuffer(memoryview(raw.pop(key)), dtype=dtype)
+            return values if every_row else values[kept]
+
+        def arg(field: str, rows: np.ndarray) -> np.ndarray:
+            values: np.ndarray = np.frombuffer(memoryview(raw.pop(field)), dtype=np.int64)[
+                kept[rows]
+            ]
+            return values
+
+        self.float_ts |= bool(column("float_time", np.uint8).any())
+        if extra_rows:
+            new_row = np.cumsum(keep) - 1
+            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
+            for row, args in zip(
+                rows_with_args, _decode_args_list(memoryview(extras)), strict=True
+            ):
+                extra = _extras_of(args) if keep[row] else None
+                if extra:
+                    self.extra[self.rows + int(new_row[row])] = extra
+        piece = {
+            "kind": kinds,
+            "name_id": self._intern_used(raw_names, name_local),
+            "start_ns": column("ts_ns"),
+            "dur_ns": column("dur_ns"),
+            **self._arg_columns(kinds, column("pid"), column("tid"), arg),
+            "occupancy_pct": column("occupancy", np.float64).astype(np.float32),
+        }
+        for name, values in piece.items():
+            self.parts.setdefault(name, []).append(values)
+        on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
+        if np.any(piece["correlation"][on_device] < 0):
+            self.flows.extend(_FLOWS_DECODER.decode(memoryview(flows)))
+        self.rows += len(kept)
+
+    def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
+        """Global ids for local name ids (into the scanner's raw names), decoding and interning
+        only the names used, in order of use."""
+        used, first = np.unique(local, return_index=True)
+        used = used[np.argsort(first, kind="stable")]
+        global_ids = np.zeros(len(raw_names), dtype=np.int32)
+        global_ids[used] = self._intern([_raw_string(raw_names[i]) for i in used.tolist()])
+        mapped: np.ndarray = global_ids[local]
+        return mapped
+
+    def _kind_code(self, cat: Any) -> int:
+        """The kind code of an event category (``_SKIP``: not one the model keeps)."""
+        if cat not in self.kind_of:
+            kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+            self.kind_of[cat] = _SKIP if kind is None else int(kind)
+            self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
+        return self.kind_of[cat]
+
+    def _columns(self, rows: list[Any], kinds: np.ndarray) -> dict[str, np.ndarray]:
+        args = [e.args or _EMPTY_ARGS for e in rows]
+        if self.lenient:
+            args = [_coerce_args(a) for a in args]
+            ts = [_num(e.ts) for e in rows]
+            dur = [_num(e.dur) for e in rows]
+            self.float_ts |= any(isinstance(e.ts, float) for e in rows)
+        else:
+            ts = list(map(_TS, rows))
+            dur = list(map(_DUR, rows))
+        ts_us = np.array(ts)
+        self.float_ts |= not self.lenient and ts_us.dtype.kind == "f"
+        n = len(rows)
+        for row, values in _extra_args(args).items():
+            self.extra[self.rows + row] = values
+
+        def arg(field: str, chosen: np.ndarray) -> np.ndarray:
+            if field in ("grid", "block"):
+                return np.array([_product(getattr(args[r], field)) for r in chosen], np.int64)
+            return _column(args, field, chosen)
+
+        return {
+            "kind": kinds,
+            "name_id": self._intern(list(map(_NAME, rows))),
+            "start_ns": _to_ns(ts_us),
+            "dur_ns": _to_ns(dur),
+            **self._arg_columns(
+                kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
+            ),
+            "occupancy_pct": np.fromiter(map(_OCCUPANCY, args), dtype=np.float32, count=n),
+        }
+
+    def _arg_columns(
+        self,
+        kinds: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        arg: Callable[[str, np.ndarray], np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The columns taken from ``args``, each read (``arg(field, rows)``) only for the kinds
+        it concerns; -1 elsewhere. Both readers' columns come from here."""
+        n = len(kinds)
+        every = np.arange(n)
+        on_device = np.flatnonzero(among(kinds, _DEVICE_KINDS))
+        linked = np.flatnonzero(among(kinds, _LINKED_KINDS))
+        copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
+        python = np.flatnonzero(kinds == Kind.PYTHON)
+        kernels = np.flatnonzero(kinds == Kind.KERNEL)
+        arg_device, arg_stream = arg("device", on_device), arg("stream", on_device)
+        external_id = arg("external_id", every)
+        if self.old_schema:
+            external_id = np.where(external_id >= 0, external_id, arg("external_id_2021", every))
+        return {
+            "pid": pid,
+            "tid": tid,
+            "device": _scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
+            "stream": _scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
+            "correlation": _scatter(n, linked, arg("correlation", linked)),
+            "external_id": external_id,
+            "bytes": _scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
+            "python_id": _scatter(n, python, arg("python_id", python)),
+            "python_parent_id": _scatter(n, python, arg("python_parent_id", python)),
+            "grid_blocks": _scatter(n, kernels, arg("grid", kernels)),
+            "block_threads": _scatter(n, kernels, arg("block", kernels)),
+        }
+
+    def _intern(self, raw_names: list[Any]) -> np.ndarray:
+        if not all(type(n) is str for n in raw_names):  # the lenient reader's odd names
+            raw_names = [self._odd_name(n) for n in raw_names]
+        index = self.index
+        for name in dict.fromkeys(raw_names):
+            if name not in index:
+                text = name
+                if len(text) > MAX_NAME_CHARS:
+                    text = text[:MAX_NAME_CHARS] + "…"
+                    _count(self.skipped, _LONG_NAME, 1)
+                index[name] = index.setdefault(text, len(self.names))
+                if index[name] == len(self.names):
+                    self.names.append(text)
+        return np.fromiter(map(index.__getitem__, raw_names), dtype=np.int32, count=len(raw_names))
+
+    def _odd_name(self, name: Any) -> str:
+        """A name that is not a JSON string (a number, a list, an object) reads as ``?``."""
+        if isinstance(name, str):
+            return name
+        _count(self.skipped, _NOT_A_STRING, 1)
+        return "?"
+
+    @property
+    def names(self) -> list[str]:
+        return self._names
+
+    def finish(self, path: Path, doc: Any, *, lost_tail: bool) -> Trace:
+        if self.events == 0:
+            raise EmptyTraceError(path, "the trace holds no events")
+        if self.rows == 0:
+            raise EmptyTraceError(path, "no profiler events (no CPU ops, kernels or runtime calls)")
+        names = list(self.names)
+        # Sorted by start one column at a time, each piece freed as soon as it is copied: the
+        # peak stays near one copy of the table rather than three.
+        order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
+        columns: dict[str, np.ndarray] = {}
+        for name in list(self.parts):
+            columns[name] = _joined(self.parts.pop(name))[order]
+        direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
+        columns["copy_direction"] = direction
+        columns["pageable"] = pageable
+        new_row = np.empty_like(order)
+        new_row[order] = np.arange(len(order))
+        extra = dict(zip(new_row[list(self.extra)].tolist(), self.extra.values(), strict=True))
+        table = Events.from_columns(self.rows, columns, extra)
+        link_launches(table)
+        if self.flows:
+            _link_by_flows(table, self.flows)
+        dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+        old = self.old_schema or doc.computeProperties is not None
+        schema = "kineto-2021" if old else ("kineto-float-us" if self.float_ts else "kineto-int-us")
+        trace = Trace(
+            source=str(path),
+            format="kineto",
+            schema=schema,
+            rank=_opt_int(dist.get("rank")),
+            world_size=_opt_int(dist.get("world_size")),
+            devices=_devices(doc, table, mtia="mtia_ccp_events" in self.kind_of),
+            names=names,
+            events=table,
+            steps=_steps(table, names),
+            metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
+        )
+        if "cuda_profiler_range" in self.kind_of:
+            trace.warnings.append(
+                f"{path}: kernels were recorded by CUPTI range profiling (replayed for counters):"
+                " their durations are not real-time, so busy and idle figures are not either"
+            )
+        for reason, count in self.skipped.items():
+            trace.warnings.append(f"{path}: {count:,} {reason}")
+        if lost_tail:
+            trace.warnings.append(
+                f"{path}: the file ends mid-write (the profiler did not finish it); read "
+                f"{self.rows:,} whole events covering {_span_ms(trace):.1f} ms, the rest is lost"
+            )
+        return trace
+
+
+def _link_by_flows(table: Events, flows: list[Any]) -> None:
+    """Link device work without correlation ids through flow start/finish pairs (MTIA, old ROCm).
+
+    Flow events are decoded only for the pieces of a document that need them.
+    """
+    flows = [
+        e
+        for e in flows
+        if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.lower() in _FLOW_CATEGORIES
+    ]
+    ts_ns = _to_ns([_num(e.ts) for e in flows]).tolist()
+    starts: dict[Any, tuple[int, int, int]] = {}
+    finishes: dict[Any, tuple[int, int, int]] = {}
+    for e, t_ns in zip(flows, ts_ns, strict=True):
+        key = (_int_id(e.pid), _int_id(e.tid), t_ns)
+        (starts if e.ph == "s" else finishes)[e.id] = key
+    if not starts or not finishes:
+        return
+    candidates = np.flatnonzero(
+        table.of_kind(Kind.RUNTIME) | ((table.device >= 0) & (table.link < 0))
+    )
+    keys = zip(
+        table.pid[candidates].tolist(),
+        table.tid[candidates].tolist(),
+        table.start_ns[candidates].tolist(),
+        strict=True,
+    )
+    at = dict(zip(keys, candidates.tolist(), strict=True))
+    host_rows: list[int] = []
+    dev_rows: list[int] = []
+    for flow_id, start_key in starts.items():
+        finish_key = finishes.get(flow_id)
+        if finish_key is None:
+            continue
+        h, d = at.get(start_key), at.get(finish_key)
+        if (
+            h is not None
+            and d is not None
+            and table.kind[h] == Kind.RUNTIME
+            and table.device[d] >= 0
+        ):
+            host_rows.append(h)
+            dev_rows.append(d)
+    if host_rows:
+        h_arr = np.array(host_rows, dtype=np.int64)
+        join_launches(table, h_arr, h_arr, np.array(dev_rows, dtype=np.int64), h_arr)
+
+
+def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
+    props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
+    props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    used = sorted({int(d) for d in distinct(table.device) if d >= 0})
+    rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
+    by_id = {_opt_int(p.get("id")): p for p in props}
+    devices: dict[int, DeviceInfo] = {}
+    for position, device_id in enumerate(used):
+        prop = by_id.get(device_id)
+        if prop is None and len(props) == len(used):
+            prop = sorted(props, key=lambda p: _opt_int(p.get("id")) or 0)[position]
+        devices[device_id] = _device_info(device_id, prop, rocm, mtia)
+    return devices
+
+
+def _device_info(device_id: int, prop: dict[str, Any] | None, rocm: bool, mtia: bool) -> DeviceInfo:
+    if prop is None:
+        return DeviceInfo(
+            device_id, None, "mtia" if mtia else ("amd" if rocm else None), None, None, None
+        )
+    name = prop.get("name") or None
+    major = prop.get("computeMajor", prop.get("major"))
+    minor = prop.get("computeMinor", prop.get("minor"))
+    is_amd = rocm or (isinstance(name, str) and name.upper().startswith("AMD"))
+    return DeviceInfo(
+        index=device_id,
+        name=name if isinstance(name, str) else None,
+        vendor="mtia" if mtia else ("amd" if is_amd else "nvidia"),
+        num_sms=_opt_int(prop.get("numSms", prop.get("multiProcessorCount"))),
+        total_memory_bytes=_opt_int(prop.get("totalGlobalMem")),
+        compute_capability=None if major is None else f"{major}.{minor}",
+    )
+
+
+def _steps(table: Events, names: list[str]) -> list[Step]:
+    """``ProfilerStep#N`` ranges on the host, whatever their category: ``user_annotation`` since
+    2022, ``Operator`` (a CPU op) in 2021 traces. The device-side copies (``gpu_user_annotation``)
+    are not steps: they are where a step's kernels ran, used per device by the step breakdown."""
+    rows = np.flatnonzero(table.of_kind(Kind.ANNOTATION, Kind.CPU_OP))
+    steps: list[Step] = []
+    step_name_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
+    for row in rows:
+        if int(table.name_id[row]) not in step_name_ids:
+            continue
+        name = names[int(table.name_id[row])]
+        match = _STEP_NAME.match(name)
+        if match is None:
+            continue
+        start = int(table.start_ns[row])
+        steps.append(Step(name, int(match.group(1)), start, start + int(table.dur_ns[row])))
+    return steps
+
+
+def _span_ms(trace: Trace) -> float:
+    ev = trace.events
+    if len(ev) == 0:
+        return 0.0
+    return float(ev.end_ns.max() - ev.start_ns.min()) / 1e6

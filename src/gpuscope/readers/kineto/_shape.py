@@ -1,0 +1,178 @@
+"""The decoded shape of a Kineto document: the msgspec structs and decoders the pure-Python reader
+decodes into, and the tables that turn categories into the model's kinds.
+
+Only the fields gpuscope uses are declared, so msgspec skips the rest without allocating them.
+"""
+
+from __future__ import annotations
+
+import re
+from operator import attrgetter
+from typing import Any, Union
+
+import msgspec
+
+from gpuscope.model import CopyDirection, Kind
+
+#: Where the events array starts.
+ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+# --- the decoded shape -----------------------------------------------------------------------
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: int = -1
+    stream: int = -1
+    device: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    external_id_2021: int = msgspec.field(default=-1, name="external id")
+    bytes: int = -1
+    python_id: int = msgspec.field(default=-1, name="Python id")
+    python_parent_id: int | None = msgspec.field(default=-1, name="Python parent id")
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    occupancy_pct: float = msgspec.field(default=float("nan"), name="est. achieved occupancy %")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    size: int | None = None  # MTIA DMA size in bytes
+    # 2021 traces' Python stack of an op, innermost frame first: "train.py(42): step;...".
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")
+
+
+# The same fields as _Args, any JSON type: the fallback when a writer put odd types in ``args``.
+_LenientArgs = msgspec.defstruct(
+    "_LenientArgs",
+    [(f.name, Any, None) for f in msgspec.structs.fields(_Args)],
+    rename={f.name: f.encode_name for f in msgspec.structs.fields(_Args)},
+    gc=False,
+)
+
+
+class _Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event (``"ph": "X"``): the only phase the model is built from."""
+
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: int | float = 0
+    dur: int | float = 0
+    args: _Args | None = None
+
+
+def _skipped_phase(phase: str) -> type:
+    # Decoding other phases into field-less structs skips their content without allocating it.
+    return msgspec.defstruct(f"_Phase_{phase}", [], tag=phase, tag_field="ph", gc=False)
+
+
+_CHROME_PHASES = "BEiIsftPNODCbneMRcVpSTF"
+_AnyEvent = Union[(_Event, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
+
+
+class _Flow(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Any = ""
+    id: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0
+
+
+class _FlowDocument(msgspec.Struct, gc=False):
+    traceEvents: list[_Flow] | None = None  # noqa: N815
+
+
+class _LenientEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0.0
+    dur: Any = 0.0
+    id: Any = None
+    bp: Any = ""
+    args: _LenientArgs | None = None  # type: ignore[valid-type]
+
+
+class _Document(msgspec.Struct):
+    traceEvents: list[_AnyEvent] | None = None  # type: ignore[valid-type]  # noqa: N815 - the format's own key
+    deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
+    computeProperties: list[dict[str, Any]] | None = None  # noqa: N815
+    distributedInfo: dict[str, Any] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+class _LenientDocument(msgspec.Struct):
+    traceEvents: list[_LenientEvent] | None = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    computeProperties: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+_DECODER = msgspec.json.Decoder(_Document)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
+_FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
+_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args])
+_LENIENT_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_LenientArgs], float_hook=float)  # type: ignore[valid-type]
+_META_DECODER = _DECODER  # the document without its events
+_FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
+_CATEGORY = attrgetter("cat")
+_NAME = attrgetter("name")
+_PID = attrgetter("pid")
+_TID = attrgetter("tid")
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_OCCUPANCY = attrgetter("occupancy_pct")
+_SKIP = 255
+# float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
+# then refused as a value (see _bad_times), rather than failing the whole document.
+_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument, float_hook=float)
+_EMPTY_ARGS = _Args()
+
+# Categories, matched case-insensitively (2021 traces capitalise them).
+_KIND_OF_CATEGORY: dict[str, Kind] = {
+    "kernel": Kind.KERNEL,
+    "cuda_profiler_range": Kind.KERNEL,
+    "mtia_ccp_events": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_sync": Kind.SYNC,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "mtia_runtime": Kind.RUNTIME,
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "python_function": Kind.PYTHON,
+    "python": Kind.PYTHON,
+    "user_annotation": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+}
+_DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
+_LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
+_FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_MEMCPY_DIRECTION = {
+    "htod": CopyDirection.H2D,
+    "dtoh": CopyDirection.D2H,
+    "dtod": CopyDirection.D2D,
+    "ptop": CopyDirection.P2P,
+}

@@ -1,0 +1,280 @@
+"""Values from a Kineto document turned into the model's columns: times to integer nanoseconds,
+ids, arguments of odd types, and the counts of what was skipped and why.
+
+Every value of the wrong type or out of range is counted into a reason (``skipped``) that the
+trace reports as a warning, never turned into 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpuscope._arrays import distinct
+from gpuscope.model import CopyDirection, Kind
+from gpuscope.readers.kineto._shape import (
+    _ARGS_LIST_DECODER,
+    _EMPTY_ARGS,
+    _LENIENT_ARGS_LIST_DECODER,
+    _MEMCPY_DIRECTION,
+    _Args,
+)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The pieces of a column as one array; the scanner's single piece as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
+    """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
+    dma = [
+        e.cat == "mtia_ccp_events" and isinstance(e.name, str) and e.name.startswith("dma")
+        for e in rows
+    ]
+    kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
+
+
+def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    column = np.full(n, -1, dtype=np.int64)
+    column[rows] = values
+    return column
+
+
+def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """One integer argument as a column (``-1`` when absent), for all rows or only ``rows``."""
+    chosen = args if rows is None else [args[r] for r in rows.tolist()]
+    values = list(map(attrgetter(field), chosen))
+    try:
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:
+            return column
+    except (TypeError, ValueError, OverflowError):  # a null among the ints, one beyond 64 bits
+        pass
+    return np.array([v if _in_int64(v) else -1 for v in values], dtype=np.int64)
+
+
+def _in_int64(value: Any) -> bool:
+    return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
+
+
+def _ids(values: list[Any]) -> np.ndarray:
+    """pid/tid columns: plain ints, except in traces that write them as strings."""
+    try:
+        column = np.array(values, dtype=np.int64)
+        if column.ndim == 1:  # not ``"pid": [1, 2]`` everywhere (a column of lists)
+            return column
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return np.array([_int_id(v) for v in values], dtype=np.int64)
+
+
+def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
+    """Microseconds as written (ints, or floats with a fraction) to exact integer nanoseconds.
+
+    Integers are scaled exactly; floats are split into whole and fractional microseconds first,
+    so that the scaling does not lose the nanoseconds a float of ~1e15 cannot hold after ``* 1000``.
+    """
+    us = np.asarray(values_us)
+    if us.dtype.kind in "iu":
+        exact: np.ndarray = us.astype(np.int64) * 1000
+        return exact
+    us = us.astype(np.float64)
+    whole = np.floor(us)
+    fraction_ns = np.rint((us - whole) * 1000.0).astype(np.int64)
+    split: np.ndarray = whole.astype(np.int64) * 1000 + fraction_ns
+    return split
+
+
+def _product(dims: list[int] | None) -> int:
+    if not dims:
+        return -1
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def _int_id(value: Any) -> int:
+    """Process and thread ids: ints, or strings such as ``"24572"`` / ``"stream 7"`` (2021)."""
+    if isinstance(value, str) and _ID_DIGITS.fullmatch(digits := value.rsplit(" ", 1)[-1]):
+        value = int(digits)
+    return value if _in_int64(value) and not isinstance(value, bool) else -1
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_ID_DIGITS = re.compile(r"-?[0-9]+")
+#: The largest time in microseconds whose nanoseconds fit in 64 bits (as the scanner checks).
+_MAX_TIME_US = 9.0e15
+_BAD_TIME = "events with a ts or dur that is not a number in range were skipped"
+#: Kernel names of C++ templates run to a few thousand characters; a name of megabytes is a
+#: corrupt or hostile file, and matching patterns over it would take minutes.
+MAX_NAME_CHARS = 1 << 16
+_NEGATIVE_DURATION = "events with a negative duration were skipped"
+_LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
+_NOT_A_STRING = "events with a name that is not a string are named '?'"
+
+
+def _count(skipped: dict[str, int], reason: str, n: int) -> None:
+    skipped[reason] = skipped.get(reason, 0) + n
+
+
+def _bad_times(
+    ts: list[Any], dur: list[Any], skipped: dict[str, int], *, typed: bool
+) -> np.ndarray | None:
+    """Rows whose time cannot be used, counted into ``skipped`` by reason; None when all can.
+
+    A timestamp that is not a number (a string, null, a list), out of range (``1e400``, beyond
+    64-bit nanoseconds) or a negative duration is a writer's bug or a corrupt file: taking it as
+    0 would move the event to the clock's origin and stretch the timeline by decades, so the
+    event is skipped and the count reported instead. ``typed``: the values are msgspec's ints
+    and floats (no bools, strings or nulls), so numpy converts them in one pass.
+    """
+    try:  # ints beyond a double (a 400-digit ts) take the slow path
+        t = np.array(ts, dtype=np.float64) if typed else None
+        d = np.array(dur, dtype=np.float64) if typed else None
+    except OverflowError:
+        t = d = None
+    if t is None or d is None:
+        t = np.array([_time_or_nan(v) for v in ts], dtype=np.float64)
+        d = np.array([_time_or_nan(v) for v in dur], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        unusable = ~(np.abs(t) <= _MAX_TIME_US) | ~(np.abs(d) <= _MAX_TIME_US)
+        negative = ~unusable & (d < 0)
+    if not unusable.any() and not negative.any():
+        return None
+    if unusable.any():
+        _count(skipped, _BAD_TIME, int(unusable.sum()))
+    if negative.any():
+        _count(skipped, _NEGATIVE_DURATION, int(negative.sum()))
+    bad: np.ndarray = unusable | negative
+    return bad
+
+
+def _time_or_nan(value: Any) -> float:
+    if type(value) not in (int, float):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("nan")
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _opt_int(value: Any) -> int | None:
+    try:
+        number = None if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
+        return None
+    return number if number is None or _INT64_MIN <= number <= _INT64_MAX else None
+
+
+def _coerce_args(a: Any) -> Any:
+    """Turn lenient args into the typed shape, dropping values of the wrong type."""
+    typed = _Args()
+    for field_name in _Args.__struct_fields__:
+        value = getattr(a, field_name)
+        if field_name in {"grid", "block"}:
+            value = (
+                value
+                if isinstance(value, list) and all(isinstance(v, int) for v in value)
+                else None
+            )
+        elif field_name in {"input_dims", "input_type", "concrete_inputs", "pg_ranks"}:
+            pass
+        elif field_name in {"collective_name", "dtype", "pg_name", "call_stack"}:
+            value = value if isinstance(value, str) else None
+        elif field_name == "occupancy_pct":  # beyond a double, or not a number: unknown
+            value = _time_or_nan(value) if not isinstance(value, bool) else float("nan")
+            value = value if math.isfinite(value) else float("nan")
+        else:  # ints: what int() makes of the value, else the field's own default
+            number = _opt_int(value)
+            value = getattr(_EMPTY_ARGS, field_name) if number is None else number
+        setattr(typed, field_name, value)
+    return typed
+
+
+def _memcpy_columns(
+    names: list[str], name_ids: np.ndarray, kinds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Direction and pageable host memory, decided once per distinct memcpy name."""
+    direction_of_name = np.zeros(len(names), dtype=np.uint8)
+    pageable_of_name = np.zeros(len(names), dtype=np.bool_)
+    for name_id in distinct(name_ids[kinds == Kind.MEMCPY]):
+        name = names[int(name_id)]
+        words = name.lower().split()
+        code = words[1] if len(words) > 1 and words[0] == "memcpy" else ""
+        direction_of_name[name_id] = _MEMCPY_DIRECTION.get(code, CopyDirection.OTHER)
+        pageable_of_name[name_id] = "pageable" in name.lower()
+    is_copy = kinds == Kind.MEMCPY
+    return (
+        np.where(is_copy, direction_of_name[name_ids], 0).astype(np.uint8),
+        is_copy & pageable_of_name[name_ids],
+    )
+
+
+_EXTRA_FIELDS = (
+    ("input_dims", "input_dims"),
+    ("input_type", "input_types"),
+    ("concrete_inputs", "concrete_inputs"),
+    ("collective_name", "collective_name"),
+    ("in_msg_nelems", "in_msg_nelems"),
+    ("out_msg_nelems", "out_msg_nelems"),
+    ("group_size", "group_size"),
+    ("dtype", "dtype"),
+    ("pg_name", "process_group"),
+    ("pg_ranks", "process_group_ranks"),
+    ("call_stack", "call_stack"),
+)
+
+
+def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
+    has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
+    has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
+    has_stack = [x is not None for x in map(attrgetter("call_stack"), args)]
+    rows = np.flatnonzero(
+        np.array(has_shapes, dtype=bool)
+        | np.array(has_comms, dtype=bool)
+        | np.array(has_stack, dtype=bool)
+    )
+    return {row: _extras_of(args[row]) for row in rows.tolist()}
+
+
+_EXTRA_VALUES = attrgetter(*(f for f, _ in _EXTRA_FIELDS))
+_EXTRA_KEYS = tuple(key for _, key in _EXTRA_FIELDS)
+
+
+def _extras_of(a: Any) -> dict[str, Any]:
+    """The arguments kept per event (shapes, collective sizes, 2021 call stacks), by their model
+    names."""
+    if a.input_dims is None and a.collective_name is None and a.call_stack is None:
+        return {}
+    values = _EXTRA_VALUES(a)
+    return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}
+
+
+def _decode_args_list(text: bytes | memoryview) -> list[Any]:
+    """A JSON array of args objects, typed; odd value types coerced as the lenient reader does."""
+    try:
+        return _ARGS_LIST_DECODER.decode(text)
+    except msgspec.ValidationError:
+        return [_coerce_args(a) for a in _LENIENT_ARGS_LIST_DECODER.decode(text)]
+
+
+def _raw_string(raw: bytes) -> str:
+    """A JSON string's content as the scanner found it: escapes are rare, decode them if any."""
+    if b"\\" not in raw:
+        return raw.decode()
+    decoded: str = msgspec.json.decode(b'"' + raw + b'"')
+    return decoded

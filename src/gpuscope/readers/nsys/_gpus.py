@@ -1,0 +1,96 @@
+"""Devices and their sampled metrics: ``TARGET_INFO_GPU`` facts and ``GPU_METRICS`` means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuscope.model import DeviceInfo
+from gpuscope.readers.nsys._export import _Export
+
+
+def _device_infos(export: _Export) -> dict[tuple[int, int], DeviceInfo]:
+    """Device facts by (pid, CUDA device id); pid -1 when the mapping is the same everywhere."""
+    if not export.has("TARGET_INFO_GPU"):
+        return {}
+    cols = export.columns["TARGET_INFO_GPU"]
+    select = [
+        "id",
+        export.column_or("TARGET_INFO_GPU", "cuDevice", "id"),
+        export.column_or("TARGET_INFO_GPU", "name", "NULL"),
+        export.column_or("TARGET_INFO_GPU", "smCount", "NULL"),
+        export.column_or("TARGET_INFO_GPU", "totalMemory", "NULL"),
+        "computeMajor" if {"computeMajor", "computeMinor"} <= cols else "NULL",
+        "computeMinor" if {"computeMajor", "computeMinor"} <= cols else "NULL",
+    ]
+    rows = export.db.execute(f"SELECT {', '.join(select)} FROM TARGET_INFO_GPU").fetchall()
+    by_gpu = {int(r[0]): r for r in rows}
+    infos: dict[tuple[int, int], DeviceInfo] = {}
+    for row in rows:
+        infos[(-1, int(row[1]))] = _device_info(int(row[1]), *row[2:])
+    for pid, cuda_id, gpu_id in _cuda_device_map(export):
+        row = by_gpu.get(gpu_id)
+        if row is not None:
+            infos[(pid, cuda_id)] = _device_info(cuda_id, *row[2:])
+    return infos
+
+
+def _cuda_device_map(export: _Export) -> list[tuple[int, int, int]]:
+    table = "TARGET_INFO_CUDA_DEVICE"
+    if not export.has(table) or not {"gpuId", "cudaId", "pid"} <= export.columns[table]:
+        return []
+    rows = export.db.execute(f"SELECT pid, cudaId, gpuId FROM {table}").fetchall()
+    return [(int(p), int(c), int(g)) for p, c, g in rows if None not in (p, c, g)]
+
+
+def _device_info(
+    index: int, name: Any, sms: Any, memory: Any, major: Any, minor: Any
+) -> DeviceInfo:
+    return DeviceInfo(
+        index=index,
+        name=str(name) if name else None,
+        vendor="nvidia",
+        num_sms=int(sms) if sms else None,
+        total_memory_bytes=int(memory) if memory else None,
+        compute_capability=None if major is None or minor is None else f"{major}.{minor}",
+    )
+
+
+def _gpu_metrics(export: _Export) -> dict[int, dict[str, Any]]:
+    """Mean of every sampled GPU metric, per CUDA device (GPU id = ``typeId & 0xFF``)."""
+    if not (export.has("GPU_METRICS") and export.has("TARGET_INFO_GPU_METRICS")):
+        return {}
+    export.require("GPU_METRICS", ("timestamp", "typeId", "metricId", "value"))
+    export.require("TARGET_INFO_GPU_METRICS", ("typeId", "metricId", "metricName"))
+    db = export.db
+    metric_names = {
+        (int(t), int(m)): str(n)
+        for t, m, n in db.execute(
+            "SELECT DISTINCT typeId, metricId, metricName FROM TARGET_INFO_GPU_METRICS"
+        )
+    }
+    cuda_of_gpu = _cuda_of_gpu(export)
+    summary: dict[int, dict[str, Any]] = {}
+    timing_sql = (
+        "SELECT typeId, COUNT(DISTINCT timestamp), MIN(timestamp), MAX(timestamp)"
+        " FROM GPU_METRICS GROUP BY typeId"
+    )
+    for type_id, samples, first_ns, last_ns in db.execute(timing_sql):
+        gpu = int(type_id) & 0xFF
+        entry = summary.setdefault(cuda_of_gpu.get(gpu, gpu), {"gpu_id": gpu, "samples": 0})
+        entry["samples"] += int(samples)
+        period = (int(last_ns) - int(first_ns)) // (int(samples) - 1) if samples > 1 else None
+        entry["sampling_period_ns"] = period
+    means_sql = "SELECT typeId, metricId, AVG(value) FROM GPU_METRICS GROUP BY typeId, metricId"
+    for type_id, metric_id, mean in db.execute(means_sql):
+        gpu = int(type_id) & 0xFF
+        name = metric_names.get((int(type_id), int(metric_id)), f"metric {metric_id}")
+        if mean is not None:
+            summary[cuda_of_gpu.get(gpu, gpu)][name] = float(mean)
+    return summary
+
+
+def _cuda_of_gpu(export: _Export) -> dict[int, int]:
+    if not export.has("TARGET_INFO_GPU") or "cuDevice" not in export.columns["TARGET_INFO_GPU"]:
+        return {}
+    rows = export.db.execute("SELECT id, cuDevice FROM TARGET_INFO_GPU").fetchall()
+    return {int(g): int(c) for g, c in rows if g is not None and c is not None}

@@ -1,0 +1,214 @@
+"""Host side: CUDA runtime calls, NVTX ranges (PyTorch operators, MPI ranks, steps) and the
+OS runtime calls that took the most time."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope.errors import CorruptInputError
+from gpuscope.model import Events, Kind, Step
+from gpuscope.readers.nsys._export import (
+    _ID_MASK,
+    _INTS,
+    _REQUIRED,
+    _TEXTS,
+    I64,
+    _column_batches,
+    _Export,
+    _int_columns,
+)
+
+_NVTX_RANGE_FALLBACK = (59, 60, 70, 71)  # Nvtx(t)PushPopRange, Nvtx(t)StartEndRange
+
+# PyTorch operator names, as ``emit_nvtx`` writes them once their suffixes are gone.
+_OPERATOR = re.compile(r"^[a-z_][a-z0-9_]*::\w+$")
+_NUMBERED_STEP = re.compile(
+    r"^(?:ProfilerStep#|(?:train(?:ing)?[ _-]?)?(?:step|iteration|iter)[ _#:=-]*)(\d+)$",
+    re.IGNORECASE,
+)
+_PLAIN_STEP = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iteration)$", re.IGNORECASE)
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+
+
+def _runtime(export: _Export) -> Events | None:
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not export.has(table):
+        return None
+    export.require(table, _REQUIRED[table])
+    correlation = export.column_or(table, "correlationId", "-1")
+    thread = export.column_or(table, "globalTid", "0")
+    select = ("start", "end - start", f"COALESCE({correlation}, -1)", f"COALESCE({thread}, 0)")
+    start, dur, corr, gtid, name_ids = _int_columns(export, table, (*select, "nameId"))
+    columns = {
+        "kind": np.full(start.shape, Kind.RUNTIME, dtype=np.uint8),
+        "name_id": export.string_ids(name_ids),
+        "start_ns": start,
+        "dur_ns": dur,
+        "pid": (gtid >> 24) & _ID_MASK,
+        "tid": gtid & _ID_MASK,
+        "correlation": corr,
+    }
+    return Events.from_columns(start.shape[0], columns, {})
+
+
+class _Nvtx(msgspec.Struct, frozen=True):
+    events: Events | None
+    ranks: dict[int, int]  # pid -> MPI rank named by the export
+
+
+def _nvtx(export: _Export) -> _Nvtx:
+    table = "NVTX_EVENTS"
+    if not export.has(table):
+        return _Nvtx(None, {})
+    export.require(table, _REQUIRED[table])
+    text = _nvtx_text_sql(export)
+    thread = f"COALESCE({export.column_or(table, 'globalTid', '0')}, 0)"
+    event_type = (
+        f"COALESCE({export.column_or(table, 'eventType', 'NULL')}, {_NVTX_RANGE_FALLBACK[0]})"
+    )
+    range_types = ", ".join(str(t) for t in _nvtx_range_types(export))
+    where = f"end IS NOT NULL AND end >= start AND {event_type} IN ({range_types})"
+    select = ("start", "end - start", thread, f"CAST({text} AS TEXT)")
+    outer = ("c0", "c1", "c2", _strip_emit_nvtx_sql("c3"))
+    # Texts are few once emit_nvtx suffixes are gone: numbered in order of appearance, then
+    # each distinct text gets its kind and name once.
+    distinct: dict[Any, int] = {}
+    parts: list[list[I64]] = []
+    try:
+        for *numbers, texts in _column_batches(export, table, select, where, outer):
+            values = _TEXTS.decode(texts)
+            for text_value in dict.fromkeys(values):
+                distinct.setdefault(text_value, len(distinct))
+            ids = np.fromiter(map(distinct.__getitem__, values), np.int64, len(values))
+            parts.append([*(np.array(_INTS.decode(n), dtype=np.int64) for n in numbers), ids])
+    except (msgspec.ValidationError, OverflowError):
+        raise CorruptInputError(
+            export.path, f"Nsight Systems table {table} holds non-integer times or thread ids"
+        ) from None
+    ranks = _mpi_ranks(export, text, thread)
+    if not parts:
+        return _Nvtx(None, ranks)
+    start, dur, gtids, text_ids = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    kind_of_text, name_of_text = _nvtx_kinds(export, list(distinct))
+    columns = {
+        "kind": kind_of_text[text_ids],
+        "name_id": name_of_text[text_ids],
+        "start_ns": start,
+        "dur_ns": dur,
+        "pid": (gtids >> 24) & _ID_MASK,
+        "tid": gtids & _ID_MASK,
+    }
+    return _Nvtx(Events.from_columns(start.shape[0], columns, {}), ranks)
+
+
+def _nvtx_text_sql(export: _Export) -> str:
+    """A range's text: written inline, or registered in ``StringIds``."""
+    text = export.column_or("NVTX_EVENTS", "text", "NULL")
+    text_id = export.column_or("NVTX_EVENTS", "textId", "NULL")
+    return f"COALESCE({text}, (SELECT value FROM StringIds WHERE id = {text_id}), '')"
+
+
+def _strip_emit_nvtx_sql(text: str) -> str:
+    """``aten::mm, seq = 3, op_id = 17, sizes = ...`` -> ``aten::mm``, in SQL, so that the
+    per-operation suffixes never reach Python as millions of distinct strings."""
+    op_at = f"instr({text}, ', op_id = ')"
+    seq_at = f"instr({text}, ', seq = ')"
+    return (
+        f"CASE WHEN {op_at} = 0 THEN {text}"
+        f" WHEN {seq_at} > 0 AND {seq_at} < {op_at} THEN substr({text}, 1, {seq_at} - 1)"
+        f" ELSE substr({text}, 1, {op_at} - 1) END"
+    )
+
+
+def _nvtx_range_types(export: _Export) -> list[int]:
+    table = "ENUM_NSYS_EVENT_TYPE"
+    if not export.has(table):
+        return list(_NVTX_RANGE_FALLBACK)
+    known = export.enum(table, {})
+    ranges = [i for i, n in known.items() if re.fullmatch(r"Nvtxt?(?:PushPop|StartEnd)Range", n)]
+    return ranges or list(_NVTX_RANGE_FALLBACK)
+
+
+def _nvtx_kinds(export: _Export, raw: list[Any]) -> tuple[NDArray[np.uint8], NDArray[np.int32]]:
+    """Per distinct NVTX text: its kind (PyTorch operator or annotation) and interned name."""
+    texts = [t if isinstance(t, str) else str(t) for t in raw]
+    kinds = np.array(
+        [Kind.CPU_OP if _OPERATOR.match(t) else Kind.ANNOTATION for t in texts], dtype=np.uint8
+    )
+    names = np.array([export.intern(t) for t in texts], dtype=np.int32)
+    return kinds, names
+
+
+def _mpi_ranks(export: _Export, text: str, thread: str) -> dict[int, int]:
+    """``MPI Rank N``: the thread name nsys records for each MPI-traced process."""
+    sql = f"SELECT DISTINCT {thread}, {text} FROM NVTX_EVENTS WHERE {text} LIKE 'MPI Rank %'"
+    ranks: dict[int, int] = {}
+    for gtid, name in export.db.execute(sql).fetchall():
+        match = _MPI_RANK.match(str(name))
+        if match is not None:
+            ranks.setdefault((int(gtid) >> 24) & _ID_MASK, int(match.group(1)))
+    return ranks
+
+
+def _os_runtime(export: _Export) -> dict[int, dict[str, int]]:
+    """Per process, the ten OS runtime calls that took the most time (ns)."""
+    table = "OSRT_API"
+    if (
+        not export.has(table)
+        or not {"start", "end", "nameId", "globalTid"} <= export.columns[table]
+    ):
+        return {}
+    sql = (
+        f"SELECT (globalTid >> 24) & {_ID_MASK}, nameId, SUM(end - start) FROM {table}"
+        " WHERE end IS NOT NULL GROUP BY 1, 2"
+    )
+    rows = export.db.execute(sql).fetchall()
+    if not rows:
+        return {}
+    strings = export.strings(sorted({int(r[1]) for r in rows}))
+    by_pid: dict[int, dict[str, int]] = {}
+    for pid, name_id, total_ns in rows:
+        by_pid.setdefault(int(pid), {})[strings[int(name_id)]] = int(total_ns or 0)
+    return {
+        pid: dict(sorted(calls.items(), key=lambda kv: -kv[1])[:10])
+        for pid, calls in by_pid.items()
+    }
+
+
+def _steps(table: Events, names: list[str]) -> list[Step]:
+    """Step ranges: the most frequent family of step-like NVTX names (``step 3``, ``step 4``)."""
+    rows = np.flatnonzero(table.kind == Kind.ANNOTATION)
+    families: dict[str, list[tuple[int, int | None]]] = {}
+    step_like: dict[int, tuple[str, int | None] | None] = {}
+    for row, name_id in zip(rows.tolist(), table.name_id[rows].tolist(), strict=True):
+        if name_id not in step_like:
+            step_like[name_id] = _step_family(names[name_id])
+        family = step_like[name_id]
+        if family is not None:
+            families.setdefault(family[0], []).append((row, family[1]))
+    if not families:
+        return []
+    chosen = max(families.values(), key=len)
+    steps = []
+    for position, (row, recorded) in enumerate(chosen):
+        start = int(table.start_ns[row])
+        name = names[int(table.name_id[row])]
+        number = position if recorded is None else recorded
+        steps.append(Step(name, number, start, start + int(table.dur_ns[row])))
+    return steps
+
+
+def _step_family(name: str) -> tuple[str, int | None] | None:
+    """(family, number) of a step-like range name, else None."""
+    text = name.strip()
+    match = _NUMBERED_STEP.match(text)
+    if match is not None:
+        return text[: match.start(1)].lower(), int(match.group(1))
+    if _PLAIN_STEP.match(text):
+        return text.lower(), None
+    return None

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
 from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
 from gpuscope.generator import (
     GeneratedTrace,
@@ -195,7 +196,7 @@ def test_large_trace_report_is_small_and_keeps_every_long_idle_gap() -> None:
     page = html.render(diagnosis)
     assert len(page.encode()) < 10_000_000
     timeline = figures(page)["chart-timeline"]
-    assert timeline_bars(timeline) <= html.HtmlOptions().max_timeline_bars
+    assert timeline_bars(timeline) <= MAX_TIMELINE_BARS
     bucket_ns = timeline["layout"]["meta"]["bucket_ns"]
     single = [
         t for t in timeline["data"] if t["meta"]["family"] == "idle" and not t["meta"]["merged"]
@@ -221,7 +222,7 @@ def test_utilisation_of_many_ranks_is_a_row_each_not_overlapping_lines(tmp_path:
     page = html.render(diagnosis)
     (rows,) = figures(page)["chart-utilisation"]["data"]
     assert rows["type"] == "heatmap" and rows["y"] == [f"rank {r} · GPU {r}" for r in range(8)]
-    assert len(rows["x"]) == html.HtmlOptions().utilisation_buckets
+    assert len(rows["x"]) == UTILISATION_BUCKETS
     # Each rank's row, over the buckets within its span, averages to its busy share.
     for device, z in zip(diagnosis.devices, rows["z"], strict=True):
         shares = [v for v in z if v is not None]

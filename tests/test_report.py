@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
+from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
@@ -241,9 +242,9 @@ def test_diff_shows_the_data_loader_fix_as_better(tmp_path: Path) -> None:
     fixed = generate(GeneratorConfig(steps=6, inject=(HostSync(), TinyKernels())))
     slow.write(tmp_path / "before.json")
     fixed.write(tmp_path / "after.json")
-    page = html.render_diff(
-        diagnose(load(tmp_path / "before.json")), diagnose(load(tmp_path / "after.json"))
-    )
+    before, after = (diagnose(load(tmp_path / f"{n}.json")) for n in ("before", "after"))
+    change = diff.diff(diff.summarize(before), diff.summarize(after))
+    page = html.render_diff(before, after, change=change)
     charts = figures(page)
     assert {"diff-chart-steps", "diff-chart-causes", "before-chart-timeline"} <= set(charts)
     assert "after-chart-timeline" in charts

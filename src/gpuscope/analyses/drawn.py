@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import bucket_edges, distinct
 from gpuscope.analyses.attribution import CAUSES, IdleAttribution
 from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
 from gpuscope.analyses.intervals import Intervals, covered_ns, difference
@@ -118,11 +118,6 @@ class Drawn(msgspec.Struct, frozen=True):
     #: :data:`HEATMAP_FROM_DEVICES` devices on, of the job's common axis (``utilisation_axis``).
     utilisation_pct: list[list[float]]
     utilisation_axis_ns: tuple[int, int] | None = None  # (lo, hi) from the origins
-
-
-def bucket_edges(lo: int, hi: int, buckets: int) -> I64:
-    """``buckets + 1`` integer edges splitting ``[lo, hi]`` evenly."""
-    return np.linspace(lo, hi, max(buckets, 1) + 1).round().astype(np.int64)
 
 
 def _busy_pct(busy: Intervals, edges: I64) -> NDArray[np.float64]:

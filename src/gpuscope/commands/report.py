@@ -68,6 +68,9 @@ def report(
     if len(diagnoses) == 1:
         page = html.render(diagnoses[0])
     else:
-        page = html.render_diff(diagnoses[0], diagnoses[1])
+        from gpuscope.analyses import diff
+
+        change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
+        page = html.render_diff(diagnoses[0], diagnoses[1], change=change)
     write_output(output, page.encode())
     click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)

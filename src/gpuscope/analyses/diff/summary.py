@@ -68,6 +68,15 @@ class RunSummary:
     #: Devices whose steps were timed on the host (they launched no device work in a step).
     host_timed_devices: int = 0
 
+    def headline(self, name: str) -> float | None:
+        """One number for a metric of the run: the median per step, or a whole-run share."""
+        if name == "idle_pct":
+            return self.idle_pct
+        values = self.per_step.get(name)
+        if values:
+            return float(np.median(values))
+        return self.window.get(name)
+
 
 def summarize(diagnosis: Diagnosis) -> RunSummary:
     devices = diagnosis.devices
@@ -173,12 +182,7 @@ def _device_series(d: DeviceReport, diagnosis: Diagnosis) -> dict[str, list[floa
 
 def headline(summary: RunSummary, name: str) -> float | None:
     """One number for a metric of a run: the median per step, or a whole-run share."""
-    if name == "idle_pct":
-        return summary.idle_pct
-    values = summary.per_step.get(name)
-    if values:
-        return float(np.median(values))
-    return summary.window.get(name)
+    return summary.headline(name)
 
 
 def metric_names(summary: RunSummary) -> list[str]:

@@ -9,12 +9,12 @@ import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from numpy.typing import NDArray
 
+from gpuscope._arrays import bucket_edges
 from gpuscope.analyses.bounds import RooflinePoint
 from gpuscope.analyses.drawn import (
     HEATMAP_SLICES,
     UTILISATION_BUCKETS,
     Drawn,
-    bucket_edges,
 )
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.render.html.page import (

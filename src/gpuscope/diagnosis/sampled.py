@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -91,8 +90,7 @@ _LIMITER_CAUSE = {
 }
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(msgspec.Struct, frozen=True):
     gpu_hour_usd: float | None
     source: str
 

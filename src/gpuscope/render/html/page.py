@@ -14,11 +14,11 @@ import html
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 import plotly.io as pio  # type: ignore[import-untyped]
 
@@ -28,8 +28,7 @@ from gpuscope.analyses.bounds import KernelKind
 from gpuscope.diagnosis import DeviceReport
 
 
-@dataclass(frozen=True)
-class HtmlOptions:
+class HtmlOptions(msgspec.Struct, frozen=True):
     """Presentation limits. The resolution of the charts (timeline buckets and bars, utilisation
     buckets, roofline points) is the diagnosis' own: :mod:`gpuscope.analyses.drawn`."""
 
@@ -103,8 +102,7 @@ _LAYOUT = {
 # --- the page ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(msgspec.Struct, frozen=True):
     """One heading of the page: a chart, or a note saying why there is none."""
 
     id: str

@@ -6,9 +6,9 @@ least one bucket long keeps its own bar, with its cause and location."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 
+import msgspec
 import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from numpy.typing import NDArray
@@ -39,8 +39,7 @@ I64 = NDArray[np.int64]
 _short_kernel = cache(short_kernel_name)  # a timeline's hover texts name the same kernels often
 
 
-@dataclass
-class _Bars:
+class _Bars(msgspec.Struct):
     """Bars of one legend entry, individual or merged."""
 
     lane: list[int]

@@ -263,8 +263,9 @@ def test_h100_diagnosis_end_to_end_shows_h2d_copies_and_syncs() -> None:
     job = load(corpus("nsys/nsys-ai/h100_2gpu_1s.sqlite"))
     diagnosis = gpuscope.diagnose(job)
     assert len(diagnosis.devices) == 2
-    (trace,) = job.traces
+    trace_of = {device: t for t in job.traces for device in t.device_ids}
     for report in diagnosis.devices:
+        trace = trace_of[report.device]
         t = report.temporal
         # ~51 GB of pinned H2D copies fill 97% of each GPU's window; kernels run ~2%.
         assert t.exclusive_memcpy_ns > 0.9 * t.span_ns

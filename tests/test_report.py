@@ -23,7 +23,8 @@ from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
-from gpuscope.generator import (
+from gpuscope.render import html
+from gpuscope.testing.generator import (
     GeneratedTrace,
     GeneratorConfig,
     HostSync,
@@ -31,7 +32,6 @@ from gpuscope.generator import (
     TinyKernels,
     generate,
 )
-from gpuscope.render import html
 
 #: Names that would run script if a report put them into the page as HTML. Each sets a window
 #: flag that the browser test asserts stays unset.

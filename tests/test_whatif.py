@@ -4,19 +4,19 @@ matches the generator's run with that fix applied (same seed)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 
 from corpus import corpus
-from gpuscope import generator as gen
 from gpuscope.analyses.whatif import ASSUMPTIONS, Edit, build_graph, replay, step_times
 from gpuscope.cli import main
 from gpuscope.diagnosis import Options, diagnose
 from gpuscope.readers import load
+from gpuscope.testing import generator as gen
 
 _SMALL = gen.GeneratorConfig(layers=2, steps=3)
 

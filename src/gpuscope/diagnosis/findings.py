@@ -76,6 +76,9 @@ class Finding(msgspec.Struct, frozen=True):
     #: predictions off); ``prediction`` holds its range, the measured step and the assumption.
     predicted_saving_ns_per_step: float | None = None
     prediction: Prediction | None = None
+    #: Where its figures come from: "timeline", or the samples or counters that measured it
+    #: ("nvml-samples", "ncu", ...).
+    measured_from: str = "timeline"
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -377,7 +380,9 @@ def verdict(
     bound = _bound(shares, 100.0 - idle_pct)
     # What the findings would save, priced: the sum of their dollars (never the time they name).
     wasted = (
-        sum(f.cost_usd_per_gpu_hour or 0.0 for f in found) if gpu_hour_usd is not None else None
+        sum((f.cost_usd_per_gpu_hour or 0.0 for f in found), 0.0)
+        if gpu_hour_usd is not None
+        else None
     )
     transfers = _transfer_split(evidence)
     return Verdict(

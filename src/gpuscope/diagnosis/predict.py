@@ -33,7 +33,7 @@ from gpuscope.model import Trace
 
 if TYPE_CHECKING:
     from gpuscope.analyses.host import HostIndex
-    from gpuscope.diagnosis import DeviceReport
+    from gpuscope.diagnosis.evidence import DeviceEvidence
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
@@ -42,7 +42,7 @@ EXPOSED_SHARE = 0.1
 def predict(
     found: list[Finding],
     traces: list[Trace],
-    devices: list[DeviceReport],
+    devices: list[DeviceEvidence],
     hosts: dict[int, HostIndex],
     participants: list[Participant],
     ranks: RankAnalysis | None,
@@ -65,7 +65,7 @@ def predict(
     inputs: list[EditInputs] = []
     late: set[int] = set()
     # The traces the device reports were computed on (a reader may split or window a job's).
-    by_trace: dict[int, list[DeviceReport]] = {}
+    by_trace: dict[int, list[DeviceEvidence]] = {}
     for d in devices:
         by_trace.setdefault(id(d.work.trace), []).append(d)
     for reports in by_trace.values():
@@ -105,7 +105,7 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
 
 def _inputs(
     trace: Trace,
-    reports: list[DeviceReport],
+    reports: list[DeviceEvidence],
     host: HostIndex,
     participants: list[Participant],
     cuts: list[WaitCuts] | None,

@@ -39,12 +39,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscope import generator as g
 from gpuscope.analyses.diff import STEP_TIME, compare, regression, summarize, typical_steps
 from gpuscope.analyses.timeline import device_work, step_breakdown
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
 from gpuscope.readers import kineto
+from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 NOISE_PCT = 3.0

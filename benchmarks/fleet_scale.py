@@ -1,6 +1,6 @@
 """How fast ``gpuscope fleet`` gets through many small jobs, and what each worker holds.
 
-Generates ``--jobs`` (1,000) varied jobs with :mod:`gpuscope.generator` into a temporary folder:
+Generates ``--jobs`` (1,000) varied jobs with :mod:`gpuscope.testing` into a temporary folder:
 seeds, step and layer counts, devices and one injected cause per job vary, and every tenth job is
 a two-rank folder. Then, each in a fresh interpreter, runs :func:`gpuscope.fleet.run` with 1 and 2
 local workers (and a local Ray cluster of 2 CPUs when ray is installed; its time includes starting
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuscope import generator as g
+from gpuscope.testing import generator as g
 
 INJECTIONS = [
     g.HostSync,

@@ -67,7 +67,7 @@ MAX_SPAN_NS = 10 * 365 * 86400 * 10**9
 
 def kineto_seed() -> bytes:
     """A small generated training trace (two steps, one layer): every event kind, real layout."""
-    from gpuscope.generator import GeneratorConfig, HostSync, generate
+    from gpuscope.testing.generator import GeneratorConfig, HostSync, generate
 
     config = GeneratorConfig(seed=3, steps=2, layers=1, inject=(HostSync(),))
     return generate(config).to_bytes()

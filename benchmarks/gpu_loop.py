@@ -441,7 +441,7 @@ def dry_mode(loop: Loop) -> None:
         f"exit {result.returncode}",
     )
 
-    from gpuscope.generator import (
+    from gpuscope.testing.generator import (
         Fp32Gemm,
         GeneratorConfig,
         HostSync,

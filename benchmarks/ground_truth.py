@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuscope.diagnosis import Diagnosis, diagnose
-from gpuscope.groundtruth import confusion, run_suite
 from gpuscope.readers import load
+from gpuscope.testing.groundtruth import confusion, run_suite
 
 
 def main() -> None:

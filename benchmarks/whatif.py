@@ -2,7 +2,8 @@
 
 For each case the generator makes a run with pathologies injected; ``gpuscope`` diagnoses it and
 predicts the step time if one finding's fix were applied (``Finding.prediction``). The generator
-then makes the same run (same seed) with that pathology fixed (:func:`gpuscope.generator.apply_fix`)
+then makes the same run (same seed) with that pathology fixed
+(:func:`gpuscope.testing.generator.apply_fix`)
 and its step time is measured the same way (mean device time per step, start-up left out). The
 issue's bar: predicted within 10% of the fixed run in >= 90% of cases, within 25% in all.
 
@@ -16,16 +17,16 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec.structs import replace
 
-from gpuscope import generator as gen
 from gpuscope.analyses.whatif import build_graph, step_times
 from gpuscope.diagnosis import diagnose
 from gpuscope.readers import load
+from gpuscope.testing import generator as gen
 
 #: One pathology per fix, sized to show; the fix is applied to the first listed.
 _SHAPES: dict[str, list[tuple[gen.Injection, ...]]] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
+from gpuscope.testing.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "gpuscope" / "examples"
 DEMO_NAME = "demo_train.json.gz"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscope import causes
+from gpuscope.analyses import attribution
 from gpuscope.analyses.attribution import Cause
 
 
@@ -16,6 +17,43 @@ def test_every_idle_cause_is_described_with_its_colour_and_letter() -> None:
         assert info.colour is not None and info.letter is not None
     letters = [c.letter for c in table.values() if c.letter]
     assert len(letters) == len(set(letters))
+    # ... and every idle cause of the table is one the attribution can give.
+    assert {c.cause for c in table.values() if c.source == "idle"} == {c.value for c in Cause}
+
+
+def test_every_idle_cause_has_a_rule_or_says_where_it_comes_from() -> None:
+    """Adding an idle cause is a row plus a rule: a row that nothing produces fails here."""
+    claimed = {c for _, c in attribution.CLAIMS}
+    ruled = {c for c, _ in attribution.RULES}
+    elsewhere = set(attribution.PRODUCED_ELSEWHERE)
+    assert claimed | ruled | elsewhere == set(Cause)
+    assert not elsewhere & (claimed | ruled - {Cause.UNKNOWN})
+    for _, rule in attribution.RULES:
+        assert rule.__doc__ and len(rule.__doc__.split()) >= 10, rule.__name__
+
+
+def test_every_reported_cause_is_produced_by_the_code() -> None:
+    """Timeline and measured causes come from the diagnosis, not from rules over gaps: each must
+    be named in the code that makes findings (a row left behind by a removed rule fails)."""
+    from pathlib import Path
+
+    import gpuscope
+
+    root = Path(gpuscope.__file__).parent
+    code = "\n".join(
+        f.read_text("utf-8")
+        for f in root.rglob("*.py")
+        if "testing" not in f.parts and f.name not in {"causes.py", "generator.py"}
+    )
+    for info in causes.cause_table().values():
+        if info.source in ("timeline", "measured"):
+            assert f'"{info.cause}"' in code, info.cause
+
+
+def test_the_patterns_of_the_table_are_known_tags() -> None:
+    from gpuscope.diagnosis.patterns import PATTERNS
+
+    assert {c.pattern for c in causes.cause_table().values() if c.pattern} <= set(PATTERNS)
 
 
 def test_the_renderers_and_rules_read_the_table() -> None:
@@ -44,6 +82,14 @@ def test_the_renderers_and_rules_read_the_table() -> None:
         ("new_one,timeline,t,ghost_gpu,people,x,,,fix", "icse_category"),
         ("new_one,timeline,t,ghost_gpu,model,x,red,,fix", "colour must be"),
         ("new_one,elsewhere,t,ghost_gpu,model,x,,,fix", "source must be"),
+        ("new_one,idle,t,ghost_gpu,model,x,#d62728,Z,fix", "colour #d62728 is taken"),
+        ("new_one,idle,t,ghost_gpu,model,x,#2ca02c,Z,fix", "colour #2ca02c is taken"),
+        ("new_one,idle,t,ghost_gpu,model,x,#123456,█,fix", "letter '█' is taken"),
+        ("new_one,idle,t,ghost_gpu,model,x,#123456,ZZ,fix", "one printable character"),
+        ("new_one,idle,t,ghost_gpu,model,x,#123456,Z,", "needs a fix"),
+        ("new_one,timeline,t,Ghost GPU,model,x,,,fix", "snake_case tag"),
+        ("new_one,timeline,,ghost_gpu,model,x,,,fix", "needs a title"),
+        ("new_one,timeline,t,ghost_gpu,model,x,,,Use {n} workers", "placeholders"),
     ],
 )
 def test_a_bad_row_is_refused_naming_it(

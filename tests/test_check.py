@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope import generator as g
 from gpuscope.analyses.diff import decisive
+from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 

@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from corpus import corpus
-from gpuscope import generator as g
 from gpuscope.analyses.diff import (
     GPU_BUSY,
     ITERATIONS,
@@ -29,6 +28,7 @@ from gpuscope.cli import main
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
 from gpuscope.readers import kineto, load
+from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 

@@ -16,9 +16,15 @@ from corpus import corpus
 from gpuscope import fleet
 from gpuscope.analyses.attribution import Cause
 from gpuscope.cli import main
-from gpuscope.generator import Checkpoint, GeneratorConfig, HostSync, SlowDataLoader, generate
 from gpuscope.render.fleet import busy_histogram, render_html, render_terminal
 from gpuscope.render.html import embedded_figures
+from gpuscope.testing.generator import (
+    Checkpoint,
+    GeneratorConfig,
+    HostSync,
+    SlowDataLoader,
+    generate,
+)
 
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None
 HAS_RAY = importlib.util.find_spec("ray") is not None

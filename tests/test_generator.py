@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.generator import (
+from gpuscope.testing.generator import (
     AllocatorChurn,
     Checkpoint,
     ExposedCollective,

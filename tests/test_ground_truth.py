@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuscope.groundtruth import confusion, labelled_suite, run_suite
+from gpuscope.testing.groundtruth import confusion, labelled_suite, run_suite
 
 
 def test_injected_cause_is_the_top_finding_at_its_line() -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuscope import generator as g
 from gpuscope.analyses.diff import RunSummary, summarize
 from gpuscope.cli import main
 from gpuscope.diagnosis import diagnose
@@ -20,6 +19,7 @@ from gpuscope.errors import InputError
 from gpuscope.history import SCHEMA_VERSION, History, default_path, git_commit, source_sha256
 from gpuscope.model import Job
 from gpuscope.readers import kineto
+from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 ROOT = Path(__file__).resolve().parents[1]

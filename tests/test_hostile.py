@@ -22,11 +22,11 @@ from corpus import corpus
 from gpuscope import _files
 from gpuscope.cli import main
 from gpuscope.errors import CorruptInputError, InputError
-from gpuscope.generator import GeneratorConfig, generate
 from gpuscope.history import History
 from gpuscope.model import Kind, Trace
 from gpuscope.readers import _scan, kineto, load
 from gpuscope.render import printable
+from gpuscope.testing.generator import GeneratorConfig, generate
 
 # --- helpers -------------------------------------------------------------------------------------
 

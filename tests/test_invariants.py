@@ -23,14 +23,14 @@ from rich.console import Console
 
 from corpus import corpus_root
 from gpuscope import diagnose, load
-from gpuscope import generator as g
 from gpuscope.analyses.attribution import Cause
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.diagnosis.findings import BUSY_NOT_HOST_PCT
 from gpuscope.errors import InputError
-from gpuscope.groundtruth import labelled_suite
 from gpuscope.render import json as json_renderer
 from gpuscope.render import terminal
+from gpuscope.testing import generator as g
+from gpuscope.testing.groundtruth import labelled_suite
 
 
 def _corpus_inputs() -> list[str]:

@@ -257,8 +257,8 @@ def test_piecewise_reading_equals_whole_document_reading(
 ) -> None:
     """Whatever the key order (events before a deviceProperties list of objects, or after), the
     piecewise reader gives the same trace as decoding the whole document."""
-    from gpuscope import generator
     from gpuscope.readers import kineto
+    from gpuscope.testing import generator
 
     doc = generator.generate(generator.GeneratorConfig(seed=3, steps=3)).document
     events = doc.pop("traceEvents")

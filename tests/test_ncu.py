@@ -23,7 +23,6 @@ from gpuscope.analyses.counters import (
 )
 from gpuscope.diagnosis import diagnose
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError
-from gpuscope.generator import GeneratorConfig, generate
 from gpuscope.model import CounterKernel, KernelCounters
 from gpuscope.readers import load
 from gpuscope.readers.ncu import decimal_mark, looks_like_ncu, parse_number, read
@@ -35,6 +34,7 @@ from gpuscope.readers.samples import (
     looks_like_prometheus,
 )
 from gpuscope.render.json import to_document
+from gpuscope.testing.generator import GeneratorConfig, generate
 
 NCU_CORPUS = "ncu/b200_cublaslt_fp8_gemm.ncu.csv.log"
 GEMM = (

@@ -22,11 +22,11 @@ import gpuscope
 from corpus import corpus, corpus_root
 from gpuscope.analyses.timeline import device_work, temporal_breakdown
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
-from gpuscope.generator import GeneratorConfig, SlowDataLoader, generate
 from gpuscope.model import CopyDirection, Kind, Trace
 from gpuscope.readers import load
 from gpuscope.readers.nsys import _export as nsys_export
 from gpuscope.readers.nsys import looks_like_nsys
+from gpuscope.testing.generator import GeneratorConfig, SlowDataLoader, generate
 
 NSYS_FILES = [
     "nsys/nsys-ai/h100_2gpu_1s.sqlite",

@@ -11,11 +11,11 @@ import pytest
 from msgspec.structs import replace
 
 from corpus import corpus
-from gpuscope import generator as g
 from gpuscope.analyses.host import host_activity
 from gpuscope.analyses.phases import WarmupKind, _first_step, startup_phases
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.readers import load
+from gpuscope.testing import generator as g
 
 CUDAGRAPH = "wild/a100_cudagraph_capture_replay.json.gz"
 PARTICLE = "wild/a100pcie_particle_transformer_first_iter.json"

@@ -18,15 +18,15 @@ from corpus import corpus
 from gpuscope import diagnose, load
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.errors import CorruptInputError
-from gpuscope.generator import (
+from gpuscope.readers import PARALLEL_MIN_BYTES, folder_workers
+from gpuscope.render.json import to_document
+from gpuscope.render.terminal import render
+from gpuscope.testing.generator import (
     ExposedCollective,
     GeneratorConfig,
     Straggler,
     generate_job,
 )
-from gpuscope.readers import PARALLEL_MIN_BYTES, folder_workers
-from gpuscope.render.json import to_document
-from gpuscope.render.terminal import render
 
 DLRM = "kineto/param-dlrm-8rank"
 

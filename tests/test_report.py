@@ -21,7 +21,8 @@ from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.cli import main
-from gpuscope.generator import (
+from gpuscope.render import html
+from gpuscope.testing.generator import (
     GeneratedTrace,
     GeneratorConfig,
     HostSync,
@@ -29,7 +30,6 @@ from gpuscope.generator import (
     TinyKernels,
     generate,
 )
-from gpuscope.render import html
 
 #: Names that would run script if a report put them into the page as HTML. Each sets a window
 #: flag that the browser test asserts stays unset.

@@ -54,7 +54,7 @@ def test_cuda_and_hip_twins_share_the_role(row: dict[str, str]) -> None:
 
 def test_every_classified_cuda_name_of_the_generator_has_a_twin() -> None:
     """The generator writes the CUDA names real traces carry; each classified one is listed."""
-    from gpuscope import generator
+    from gpuscope.testing import generator
 
     listed = {row["cuda"] for row in ROWS}
     names = {n for n in generator.RUNTIME_NAMES if runtime_role(n) != "none"}

@@ -18,9 +18,9 @@ from gpuscope.analyses.samples import SampleOptions, gpu_utilisation
 from gpuscope.diagnosis import Options, diagnose
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.facts import match_device
-from gpuscope.generator import GeneratorConfig, generate
 from gpuscope.readers import load
 from gpuscope.render.json import to_document
+from gpuscope.testing.generator import GeneratorConfig, generate
 
 NVML_CORPUS = "metrics/superbench_nvml_8gpu.jsonl"
 COUNTER_LIST = "metrics/dcgm-exporter_dcp-metrics-included.csv"

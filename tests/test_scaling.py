@@ -20,15 +20,15 @@ from gpuscope.analyses.scaling import (
 )
 from gpuscope.cli import main
 from gpuscope.errors import InputError
-from gpuscope.generator import (
+from gpuscope.model import Job
+from gpuscope.render.ranks import render_scaling, render_sweep, scaling_document, sweep_document
+from gpuscope.testing.generator import (
     BatchSweep,
     GeneratorConfig,
     ScalingSeries,
     generate_batch_sweep,
     generate_scaling_series,
 )
-from gpuscope.model import Job
-from gpuscope.render.ranks import render_scaling, render_sweep, scaling_document, sweep_document
 
 Series = tuple[ScalingSeries, dict[int, Path]]
 Sweep = tuple[BatchSweep, list[Path]]

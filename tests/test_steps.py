@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from gpuscope import generator as g
 from gpuscope.analyses.timeline import PROFILER_STEPS, device_work, find_steps, step_breakdown
 from gpuscope.model import Trace
 from gpuscope.readers import kineto
+from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}
 

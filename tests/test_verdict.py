@@ -9,12 +9,12 @@ import pytest
 
 from corpus import corpus
 from gpuscope import diagnose, load
-from gpuscope import generator as g
 from gpuscope.analyses.bounds import KernelKind, kernel_kind_of_name
 from gpuscope.diagnosis import Options
 from gpuscope.diagnosis.fixes import Hardware, advice
 from gpuscope.facts import device_facts, family_facts
 from gpuscope.model import Job
+from gpuscope.testing import generator as g
 
 
 def _job(cfg: g.GeneratorConfig, tmp_path: Path, device: str | None = None) -> Job:

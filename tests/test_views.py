@@ -15,10 +15,10 @@ from corpus import corpus
 from gpuscope import diagnose, load
 from gpuscope.analyses.operators import BACKWARD, NO_LAUNCH, DeviceViews, ViewRow
 from gpuscope.diagnosis import DeviceReport
-from gpuscope.generator import GeneratorConfig, HostSync, generate
 from gpuscope.model import Kind, Trace
 from gpuscope.render import html, views_html
 from gpuscope.render.json import views_document
+from gpuscope.testing.generator import GeneratorConfig, HostSync, generate
 
 QWEN = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"
 DF = "kineto/hta/df_index_resolver"

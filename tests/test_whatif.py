@@ -6,20 +6,20 @@ from __future__ import annotations
 import io
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 
 from corpus import corpus
-from gpuscope import generator as gen
 from gpuscope.analyses.whatif import ASSUMPTIONS, Edit, build_graph, replay, step_times
 from gpuscope.cli import main
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.diagnosis.findings import Finding
 from gpuscope.readers import load
+from gpuscope.testing import generator as gen
 
 _SMALL = gen.GeneratorConfig(layers=2, steps=3)
 

@@ -38,11 +38,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import msgspec
 
 from gpuscope._install import install_line
 from gpuscope.errors import GpuscopeError
@@ -64,8 +65,7 @@ def _torch() -> Any:
         raise TorchMissingError(f"capture needs PyTorch: {install_line('torch')}") from None
 
 
-@dataclass(frozen=True)
-class CaptureOptions:
+class CaptureOptions(msgspec.Struct, frozen=True):
     steps: int = 5  # steps to record (after warm-up)
     warmup: int = 3  # steps to skip first
     seconds: float | None = None  # record steps until this much wall time instead of `steps`
@@ -81,8 +81,7 @@ class CaptureOptions:
             raise ValueError("capture needs seconds > 0")
 
 
-@dataclass
-class CaptureResult:
+class CaptureResult(msgspec.Struct, frozen=True):
     out_dir: Path
     traces: list[Path]  # trace files written
     nvml_path: Path | None  # NVML samples, when recorded
@@ -473,13 +472,12 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-@dataclass(frozen=True)
-class CaptureFacts:
+class CaptureFacts(msgspec.Struct, frozen=True):
     """What a capture in this environment can record, before running anything."""
 
     torch_version: str
     cuda: bool
-    devices: list[str] = field(default_factory=list)
+    devices: list[str] = msgspec.field(default_factory=list)
 
 
 def environment() -> CaptureFacts:

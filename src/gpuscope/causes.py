@@ -1,10 +1,13 @@
 """Every cause gpuscope reports, described once: ``data/causes.csv``.
 
 Contract: :func:`cause_table` reads the table once and validates it (a malformed row is a
-packaging error and raises ``ValueError`` naming the row). Rules decide which cause applies; the
-table only describes each one: its title, default pattern, ICSE 2024 category, how an idle cause
-is drawn (colour, letter) and its fix template. Adding a cause is one row here plus the rule that
-finds it.
+packaging error and raises ``ValueError`` naming the row): snake_case names listed once, a known
+source and ICSE category, a title and a pattern for every reported cause, and for idle causes a
+fix and a colour and letter that no other cause (nor busy time) uses. Rules decide which cause
+applies; the table only describes each one: its title, default pattern, ICSE 2024 category, how an
+idle cause is drawn (colour, letter) and its fix template. Adding a cause is one row here plus the
+rule that finds it (for an idle cause, a function in ``gpuscope.analyses.attribution.RULES``; see
+``docs/how-it-works.md``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from gpuscope.classify import DATA
 SOURCES = ("idle", "timeline", "measured", "category")
 ICSE_CATEGORIES = ("data", "model", "job", "library")
 _COLOUR = re.compile(r"^#[0-9a-f]{6}$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+#: How timelines draw busy time (terminal character, colour): no idle cause may look like it.
+BUSY_STYLE = ("█", "#2ca02c")
 _COLUMNS = [
     "cause",
     "source",
@@ -76,7 +82,10 @@ def cause_table() -> dict[str, CauseInfo]:
 
 
 def _problem(info: CauseInfo, seen: dict[str, CauseInfo]) -> str | None:
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", info.cause):
+    """What is wrong with a row (given the rows before it), or None. Each check keeps a renderer
+    or a rule from failing later, far from the table: a timeline needs distinct letters and
+    colours to tell causes apart, a finding needs a title, a pattern and advice to print."""
+    if not _NAME.fullmatch(info.cause):
         return "the cause must be a snake_case name"
     if info.cause in seen:
         return "listed twice"
@@ -86,15 +95,37 @@ def _problem(info: CauseInfo, seen: dict[str, CauseInfo]) -> str | None:
         return f"icse_category must be one of {', '.join(ICSE_CATEGORIES)}, with a subcategory"
     if info.source != "category" and not (info.title and info.pattern):
         return "a reported cause needs a title and a pattern"
+    if info.pattern and not _NAME.fullmatch(info.pattern):
+        return "the pattern must be a snake_case tag"
     if info.source == "idle":
         if info.colour is None or info.letter is None:
             return "an idle cause needs a colour and a letter"
-        if any(s.letter == info.letter for s in seen.values()):
+        if not info.fix:
+            return "an idle cause needs a fix (its advice is printed with every gap)"
+    return _style_problem(info, seen) or _fix_problem(info)
+
+
+def _style_problem(info: CauseInfo, seen: dict[str, CauseInfo]) -> str | None:
+    if info.colour is not None:
+        if not _COLOUR.match(info.colour):
+            return "colour must be #rrggbb (lower case)"
+        if info.colour == BUSY_STYLE[1] or any(s.colour == info.colour for s in seen.values()):
+            return f"colour {info.colour} is taken"
+    if info.letter is not None:
+        if len(info.letter) != 1 or not info.letter.isprintable() or info.letter.isspace():
+            return "letter must be one printable character"
+        if info.letter == BUSY_STYLE[0] or any(s.letter == info.letter for s in seen.values()):
             return f"letter {info.letter!r} is taken"
-    if info.colour is not None and not _COLOUR.match(info.colour):
-        return "colour must be #rrggbb (lower case)"
-    if info.letter is not None and len(info.letter) != 1:
-        return "letter must be one character"
+    return None
+
+
+def _fix_problem(info: CauseInfo) -> str | None:
+    # The fix is printed as it is (gpuscope.diagnosis.fixes only adds sentences around it), so a
+    # placeholder would reach the user unfilled; one paragraph, because renderers wrap it.
+    if "{" in info.fix or "}" in info.fix:
+        return "the fix must not hold {placeholders}: it is printed as written"
+    if "\n" in info.fix or info.fix != info.fix.strip():
+        return "the fix must be one paragraph without surrounding spaces"
     return None
 
 

@@ -38,10 +38,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import NoneType
+from typing import TYPE_CHECKING, Any, get_args
+
+import msgspec
 
 from gpuscope import causes
 from gpuscope._files import atomic_write
@@ -68,8 +70,7 @@ def category(cause: str) -> tuple[str, str]:
     return ICSE_CATEGORIES.get(cause, ("job", "other"))
 
 
-@dataclass(frozen=True)
-class JobRow:
+class JobRow(msgspec.Struct, frozen=True):
     path: str
     size_bytes: int | None  # None for a URL or a vanished path
     mtime_ns: int | None
@@ -91,8 +92,7 @@ class JobRow:
     top_category: str | None = None
 
 
-@dataclass(frozen=True)
-class FindingRow:
+class FindingRow(msgspec.Struct, frozen=True):
     path: str
     pattern: str
     cause: str
@@ -103,10 +103,10 @@ class FindingRow:
     cost_usd_per_gpu_hour: float | None
 
 
-@dataclass
-class FleetTable:
-    jobs: list[JobRow] = field(default_factory=list)
-    findings: list[FindingRow] = field(default_factory=list)
+# Mutable: the table a fleet scan builds up batch by batch (extend).
+class FleetTable(msgspec.Struct):
+    jobs: list[JobRow] = msgspec.field(default_factory=list)
+    findings: list[FindingRow] = msgspec.field(default_factory=list)
 
     def extend(self, other: FleetTable) -> None:
         self.jobs.extend(other.jobs)
@@ -274,8 +274,7 @@ def _date(epoch: tuple[int, str] | None, mtime: int | None) -> tuple[str | None,
 # --- engines ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Engine:
+class Engine(msgspec.Struct, frozen=True):
     kind: str = "local"  # "local" | "ray"
     workers: int | None = None  # processes (1: in this process) or a local Ray's CPUs; None: all
     ray_address: str | None = None  # ray: an existing cluster; None starts a local one
@@ -374,8 +373,8 @@ def write(table: FleetTable, path: str | Path) -> None:
     if is_json(path):
         doc = {
             "schema": SCHEMA,
-            "jobs": [asdict(j) for j in table.jobs],
-            "findings": [asdict(f) for f in table.findings],
+            "jobs": [msgspec.structs.asdict(j) for j in table.jobs],
+            "findings": [msgspec.structs.asdict(f) for f in table.findings],
         }
         # allow_nan=False: a NaN that slipped through fails here, not in a reader of the file.
         text = json.dumps(doc, indent=1, allow_nan=False)
@@ -388,7 +387,7 @@ def write(table: FleetTable, path: str | Path) -> None:
         (table.jobs, JobRow, Path(path)),
         (table.findings, FindingRow, findings_path(path)),
     ):
-        columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
+        columns = {f.name: [getattr(r, f.name) for r in rows] for f in msgspec.structs.fields(cls)}
         sink = pa.BufferOutputStream()  # in memory, then replaced in one step: a job killed
         pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), sink)  # mid-write keeps
         atomic_write(target, sink.getvalue().to_pybytes())  # the table it had
@@ -397,9 +396,13 @@ def write(table: FleetTable, path: str | Path) -> None:
 def _arrow_schema(cls: type) -> Any:
     import pyarrow as pa  # noqa: PLC0415
 
-    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+    types = {int: pa.int64(), float: pa.float64(), str: pa.string()}
+    # Each field is int, float or str, optional or not: the Arrow type of its non-None member.
     return pa.schema(
-        [(f.name, types[str(f.type).split(" ", 1)[0].split("|")[0].strip()]) for f in fields(cls)]
+        [
+            (f.name, types[next(a for a in get_args(f.type) or (f.type,) if a is not NoneType)])
+            for f in msgspec.structs.fields(cls)
+        ]
     )
 
 
@@ -466,16 +469,14 @@ def merge(stored: FleetTable, fresh: FleetTable) -> FleetTable:
 # --- the fleet report's figures -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Waste:
+class Waste(msgspec.Struct, frozen=True):
     key: str  # a cause, an ICSE category or a date
     gpu_hours: float
     usd: float | None  # None when no job of this key had a price
     jobs: int
 
 
-@dataclass(frozen=True)
-class FleetSummary:
+class FleetSummary(msgspec.Struct, frozen=True):
     jobs: int
     failed: int
     gpu_hours: float  # device time analysed (span x GPUs, summed over jobs)
@@ -487,7 +488,7 @@ class FleetSummary:
     by_day: list[Waste]  # in date order; empty when no job carries a date
     worst: list[JobRow]  # most GPU-hours (then dollars) lost first, priced or not
     idle_pcts: list[float]  # one per analysed job: the utilisation histogram's data
-    failed_jobs: list[JobRow] = field(default_factory=list)  # each with its error
+    failed_jobs: list[JobRow] = msgspec.field(default_factory=list)  # each with its error
 
 
 def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:

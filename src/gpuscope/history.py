@@ -30,7 +30,6 @@ import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
@@ -57,8 +56,7 @@ def default_path() -> Path:
     return user_data_path("gpuscope", appauthor=False) / "history.sqlite"
 
 
-@dataclass(frozen=True)
-class StoredRun:
+class StoredRun(msgspec.Struct, frozen=True):
     id: int
     created_at: str  # ISO 8601, UTC
     label: str | None

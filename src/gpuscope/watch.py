@@ -24,10 +24,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuscope._install import install_line
 
@@ -36,15 +37,13 @@ class NvmlUnavailableError(Exception):
     """NVML cannot be used here: no pynvml, no driver or no GPU."""
 
 
-@dataclass(frozen=True)
-class ProcessInfo:
+class ProcessInfo(msgspec.Struct, frozen=True):
     pid: int
     name: str | None  # None: neither NVML nor /proc names it
     used_memory_bytes: int | None
 
 
-@dataclass(frozen=True)
-class GpuSample:
+class GpuSample(msgspec.Struct, frozen=True):
     index: int
     name: str
     time_s: float  # the sampler's clock (monotonic by default)
@@ -52,11 +51,10 @@ class GpuSample:
     sm_active_pct: float | None  # None: no GPM on this GPU, or its first sample
     memory_used_bytes: int | None
     memory_total_bytes: int | None
-    processes: list[ProcessInfo] = field(default_factory=list)
+    processes: list[ProcessInfo] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class IdleAlert:
+class IdleAlert(msgspec.Struct, frozen=True):
     index: int
     idle_s: float  # how long utilisation has been at or below the threshold
     pids: list[int]

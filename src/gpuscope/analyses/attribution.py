@@ -27,7 +27,10 @@ How idle time is explained, looking at the host thread that launched the work en
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
+from functools import cached_property
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -75,14 +78,6 @@ class Cause(str, Enum):
 
 CAUSES = list(Cause)
 _CODE = {c: i for i, c in enumerate(CAUSES)}
-_BLOCKING = (
-    (HostActivity.CHECKPOINT, Cause.CHECKPOINT),
-    (HostActivity.DATA_LOADER, Cause.DATA_LOADER),
-    (HostActivity.COMM_WAIT, Cause.COMMUNICATION_WAIT),
-    (HostActivity.ALLOCATOR, Cause.ALLOCATOR),
-    (HostActivity.H2D_COPY, Cause.H2D_COPY),
-    (HostActivity.HOST_SYNC, Cause.HOST_SYNC),
-)
 
 
 class LocationStat(msgspec.Struct, frozen=True):
@@ -240,7 +235,9 @@ class _Segments(msgspec.Struct, frozen=True):
 
 
 def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _Gaps) -> _Segments:
-    """Split the gaps ended by work from ``thread`` into pieces, each with one cause."""
+    """Split the gaps ended by work from ``thread`` into pieces, each with one cause: first the
+    blocking activities of :data:`CLAIMS` claim the time they overlap, then every piece left is
+    given the cause of the first of :data:`RULES` that explains it (else ``unknown``)."""
     ev = work.trace.events
     # The thread's host rows (ascending), so that each selection below scans them, not the trace.
     thread_rows = host.rows_of_thread(*thread)
@@ -250,14 +247,13 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
         if python_rows.size:  # frames on a pseudo-thread: take them all
             thread_rows = np.union1d(thread_rows, python_rows)
     thread_activity = host.activity[thread_rows]
-    thread_kind = ev.kind[thread_rows]
     pieces: list[_Segments] = []
 
-    # 1. Blocking host activities claim the idle time they overlap, in priority order.
+    # Blocking host activities claim the idle time they overlap, in the order of CLAIMS.
     remaining = Intervals(gap.start, gap.end)
     rows_of: dict[HostActivity, NDArray[np.int64]] = {}
     present = np.bincount(thread_activity, minlength=len(HostActivity))
-    for activity, c in _BLOCKING:
+    for activity, c in CLAIMS:
         rows = thread_rows[thread_activity == activity] if present[activity] else thread_rows[:0]
         rows_of[activity] = rows
         if rows.size == 0 or len(remaining) == 0:
@@ -268,81 +264,249 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
             decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
             pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
 
-    # What is left is decided from the gap it belongs to and what came just before it.
-    r0, r1 = remaining.start_ns, remaining.end_ns
-    index = np.searchsorted(gap.start, r0, side="right") - 1
-    cause = np.full(r0.size, _CODE[Cause.UNKNOWN], dtype=np.uint8)
-    decider = np.full(r0.size, -1, dtype=np.int64)
-    undecided = np.ones(r0.size, dtype=bool)
-    length = r1 - r0
-
-    def decide(mask: NDArray[np.bool_], c: Cause, rows: NDArray[np.int64]) -> None:
-        take = undecided & mask
+    # What is left is decided by the rules, from the gap each piece belongs to and what the
+    # thread was doing just before and during it.
+    ctx = GapContext(work, host, gap, remaining, thread_rows, thread_activity, rows_of)
+    size = ctx.start.size
+    cause = np.full(size, _CODE[Cause.UNKNOWN], dtype=np.uint8)
+    decider = np.full(size, -1, dtype=np.int64)
+    for c, rule in RULES:
+        if not ctx.undecided.any():
+            break
+        evidence = rule(ctx)
+        if evidence is None:
+            continue
+        take = ctx.undecided & evidence.explains
         cause[take] = _CODE[c]
-        decider[take] = rows[take]
-        undecided[take] = False
+        decider[take] = evidence.rows[take]
+        ctx.undecided[take] = False
+    pieces.append(_Segments(ctx.start, ctx.end, cause, decider))
+    return _Segments.concat(pieces)
 
-    # 2. A synchronisation returned as the device drained: the host emptied the queue.
-    syncs = np.concatenate(
-        [
-            rows_of[HostActivity.H2D_COPY],
-            rows_of[HostActivity.HOST_SYNC],
-            rows_of[HostActivity.ALLOCATOR],
-        ]
-    )
-    syncs = syncs[ev.kind[syncs] == Kind.RUNTIME]
-    if syncs.size and r0.size:
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+class Evidence(NamedTuple):
+    """What a rule found: which pieces it explains, and per piece the host event (a trace row)
+    that shows it, -1 when none; the first rule to explain a piece decides its cause."""
+
+    explains: NDArray[np.bool_]
+    rows: NDArray[np.int64]
+
+
+class GapContext:
+    """What a rule sees: the pieces of idle gaps (after the claims) ended by work that one host
+    thread launched, and that thread's host events.
+
+    Per piece (arrays of one length): ``start``, ``end``, ``length``; the gap it belongs to
+    (``gap_start``), the class of the device work that ends it (``after_class``) and the runtime
+    call that launched that work (``launcher``, -1 when unknown); ``undecided``, the pieces no
+    earlier rule explained (a rule may restrict costly work to them). Facts several rules share
+    are computed once, when a rule first asks, over the pieces undecided then."""
+
+    def __init__(
+        self,
+        work: DeviceWork,
+        host: HostIndex,
+        gap: _Gaps,
+        pieces: Intervals,
+        thread_rows: NDArray[np.int64],
+        thread_activity: NDArray[np.uint8],
+        rows_of: dict[HostActivity, NDArray[np.int64]],
+    ) -> None:
+        self.ev = work.trace.events
+        self.host = host
+        self.thread_rows = thread_rows
+        self.thread_activity = thread_activity
+        self.thread_kind = self.ev.kind[thread_rows]
+        self.rows_of = rows_of  # the thread's host events of each blocking activity
+        self.start, self.end = pieces.start_ns, pieces.end_ns
+        self.length = self.end - self.start
+        index = np.searchsorted(gap.start, self.start, side="right") - 1
+        self.gap_start = gap.start[index]
+        self.after_class = gap.after_class[index]
+        self.launcher = gap.launcher[index]
+        self.undecided = np.ones(self.start.size, dtype=bool)
+
+    def none(self) -> NDArray[np.int64]:
+        """No deciding host event, for every piece."""
+        return np.full(self.start.size, -1, dtype=np.int64)
+
+    @cached_property
+    def sync_return(self) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+        """Per piece: whether a blocking runtime call (a synchronisation, a waited-for copy, an
+        allocator call) returned as it began, within SYNC_BEFORE_NS before to SYNC_AFTER_NS
+        after (not past its end), and that call."""
+        ev = self.ev
+        syncs = np.concatenate(
+            [
+                self.rows_of[HostActivity.H2D_COPY],
+                self.rows_of[HostActivity.HOST_SYNC],
+                self.rows_of[HostActivity.ALLOCATOR],
+            ]
+        )
+        syncs = syncs[ev.kind[syncs] == Kind.RUNTIME]
+        r0, r1 = self.start, self.end
+        if not (syncs.size and r0.size):
+            return np.zeros(r0.size, dtype=np.bool_), self.none()
         ends = ev.end_ns[syncs]
         order = np.argsort(ends, kind="stable")
         syncs, ends = syncs[order], ends[order]
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
-        row = syncs[i]
-        decide(hit & (host.activity[row] == HostActivity.ALLOCATOR), Cause.ALLOCATOR, row)
-        decide(hit & (host.activity[row] == HostActivity.H2D_COPY), Cause.H2D_COPY, row)
-        decide(hit, Cause.HOST_SYNC, row)
+        return hit, syncs[i]
 
-    # 3. Work launched well before its gap began: the device waited on a dependency.
-    launcher = gap.launcher[index]
-    launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], r1)
-    queued = (launcher >= 0) & (launch_ns < gap.start[index] - QUEUED_NS)
-    comm_after = gap.after_class[index] == WorkClass.COMMUNICATION
-    decide(queued & comm_after, Cause.COMMUNICATION_WAIT, launcher)
-    # A brief bubble between queued kernels is the device's own launch latency.
-    decide(queued & (length <= SHORT_GAP_NS), Cause.LAUNCH_OVERHEAD, launcher)
-    decide(queued, Cause.UNKNOWN, launcher)
+    @cached_property
+    def queued(self) -> NDArray[np.bool_]:
+        """Per piece: the work after it was launched more than QUEUED_NS before its gap began."""
+        ev, launcher = self.ev, self.launcher
+        launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], self.end)
+        return (launcher >= 0) & (launch_ns < self.gap_start - QUEUED_NS)
 
-    # 4. Short gaps: the host could not launch fast enough.
-    decide(length <= SHORT_GAP_NS, Cause.LAUNCH_OVERHEAD, launcher)
-
-    # 5. A CPU op that launches no device work kept the host busy: cpu_other. Python and framework
-    #    code on the way to the next launch is launch overhead unless it runs for very long.
-    #    Only the pieces still undecided are looked at (most gaps are short, decided above).
-    todo = np.flatnonzero(undecided)
-    if todo.size:
-        t0, t1, t_length = r0[todo], r1[todo], length[todo]
-        ops = thread_rows[thread_kind == Kind.CPU_OP]
-        op_row = np.full(r0.size, -1, dtype=np.int64)
+    @cached_property
+    def host_op(self) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+        """Per undecided piece: the innermost CPU op of the thread at its middle (-1: none), and
+        whether that op covers half the piece or more and launches no device work."""
+        ev = self.ev
+        todo = np.flatnonzero(self.undecided)
+        op_row = self.none()
+        pure_cpu = np.zeros(self.start.size, dtype=np.bool_)
+        t0, t1 = self.start[todo], self.end[todo]
+        ops = self.thread_rows[self.thread_kind == Kind.CPU_OP]
         op_row[todo] = _innermost_at(ev.start_ns, ev.end_ns, ops, (t0 + t1) // 2)
         safe = np.maximum(op_row[todo], 0)
         inside = np.minimum(ev.end_ns[safe], t1) - np.maximum(ev.start_ns[safe], t0)
-        launches = thread_rows[thread_activity == HostActivity.LAUNCH]
+        launches = self.thread_rows[self.thread_activity == HostActivity.LAUNCH]
         launch_starts = ev.start_ns[launches]
         launched = np.searchsorted(launch_starts, ev.end_ns[safe], side="right") - np.searchsorted(
             launch_starts, ev.start_ns[safe], side="left"
         )
-        pure_cpu = np.zeros(r0.size, dtype=np.bool_)
-        pure_cpu[todo] = (op_row[todo] >= 0) & (2 * inside >= t_length) & (launched == 0)
-        decide(pure_cpu, Cause.CPU_OTHER, op_row)
-        decide(length <= LONG_HOST_GAP_NS, Cause.LAUNCH_OVERHEAD, launcher)
-        decide(op_row >= 0, Cause.CPU_OTHER, op_row)
-        frames = thread_rows[thread_kind == Kind.PYTHON]
-        if frames.size:
-            py_cover = np.zeros(r0.size, dtype=np.int64)
-            py_cover[todo] = covered_ns(host.intervals(frames), t0, t1)
-            decide(2 * py_cover >= length, Cause.CPU_OTHER, np.full(r0.size, -1, np.int64))
-    pieces.append(_Segments(r0, r1, cause, decider))
-    return _Segments.concat(pieces)
+        pure_cpu[todo] = (op_row[todo] >= 0) & (2 * inside >= t1 - t0) & (launched == 0)
+        return op_row, pure_cpu
+
+
+Rule = Callable[[GapContext], Evidence | None]
+
+
+def sync_was_an_allocator_call(ctx: GapContext) -> Evidence | None:
+    """``cudaFree`` (and ``cudaMalloc`` when the pool is empty) synchronises the device: when it
+    returns just as the gap begins, the allocator emptied the queue and the host then went on
+    with its own work before launching again."""
+    hit, row = ctx.sync_return
+    return Evidence(hit & (ctx.host.activity[row] == HostActivity.ALLOCATOR), row)
+
+
+def sync_was_a_copy(ctx: GapContext) -> Evidence | None:
+    """A host-to-device copy the host waits for (pageable memory, or a synchronous
+    ``cudaMemcpy``) returns when the device has drained up to it: the same shape as a sync."""
+    hit, row = ctx.sync_return
+    return Evidence(hit & (ctx.host.activity[row] == HostActivity.H2D_COPY), row)
+
+
+def sync_returned(ctx: GapContext) -> Evidence | None:
+    """A synchronisation (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, an event sync:
+    ``.item()``, ``.cpu()``) returns only once the queue is empty, so the device idles from then
+    until the host, which could not run ahead, launches again."""
+    hit, row = ctx.sync_return
+    return Evidence(hit, row)
+
+
+def waited_for_a_peer(ctx: GapContext) -> Evidence | None:
+    """The work after the gap was already queued and is a collective: the device was not
+    waiting for this host but for the other ranks to join (NCCL kernels start together)."""
+    comm_after = ctx.after_class == WorkClass.COMMUNICATION
+    return Evidence(ctx.queued & comm_after, ctx.launcher)
+
+
+def queued_launch_latency(ctx: GapContext) -> Evidence | None:
+    """A bubble of at most SHORT_GAP_NS between kernels that were already queued is the
+    device's own launch latency (a few µs per kernel from queue to start)."""
+    return Evidence(ctx.queued & (ctx.length <= SHORT_GAP_NS), ctx.launcher)
+
+
+def queued_dependency(ctx: GapContext) -> Evidence | None:
+    """Longer idle time before queued work is a dependency the trace does not show (an event
+    on another stream, another process): reported as unknown rather than guessed."""
+    return Evidence(ctx.queued, ctx.launcher)
+
+
+def short_gap(ctx: GapContext) -> Evidence | None:
+    """Up to SHORT_GAP_NS with nothing blocking the host is the time to get the next kernel
+    out (dispatch, argument checks, the launch call): the host cannot launch fast enough."""
+    return Evidence(ctx.length <= SHORT_GAP_NS, ctx.launcher)
+
+
+def cpu_op_without_launches(ctx: GapContext) -> Evidence | None:
+    """A CPU op that covers half the piece or more and launches no device work (an optimizer
+    step on the CPU, host preprocessing) kept the host from launching: the host's own work."""
+    op_row, pure_cpu = ctx.host_op
+    return Evidence(pure_cpu, op_row)
+
+
+def host_code_between_launches(ctx: GapContext) -> Evidence | None:
+    """Python and framework code on its way to the next launch, up to LONG_HOST_GAP_NS, is the
+    cost of launching from Python."""
+    return Evidence(ctx.length <= LONG_HOST_GAP_NS, ctx.launcher)
+
+
+def inside_a_cpu_op(ctx: GapContext) -> Evidence | None:
+    """Longer than that inside a CPU op (even one that launches, later): the host's own work."""
+    op_row, _ = ctx.host_op
+    return Evidence(op_row >= 0, op_row)
+
+
+def python_frames(ctx: GapContext) -> Evidence | None:
+    """Python frames (``with_stack``) covering half the piece or more, with no op: user code
+    running on the host, not waiting for anything the trace records."""
+    frames = ctx.thread_rows[ctx.thread_kind == Kind.PYTHON]
+    if not frames.size:
+        return None
+    todo = np.flatnonzero(ctx.undecided)
+    py_cover = np.zeros(ctx.start.size, dtype=np.int64)
+    py_cover[todo] = covered_ns(ctx.host.intervals(frames), ctx.start[todo], ctx.end[todo])
+    return Evidence(2 * py_cover >= ctx.length, ctx.none())
+
+
+#: Blocking host activities claim the idle time they overlap, in this order (a stretch covered
+#: by two goes to the first): a checkpoint or the data loader holds the step for its whole
+#: length and may sync or copy inside (the sync is then a symptom, the save or the batch the
+#: cause); a collective waited for on the host is a peer's lateness; allocator calls and waited
+#: for copies synchronise as part of their own work; a bare sync comes last.
+CLAIMS: tuple[tuple[HostActivity, Cause], ...] = (
+    (HostActivity.CHECKPOINT, Cause.CHECKPOINT),
+    (HostActivity.DATA_LOADER, Cause.DATA_LOADER),
+    (HostActivity.COMM_WAIT, Cause.COMMUNICATION_WAIT),
+    (HostActivity.ALLOCATOR, Cause.ALLOCATOR),
+    (HostActivity.H2D_COPY, Cause.H2D_COPY),
+    (HostActivity.HOST_SYNC, Cause.HOST_SYNC),
+)
+
+#: The rules for what the claims leave, in order; the first that explains a piece decides it.
+#: Why this order: a sync that returned as the piece began is direct evidence of what emptied
+#: the queue (most specific call first); then whether the next work was already queued, which
+#: rules out the host as the cause whatever its length; then length alone (a short gap is launch
+#: overhead); then what the host was running, most specific first (an op that launches nothing,
+#: host code of ordinary length, any op, Python frames). Nothing left: ``unknown``.
+RULES: tuple[tuple[Cause, Rule], ...] = (
+    (Cause.ALLOCATOR, sync_was_an_allocator_call),
+    (Cause.H2D_COPY, sync_was_a_copy),
+    (Cause.HOST_SYNC, sync_returned),
+    (Cause.COMMUNICATION_WAIT, waited_for_a_peer),
+    (Cause.LAUNCH_OVERHEAD, queued_launch_latency),
+    (Cause.UNKNOWN, queued_dependency),
+    (Cause.LAUNCH_OVERHEAD, short_gap),
+    (Cause.CPU_OTHER, cpu_op_without_launches),
+    (Cause.LAUNCH_OVERHEAD, host_code_between_launches),
+    (Cause.CPU_OTHER, inside_a_cpu_op),
+    (Cause.CPU_OTHER, python_frames),
+)
+
+#: Idle causes no rule above gives, and where they come from.
+PRODUCED_ELSEWHERE: dict[Cause, str] = {
+    Cause.WARMUP: "claim_startup: idle time inside one-time start-up phases (analyses.phases)",
+    Cause.UNKNOWN: "_explain: what no rule explains",
+}
 
 
 def _segments(

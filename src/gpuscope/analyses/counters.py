@@ -32,11 +32,10 @@ only. Device indices are not compared: ncu and the trace may number GPUs differe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
 import numpy as np
-from msgspec.structs import replace
 from numpy.typing import NDArray
 
 from gpuscope.analyses.bounds import Bound, KernelBounds
@@ -57,8 +56,7 @@ class Limiter(Enum):
     BALANCED = "balanced"
 
 
-@dataclass(frozen=True)
-class KernelLimit:
+class KernelLimit(msgspec.Struct, frozen=True):
     """One profiled launch and what bounds it."""
 
     kernel: CounterKernel
@@ -67,8 +65,7 @@ class KernelLimit:
     speedup_pct: float | None  # the largest "global" estimated speedup of its ncu rules
 
 
-@dataclass(frozen=True)
-class CounterStat:
+class CounterStat(msgspec.Struct, frozen=True):
     """Every profiled launch of one kernel name, duration-weighted where it averages."""
 
     name: str
@@ -86,8 +83,7 @@ class CounterStat:
     rules: list[str]  # unique rule texts, as "NAME: text"
 
 
-@dataclass(frozen=True)
-class CounterSummary:
+class CounterSummary(msgspec.Struct, frozen=True):
     source: str
     format: str
     device_name: str | None
@@ -203,8 +199,7 @@ def _dominant(group: list[KernelLimit]) -> KernelLimit:
 # --- matching timeline kernels ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CounterIndex:
+class CounterIndex(msgspec.Struct, frozen=True):
     """Measured limiters by kernel name, at the three levels of exactness."""
 
     exact: dict[str, CounterStat]
@@ -238,8 +233,7 @@ def counter_index(summaries: list[CounterSummary]) -> CounterIndex:
     return CounterIndex(exact, no_params, unique)
 
 
-@dataclass(frozen=True)
-class MeasuredBounds:
+class MeasuredBounds(msgspec.Struct, frozen=True):
     """Kernel bounds with the measured limiters in place where a counter report matched."""
 
     bounds: KernelBounds
@@ -296,7 +290,7 @@ def apply_counters(bounds: KernelBounds, work: DeviceWork, index: CounterIndex) 
     starts, ends = ev.start_ns[rows], ev.end_ns[rows]
     by_bound = {b: union(starts[bound == b], ends[bound == b]).total_ns for b in Bound}
     return MeasuredBounds(
-        bounds=replace(bounds, bound=bound, time_ns_by_bound=by_bound),
+        bounds=msgspec.structs.replace(bounds, bound=bound, time_ns_by_bound=by_bound),
         measured=measured,
         measured_ns=int(dur[measured].sum()),
         kernel_ns=int(dur[kernel].sum()),

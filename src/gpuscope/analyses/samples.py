@@ -33,8 +33,8 @@ Definitions:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -50,8 +50,7 @@ MEASURED_FROM = {
 }
 
 
-@dataclass(frozen=True)
-class SampleOptions:
+class SampleOptions(msgspec.Struct, frozen=True):
     idle_util_pct: float = 5.0  # a sample below this is idle
     min_idle_ns: int = 10_000_000_000  # idle runs shorter than this are not stretches
     gap_factor: float = 2.0  # a spacing above this many periods is a gap
@@ -59,8 +58,7 @@ class SampleOptions:
     held_memory_bytes: int = 256 * 2**20  # a CUDA context or more: a process holds the GPU
 
 
-@dataclass(frozen=True)
-class Distribution:
+class Distribution(msgspec.Struct, frozen=True):
     """Mean and nearest-rank percentiles of a sampled percentage."""
 
     samples: int
@@ -71,8 +69,7 @@ class Distribution:
     max: float
 
 
-@dataclass(frozen=True)
-class Stretch:
+class Stretch(msgspec.Struct, frozen=True):
     start_ns: int
     end_ns: int
 
@@ -81,16 +78,14 @@ class Stretch:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class HeldIdle(Stretch):
+class HeldIdle(Stretch, frozen=True):
     """The idle stretch that ends the log while memory stays allocated."""
 
     memory_bytes: int  # the least memory used in any of its samples
     activity_mean: float  # utilisation (or SM active) over it, below the idle threshold
 
 
-@dataclass(frozen=True)
-class GpuUtilisation:
+class GpuUtilisation(msgspec.Struct, frozen=True):
     source: str
     measured_from: str  # "nvml-samples", "nvidia-smi-samples", "dcgm-samples", ...
     gpu: int

@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from gpuscope.analyses.bounds import Bound, kernel_bounds
@@ -80,8 +80,7 @@ _ELEMENT_BYTES = {
 # --- per run ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepSplit:
+class StepSplit(msgspec.Struct, frozen=True):
     """One GPU's step, split so that the parts sum to ``step_ns``."""
 
     step_ns: float
@@ -91,8 +90,7 @@ class StepSplit:
     other_ns: float  # memcpy and memset not under compute or communication
 
 
-@dataclass(frozen=True)
-class RunFigures:
+class RunFigures(msgspec.Struct, frozen=True):
     source: str
     gpus: int
     gpus_source: str  # "world_size" or "ranks present"
@@ -167,8 +165,7 @@ def _mean_split(parts: list[StepSplit]) -> StepSplit:
     )
 
 
-@dataclass(frozen=True)
-class RunFinding:
+class RunFinding(msgspec.Struct, frozen=True):
     pattern: str  # latency_mirage | bloated_context
     cause: str  # scaling_efficiency | batch_knee
     title: str
@@ -179,8 +176,7 @@ class RunFinding:
 # --- scaling ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ScalingOptions:
+class ScalingOptions(msgspec.Struct, frozen=True):
     units_per_step: float | None = None  # work units one GPU processes per step
     units: str | None = None  # what a unit is: "samples", "tokens", "images"...
     threshold_pct: float = 80.0
@@ -188,8 +184,7 @@ class ScalingOptions:
     force: bool = False  # compare runs whose kernel mixes differ (see :func:`same_workload`)
 
 
-@dataclass(frozen=True)
-class ScalingPoint:
+class ScalingPoint(msgspec.Struct, frozen=True):
     source: str
     gpus: int
     gpus_source: str
@@ -204,8 +199,7 @@ class ScalingPoint:
     usd_per_unit: float | None
 
 
-@dataclass(frozen=True)
-class ScalingReport:
+class ScalingReport(msgspec.Struct, frozen=True):
     units: str
     units_source: str
     threshold_pct: float
@@ -406,15 +400,13 @@ def _scaling_findings(points: list[ScalingPoint], threshold: float, units: str) 
 # --- sweep --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SweepOptions:
+class SweepOptions(msgspec.Struct, frozen=True):
     batch_sizes: tuple[int, ...] | None = None  # one per run, in the order given
     max_latency_ms: float | None = None
     tolerance_pct: float = 5.0
 
 
-@dataclass(frozen=True)
-class SweepPoint:
+class SweepPoint(msgspec.Struct, frozen=True):
     source: str
     batch: int
     gpus: int
@@ -427,8 +419,7 @@ class SweepPoint:
     memory_bytes: int | None
 
 
-@dataclass(frozen=True)
-class SweepReport:
+class SweepReport(msgspec.Struct, frozen=True):
     batch_source: str
     max_latency_ms: float | None
     knee_batch: int

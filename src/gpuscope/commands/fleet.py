@@ -45,7 +45,8 @@ def fleet(
         raise click.UsageError("--ray-address needs --engine ray")
     _require_extras(out, engine)
     import json
-    from dataclasses import asdict
+
+    import msgspec
 
     from gpuscope import fleet as lib
 
@@ -62,7 +63,7 @@ def fleet(
         err=True,
     )
     if as_json:
-        click.echo(json.dumps([asdict(j) for j in fresh.jobs], indent=1))
+        click.echo(json.dumps([msgspec.structs.asdict(j) for j in fresh.jobs], indent=1))
 
 
 def _require_extras(out: str, engine: str) -> None:

@@ -26,8 +26,9 @@ import csv
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
 from gpuscope.model import CounterKernel, CounterRule, KernelCounters
@@ -199,13 +200,13 @@ def parse_number(raw: str, mark: str = ".") -> float | None:
 # --- long layout --------------------------------------------------------------------------------
 
 
-@dataclass
-class _Launch:
+# Mutable: builder state, filled row by row as the CSV is read.
+class _Launch(msgspec.Struct):
     """Everything read for one kernel launch before it becomes a :class:`CounterKernel`."""
 
     identity: dict[str, str]
-    values: dict[str, tuple[str, str]] = field(default_factory=dict)  # metric -> (unit, raw)
-    rules: list[CounterRule] = field(default_factory=list)
+    values: dict[str, tuple[str, str]] = msgspec.field(default_factory=dict)  # metric: (unit, raw)
+    rules: list[CounterRule] = msgspec.field(default_factory=list)
 
 
 def _read_long(path: Path, header: list[str], body: list[list[str]]) -> KernelCounters:

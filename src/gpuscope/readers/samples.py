@@ -38,11 +38,11 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
 
+import msgspec
 import numpy as np
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
@@ -72,12 +72,12 @@ _MEASURES = frozenset({UTIL, SM_ACTIVE, DRAM_ACTIVE, MEM_USED})
 # --- building a SampleSet -----------------------------------------------------------------------
 
 
-@dataclass
-class _Gpu:
+# Mutable: builder state, one per GPU, filled sample by sample as the file is read.
+class _Gpu(msgspec.Struct):
     name: str | None = None
     uuid: str | None = None
-    times_ns: list[int] = field(default_factory=list)
-    rows: list[dict[str, float]] = field(default_factory=list)
+    times_ns: list[int] = msgspec.field(default_factory=list)
+    rows: list[dict[str, float]] = msgspec.field(default_factory=list)
 
     def add(self, time_ns: int, values: dict[str, float]) -> None:
         self.times_ns.append(time_ns)
@@ -626,10 +626,10 @@ def reject_counter_list(path: Path) -> NoReturn:
     )
 
 
-@dataclass
-class _Scrape:
+# Mutable: builder state, filled metric line by metric line within one scrape.
+class _Scrape(msgspec.Struct):
     time_ns: int | None
-    values: dict[int, dict[str, float]] = field(default_factory=dict)
+    values: dict[int, dict[str, float]] = msgspec.field(default_factory=dict)
 
 
 def read_prometheus(path: Path) -> SampleSet:

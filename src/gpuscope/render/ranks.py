@@ -10,10 +10,10 @@ and computes nothing but unit conversions. ``*_document`` functions return plain
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec.structs import asdict
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text

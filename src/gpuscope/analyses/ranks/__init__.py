@@ -1,0 +1,93 @@
+"""Many GPUs: the ranks of one job side by side, clocks aligned on collectives, who waits for whom.
+
+Contract: :func:`analyse_ranks` is pure. It takes one :class:`Participant` per rank's device (the
+figures the per-device analyses already computed) and returns a :class:`RankAnalysis`. The package
+re-exports the public names of its modules: ``collectives`` (a device's collectives, thresholds),
+``matching`` (groups, clocks, waits), ``stragglers``, ``traffic`` (bandwidth, exposure),
+``results`` (the records) and ``analysis`` (the entry points).
+
+* **Collectives** are the communication kernels of each device (:func:`collectives`). Each belongs
+  to a process group: the ``Process Group Name`` its args (or its ``record_param_comms`` op's)
+  recorded, else the communication stream it ran on, by order of first use. The n-th collective
+  of a group on one rank is matched with the n-th of that group on every other rank.
+* **Clocks**: a collective ends at nearly the same instant on every rank (it cannot finish before
+  the last rank joins, and then all finish together), so each rank's clock offset from the lowest
+  rank is the median difference of matched collective end times. ``None``: nothing to align on.
+* **Waiting**: the last rank to start a collective (after alignment) is its *last arrival*; every
+  other rank waits inside the collective for ``its duration - the last arrival's duration``. The
+  part of that wait with no compute running alongside is *exposed wait*: device time lost.
+* **Stragglers**: a rank that arrives last at half or more of the collectives it shares, by more
+  than :data:`STRAGGLER_MIN_LATE_NS` on average, more often than chance would make it (binomial
+  tail under "every rank equally likely" at most :data:`STRAGGLER_MAX_CHANCE`, or last at every
+  one of two or more). Only *contested* collectives count (some rank waited in them at least
+  :data:`CONTESTED_WAIT_NS`): in the others who came last is clock noise. For each, what it
+  was doing while the others waited (kernels and idle causes inside those windows, on its own
+  clock).
+* **Bandwidth**: per kind of collective, message bytes (``In/Out msg nelems`` x ``dtype`` when
+  recorded) over the transfer time (the last arrival's duration, which holds no waiting): the
+  algorithm bandwidth, and the bus bandwidth NCCL reports (x 2(n-1)/n for all-reduce, x (n-1)/n
+  for all-gather / reduce-scatter / all-to-all), against the link's peak per direction (half the
+  facts table's bidirectional ``interconnect_bytes_per_s``).
+* **Exposure**: per profiler step, communication and exposed communication time, and which
+  collectives run fully exposed or are small enough for their fixed cost to dominate.
+
+When only some ranks of a job are present, the analysis covers what is there and says so in
+``notes``; with one rank there is no matching, so waits and stragglers are ``None`` / empty and
+bandwidth figures include any waiting (a lower bound).
+"""
+
+from gpuscope.analyses.ranks.analysis import (
+    WaitCuts,
+    analyse_ranks,
+    collective_waits,
+    step_communication,
+)
+from gpuscope.analyses.ranks.collectives import (
+    CONTESTED_WAIT_NS,
+    FULLY_EXPOSED_SHARE,
+    SMALL_COLLECTIVE_NS,
+    SMALL_MESSAGE_BYTES,
+    STRAGGLER_MAX_CHANCE,
+    STRAGGLER_MIN_LATE_NS,
+    STRAGGLER_MIN_SHARE,
+    CollectiveTable,
+    Participant,
+    bus_factor,
+    collective_kind,
+    collectives,
+)
+from gpuscope.analyses.ranks.results import (
+    BandwidthStat,
+    ExposureSummary,
+    GroupStat,
+    RankAnalysis,
+    RankStat,
+    StepCommunication,
+    StragglerStat,
+)
+
+__all__ = [
+    "CONTESTED_WAIT_NS",
+    "FULLY_EXPOSED_SHARE",
+    "SMALL_COLLECTIVE_NS",
+    "SMALL_MESSAGE_BYTES",
+    "STRAGGLER_MAX_CHANCE",
+    "STRAGGLER_MIN_LATE_NS",
+    "STRAGGLER_MIN_SHARE",
+    "BandwidthStat",
+    "CollectiveTable",
+    "ExposureSummary",
+    "GroupStat",
+    "Participant",
+    "RankAnalysis",
+    "RankStat",
+    "StepCommunication",
+    "StragglerStat",
+    "WaitCuts",
+    "analyse_ranks",
+    "bus_factor",
+    "collective_kind",
+    "collective_waits",
+    "collectives",
+    "step_communication",
+]

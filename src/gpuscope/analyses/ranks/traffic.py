@@ -1,0 +1,190 @@
+"""Bandwidth per kind of collective, and per-step exposure of communication.
+
+Contract: see the package docstring (**Bandwidth**, **Exposure**).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analyses.intervals import covered_ns
+from gpuscope.analyses.ranks.collectives import (
+    FULLY_EXPOSED_SHARE,
+    I64,
+    SMALL_COLLECTIVE_NS,
+    SMALL_MESSAGE_BYTES,
+    CollectiveTable,
+    Participant,
+    bus_factor,
+)
+from gpuscope.analyses.ranks.matching import _Group
+from gpuscope.analyses.ranks.results import (
+    BandwidthStat,
+    ExposureSummary,
+    RankStat,
+    StepCommunication,
+)
+from gpuscope.analyses.timeline import (
+    WorkClass,
+)
+
+# --- bandwidth ----------------------------------------------------------------------------------
+
+
+def _bandwidth(
+    participants: list[Participant], tables: list[CollectiveTable], groups: list[_Group]
+) -> tuple[list[BandwidthStat], str | None]:
+    """Per kind: recorded message bytes over the transfer time (the last arrival's duration)."""
+    totals, unsized = _bandwidth_totals(participants, tables, groups)
+    peak = next(
+        (
+            p.facts.interconnect_bytes_per_s / 2
+            for p in participants
+            if p.facts and p.facts.interconnect_bytes_per_s
+        ),
+        None,
+    )
+    stats: list[BandwidthStat] = []
+    for (kind, ranks, alone), (count, nbytes, ns) in sorted(totals.items()):
+        if ns <= 0:
+            continue
+        algbw = nbytes / (ns / 1e9)
+        factor = bus_factor(kind, ranks)
+        busbw = None if factor is None else algbw * factor
+        stats.append(BandwidthStat(kind, ranks, count, nbytes, ns, algbw, busbw, peak, alone))
+    note = None
+    if unsized and not stats:
+        note = (
+            f"message sizes not recorded for {unsized} collectives (no 'In msg nelems' / 'dtype'"
+            " args on the NCCL kernels or their record_param_comms ops)"
+        )
+    elif stats and all(s.includes_wait for s in stats):
+        note = "durations from one rank include waiting for its peers: bandwidths are lower bounds"
+    return stats, note
+
+
+def _bandwidth_totals(
+    participants: list[Participant], tables: list[CollectiveTable], groups: list[_Group]
+) -> tuple[dict[tuple[str, int, bool], list[int]], int]:
+    """(kind, ranks, one rank only) -> [collectives, bytes, transfer ns]; and how many collectives
+    had no recorded size."""
+    totals: dict[tuple[str, int, bool], list[int]] = {}
+    unsized = 0
+    for g in groups:
+        alone = len(g.members) < 2
+        durations = g.end_ns - g.start_ns
+        transfer = durations[0] if alone else durations.min(axis=0)
+        first = tables[g.members[0]]
+        if g.count == 0:
+            continue
+        # The largest size any rank recorded, per collective of the group.
+        sizes = np.stack(
+            [tables[m].message_bytes[g.positions[k]] for k, m in enumerate(g.members)]
+        ).max(axis=0)
+        sized = np.flatnonzero(sizes > 0)
+        unsized += g.count - int(sized.size)
+        declared = participants[g.members[0]].world_size or 1
+        at = g.positions[0, sized]
+        recorded_sizes = first.group_size[at].tolist()
+        columns = (at.tolist(), sizes[sized].tolist(), transfer[sized].tolist(), recorded_sizes)
+        for position, nbytes, ns, recorded in zip(*columns, strict=True):
+            ranks = recorded if recorded > 0 else max(len(g.members), declared)
+            entry = totals.setdefault((first.kind[position], ranks, alone), [0, 0, 0])
+            entry[0] += 1
+            entry[1] += nbytes
+            entry[2] += ns
+    return totals, unsized
+
+
+# --- exposure -----------------------------------------------------------------------------------
+
+
+def _exposure(
+    participants: list[Participant],
+    tables: list[CollectiveTable],
+    ranks: list[RankStat],
+    exposed_waits: list[I64],
+) -> ExposureSummary:
+    """Exposure per collective, less the time it spent waiting for a late rank (reported apart):
+    what overlapping or merging collectives can still gain."""
+    comm = sum(p.overlap.communication_ns for p in participants)
+    exposed_total = sum(p.overlap.exposed_ns for p in participants)
+    fully, fully_ns, small, small_ns, count = 0, 0, 0, 0, 0
+    sized = [int(b) for t in tables for b in t.message_bytes.tolist() if b > 0]
+    by_size = len(sized) >= sum(len(t) for t in tables) / 2 and bool(sized)
+    locations: dict[str, list[int]] = {}
+    for p, t, waited in zip(participants, tables, exposed_waits, strict=True):
+        if len(t) == 0:
+            continue
+        count += len(t)
+        compute = p.work.by_class[WorkClass.COMPUTE]
+        with_wait = t.dur_ns - covered_ns(compute, t.start_ns, t.end_ns)
+        full = with_wait >= FULLY_EXPOSED_SHARE * np.maximum(t.dur_ns, 1)
+        exposed = np.maximum(with_wait - waited, 0)
+        fully += int(full.sum())
+        fully_ns += int(exposed[full].sum())
+        is_small = (
+            (t.message_bytes >= 0) & (t.message_bytes < SMALL_MESSAGE_BYTES)
+            if by_size
+            else t.dur_ns < SMALL_COLLECTIVE_NS
+        )
+        small += int(is_small.sum())
+        small_ns += int(exposed[is_small].sum())
+        if p.host is not None:
+            _locate(p, t, exposed, locations)
+    top = sorted(locations.items(), key=lambda kv: -kv[1][0])[:5]
+    return ExposureSummary(
+        steps=_mean_steps(ranks),
+        communication_ns=comm,
+        exposed_ns=exposed_total,
+        collectives=count,
+        fully_exposed=fully,
+        fully_exposed_ns=fully_ns,
+        small=small,
+        small_exposed_ns=small_ns,
+        small_by_size=by_size,
+        mean_message_bytes=float(np.mean(sized)) if sized else None,
+        locations=[(where, v[0], v[1]) for where, v in top if v[0] > 0],
+    )
+
+
+def _locate(p: Participant, t: CollectiveTable, exposed: I64, into: dict[str, list[int]]) -> None:
+    """Where the costliest exposed collectives were issued, in the user's code when known."""
+    assert p.host is not None
+    ev = p.work.trace.events
+    order = np.argsort(-exposed, kind="stable")[:256]
+    order = order[exposed[order] > 0]
+    rows = t.rows[order]
+    launcher = ev.link[rows]
+    # Launched work: where its launch was issued (resolved together); else the work's own name.
+    where = [p.work.trace.names[i] for i in ev.name_id[rows].tolist()]
+    launched = np.flatnonzero(launcher >= 0)
+    for k, location in zip(launched.tolist(), p.host.locations(launcher[launched]), strict=True):
+        where[k] = location
+    for w, ns in zip(where, exposed[order].tolist(), strict=True):
+        entry = into.setdefault(w, [0, 0])
+        entry[0] += ns
+        entry[1] += 1
+
+
+def _mean_steps(ranks: list[RankStat]) -> list[StepCommunication]:
+    """Per step number, the mean over ranks that recorded it."""
+    by_number: dict[int, list[StepCommunication]] = {}
+    for r in ranks:
+        for s in r.steps:
+            by_number.setdefault(s.number, []).append(s)
+    result: list[StepCommunication] = []
+    for number in sorted(by_number):
+        group = by_number[number]
+        n = len(group)
+        result.append(
+            StepCommunication(
+                name=group[0].name,
+                number=number,
+                dur_ns=sum(s.dur_ns for s in group) // n,
+                communication_ns=sum(s.communication_ns for s in group) // n,
+                exposed_ns=sum(s.exposed_ns for s in group) // n,
+                collectives=round(sum(s.collectives for s in group) / n),
+            )
+        )
+    return result

@@ -1,0 +1,760 @@
+"""The simulated program: one training (or inference) loop, and each injection's shape in it.
+
+Contract: :func:`_run_program` drives a :class:`~gpuscope.testing._sim._Sim` through the loop the
+config describes; each injection blames the device idleness it causes on its cause and line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpuscope.testing._sim import (
+    _ADAM,
+    _ARGMAX,
+    _BF16,
+    _BUS_GBPS,
+    _CALL_IMPL,
+    _CLASSES,
+    _COPY_LINE,
+    _DTOH_GBPS,
+    _FLASH_BWD,
+    _FLASH_DOT,
+    _FLASH_FWD,
+    _FP32_SLOWDOWN,
+    _FUNCTORS,
+    _GEMM_DGRAD,
+    _GEMM_SM80,
+    _GEMM_SM90,
+    _GEMM_WGRAD,
+    _HEAD_DIM,
+    _ITEMSIZE,
+    _LAYER_NORM,
+    _LAYER_NORM_BWD,
+    _LOADER,
+    _LOOP_LINE,
+    _MODULE_LINE,
+    _NCCL_ALLREDUCE,
+    _NCCL_FIXED_NS,
+    _NLL,
+    _NLL_BWD,
+    _NONE,
+    _PINNED_GBPS,
+    _SGEMM,
+    _SGEMM_WGRAD,
+    _SOFTMAX,
+    _SOFTMAX_BWD,
+    _STEP_LINE,
+    _SUM,
+    _Arg,
+    _elementwise_name,
+    _GpuRange,
+    _HostStep,
+    _Kernel,
+    _launch_args,
+    _numel,
+    _s,
+    _Sim,
+    _t,
+    _tensors,
+)
+from gpuscope.testing.config import (
+    JSON,
+    AllocatorChurn,
+    Checkpoint,
+    ExposedCollective,
+    GeneratorConfig,
+    HostSync,
+    MemoryBoundChain,
+    PageableH2DCopy,
+    SlowDataLoader,
+    Startup,
+    TinyKernels,
+)
+
+# --- kernels of the model ---------------------------------------------------------------------
+
+
+def _gemm(sim: _Sim, role: str, m: int, k: int, n: int, *, fp32: bool) -> _Kernel:
+    """A GEMM of [m x k] @ [k x n]; ``role`` is fwd, dgrad or wgrad."""
+    cfg = sim.cfg
+    ratio = m * k * n / (sim.tokens * cfg.hidden * cfg.hidden)
+    us = cfg.gemm_us * ratio * sim.batch_scale * (_FP32_SLOWDOWN if fp32 else 1.0)
+    dur = sim.kernel_ns(us) + sim.gemm_extra_ns
+    tiles = (math.ceil(n / 128), math.ceil(m / 128), 1)
+    if fp32:
+        name = _SGEMM.get(role, _SGEMM_WGRAD)
+        return _Kernel(
+            name, dur, (math.ceil(n / 64), math.ceil(m / 128), 1), (128, 1, 1), 122, 12544
+        )
+    if role == "fwd" and sim.spec.major >= 9:
+        return _Kernel(_GEMM_SM90, dur, (sim.spec.num_sms, 1, 1), (384, 1, 1), 168, 231_424)
+    name = {"fwd": _GEMM_SM80, "dgrad": _GEMM_DGRAD}.get(role, _GEMM_WGRAD)
+    return _Kernel(name, dur, tiles, (256, 1, 1), 238, 81_920)
+
+
+def _elementwise(
+    sim: _Sim, kind: str, numel: int, nbytes: float, us: float | None = None
+) -> _Kernel:
+    dur = sim.kernel_ns(us) if us is not None else sim.memory_ns(nbytes)
+    grid = (max(1, min(math.ceil(numel / 512), 2**31 - 1)), 1, 1)
+    return _Kernel(_elementwise_name(kind), dur, grid, (128, 1, 1), 24, 0)
+
+
+def _row_kernel(sim: _Sim, name: str, rows: int, nbytes: float) -> _Kernel:
+    return _Kernel(name, sim.memory_ns(nbytes), (rows, 1, 1), (32, 4, 1), 40, 24)
+
+
+def _flash(sim: _Sim, name: str, scale: float) -> _Kernel:
+    cfg = sim.cfg
+    grid = (math.ceil(cfg.seq_len / 128), cfg.hidden // _HEAD_DIM, cfg.batch_size)
+    dur = sim.kernel_ns(cfg.attention_us * scale * sim.batch_scale)
+    return _Kernel(name, dur, grid, (128, 1, 1), 255, 49_152)
+
+
+# --- the program: one training (or inference) loop -------------------------------------------
+
+
+def _run_program(sim: _Sim) -> None:
+    with sim.frame(sim.user_frame(_MODULE_LINE, "<module>")):
+        sim.tick(20.0)
+        for startup in sim.all(Startup):
+            _startup(sim, startup)
+        for index in range(sim.cfg.steps):
+            _step(sim, index)
+        sim.tick(15.0)
+
+
+def _loop_function(sim: _Sim) -> str:
+    return "train" if sim.cfg.mode == "train" else "evaluate"
+
+
+def _step(sim: _Sim, index: int) -> None:
+    name = f"ProfilerStep#{index}"
+    start = sim.now
+    if sim.cfg.step_noise_pct:
+        noise = sim.rng.gauss(1.0, sim.cfg.step_noise_pct / 100.0)
+        sim.step_speed = sim.cfg.kernel_scale * max(noise, 0.5)
+    with sim.annotation(name) as ext:
+        _load_batch(sim)
+        _copy_batch(sim)
+        for tiny in sim.all(TinyKernels):
+            _tiny_kernels(sim, tiny)
+        with sim.frame(sim.user_frame(_STEP_LINE, _loop_function(sim))):
+            if sim.cfg.mode == "train":
+                _train_step(sim)
+            else:
+                _infer_step(sim)
+        for churn in sim.all(AllocatorChurn):
+            _allocator_churn(sim, churn)
+        for sync in sim.all(HostSync):
+            if index % sync.every_n_steps == sync.every_n_steps - 1:
+                _host_sync(sim, sync)
+        for checkpoint in sim.all(Checkpoint):
+            if index % checkpoint.every_n_steps == checkpoint.every_n_steps - 1:
+                _checkpoint(sim, checkpoint)
+    sim.steps.append(_HostStep(name, start, sim.now, ext))
+
+
+def _load_batch(sim: _Sim) -> None:
+    slow = sim.first(SlowDataLoader)
+    us = slow.ms * 1000 if slow is not None else sim.cfg.dataloader_us
+    with (
+        sim.frame(sim.user_frame(_LOOP_LINE, _loop_function(sim))),
+        sim.frame("torch/utils/data/dataloader.py(708): __next__"),
+        sim.annotation(_LOADER),
+        sim.blame_if(slow is not None, "data_loader"),
+        sim.frame("torch/utils/data/dataloader.py(764): _next_data"),
+        sim.frame("torch/utils/data/_utils/fetch.py(49): fetch"),
+    ):
+        sim.tick(us, spread=0.03)
+
+
+def _copy_batch(sim: _Sim) -> None:
+    pageable = sim.first(PageableH2DCopy)
+    line = pageable.line if pageable is not None else _COPY_LINE
+    with (
+        sim.frame(sim.user_frame(line, _loop_function(sim))),
+        sim.frame("<built-in method to of Tensor object at 0x7f3a2c1b9e40>"),
+    ):
+        if pageable is None:
+            _to_device(sim, [sim.cfg.batch_size, sim.cfg.seq_len], "long", pageable=False)
+            return
+        columns = max(1, round(pageable.mb * 2**20 / 4 / sim.cfg.batch_size))
+        with sim.blame_if(not pageable.fixed, "h2d_copy"):
+            dims = [sim.cfg.batch_size, columns]
+            _to_device(sim, dims, "float", pageable=not pageable.fixed)
+
+
+def _to_device(sim: _Sim, dims: list[int], dtype: str, pageable: bool) -> None:
+    src = _t(dims, dtype)
+    nbytes = _numel(dims) * _ITEMSIZE[dtype]
+    flag = "False" if pageable else "True"
+    with (
+        sim.op("aten::to", [src, _NONE, _NONE, _s(flag), _s("False"), _NONE]),
+        sim.op("aten::_to_copy", [src, _NONE, _NONE, _NONE, _NONE, _s(flag), _NONE]),
+    ):
+        with sim.op("aten::empty_strided", [_NONE, _NONE, _NONE, _NONE, _NONE, _NONE], 2.0):
+            pass
+        with sim.op("aten::copy_", [_t(dims, dtype), src, _s(flag)]):
+            if pageable:
+                sim.pageable_h2d(nbytes)
+            else:
+                dur = 1_500 + round(nbytes / _PINNED_GBPS)
+                sim.copy("Memcpy HtoD (Pinned -> Device)", nbytes, dur)
+
+
+def _tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
+    dims = [sim.cfg.batch_size, 64]
+    cost = max(0.5, tiny.host_us_per_op - sim.cfg.launch_us)
+    if tiny.fixed:
+        _graphed_tiny_kernels(sim, tiny)
+        return
+    with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))), sim.blame("launch_overhead"):
+        for index in range(tiny.count):
+            op, kind = (("aten::add", "add_f32"), ("aten::mul", "mul_f32"))[index % 2]
+            with sim.op(op, [_t(dims, "float"), _t(dims, "float")], cost_us=cost):
+                sim.launch(_elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us))
+
+
+def _graphed_tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
+    """The same kernels replayed from a CUDA graph: one launch call, then back to back."""
+    dims = [sim.cfg.batch_size, 64]
+    with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))):
+        start, corr = sim.runtime("cudaGraphLaunch", 10.0)
+        ready = start + round(sim.cfg.launch_latency_us * 1000)
+        for index in range(tiny.count):
+            kind = ("add_f32", "mul_f32")[index % 2]
+            kernel = _elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us)
+            args = sim._device_args(sim.compute, corr, kernel=True)
+            args.update(_launch_args(sim.spec, kernel))
+            sim.enqueue(
+                "kernel",
+                kernel.name,
+                sim.compute,
+                launch=start,
+                ready=ready,
+                dur=kernel.dur_ns,
+                args=args,
+            )
+
+
+def _train_step(sim: _Sim) -> None:
+    with sim.frame(sim.user_frame(36, "train_step")):
+        _forward(sim)
+    with sim.frame(sim.user_frame(37, "train_step")):
+        _loss(sim)
+    with sim.frame(sim.user_frame(38, "train_step")):
+        _backward(sim)
+    for exposed in sim.all(ExposedCollective):
+        with sim.frame(sim.user_frame(exposed.line, "train_step")):
+            _exposed_collective(sim, exposed)
+    with sim.frame(sim.user_frame(40, "train_step")):
+        _optimizer_step(sim)
+    with sim.frame(sim.user_frame(41, "train_step")):
+        _zero_grad(sim)
+
+
+def _infer_step(sim: _Sim) -> None:
+    with sim.frame(sim.user_frame(36, "infer_step")):
+        _forward(sim)
+    with sim.frame(sim.user_frame(37, "infer_step")):
+        _argmax(sim)
+    for exposed in sim.all(ExposedCollective):
+        with sim.frame(sim.user_frame(exposed.line, "infer_step")):
+            _exposed_collective(sim, exposed)
+
+
+# forward
+
+
+@contextmanager
+def _module(sim: _Sim, forward: str) -> Iterator[None]:
+    with sim.frame(_CALL_IMPL), sim.frame(forward):
+        yield
+
+
+def _forward(sim: _Sim) -> None:
+    cfg = sim.cfg
+    inference = cfg.mode == "inference"
+    slots = _slots(cfg.layers + 1, cfg.collectives if inference else 0)
+    with _module(sim, "model.py(64): forward"):
+        for layer in range(cfg.layers):
+            with _module(sim, "model.py(31): forward"):
+                _block_forward(sim, layer)
+            _bucket_collectives(sim, slots[layer])
+        for chain in sim.all(MemoryBoundChain):
+            _memory_chain(sim, chain)
+        _linear(sim, 4 * cfg.layers, cfg.hidden, _CLASSES)
+
+
+def _block_forward(sim: _Sim, layer: int) -> None:
+    hidden = sim.cfg.hidden
+    _layer_norm(sim)
+    _linear(sim, 4 * layer, hidden, 3 * hidden)
+    _attention(sim)
+    _linear(sim, 4 * layer + 1, hidden, hidden)
+    _add(sim, hidden)
+    _layer_norm(sim)
+    _linear(sim, 4 * layer + 2, hidden, 4 * hidden)
+    _gelu(sim)
+    _linear(sim, 4 * layer + 3, 4 * hidden, hidden)
+    _add(sim, hidden)
+
+
+def _activation(sim: _Sim, width: int) -> list[int]:
+    return [sim.cfg.batch_size, sim.cfg.seq_len, width]
+
+
+def _linear(sim: _Sim, index: int, d_in: int, d_out: int) -> None:
+    with (
+        _module(sim, "torch/nn/modules/linear.py(125): forward"),
+        sim.frame("<built-in function linear>"),
+    ):
+        if sim.fp32(index):
+            _linear_fp32(sim, d_in, d_out)
+        else:
+            _linear_bf16(sim, d_in, d_out)
+
+
+def _linear_bf16(sim: _Sim, d_in: int, d_out: int) -> None:
+    x, tokens = _t(_activation(sim, d_in)), sim.tokens
+    weight_t = _t([d_in, d_out], strides=[1, d_in])
+    with (
+        sim.op("aten::linear", [x, _t([d_out, d_in]), _t([d_out])]),
+        sim.op("aten::addmm", [_t([d_out]), _t([tokens, d_in]), weight_t, _s(1), _s(1)]),
+    ):
+        sim.launch(_gemm(sim, "fwd", tokens, d_in, d_out, fp32=False))
+
+
+def _linear_fp32(sim: _Sim, d_in: int, d_out: int) -> None:
+    x, tokens = _t(_activation(sim, d_in), "float"), sim.tokens
+    weight_t = _t([d_in, d_out], "float", strides=[1, d_in])
+    with (
+        sim.op("aten::linear", [x, _t([d_out, d_in], "float"), _NONE]),
+        sim.op("aten::matmul", [x, weight_t]),
+        sim.op("aten::mm", [_t([tokens, d_in], "float"), weight_t]),
+    ):
+        sim.launch(_gemm(sim, "fwd", tokens, d_in, d_out, fp32=True))
+
+
+def _layer_norm(sim: _Sim) -> None:
+    hidden = sim.cfg.hidden
+    x, w = _t(_activation(sim, hidden)), _t([hidden])
+    inputs = [x, _Arg([], "ScalarList", [], f"[{hidden}]"), w, w, _s("1.0000000000000001e-05")]
+    with (
+        _module(sim, "torch/nn/modules/normalization.py(217): forward"),
+        sim.op("aten::layer_norm", [*inputs, _s("True")]),
+        sim.op("aten::native_layer_norm", inputs),
+    ):
+        sim.launch(_row_kernel(sim, _LAYER_NORM, sim.tokens, 2 * sim.tokens * hidden * 2))
+
+
+def _attention(sim: _Sim) -> None:
+    cfg = sim.cfg
+    q = _t([cfg.batch_size, cfg.hidden // _HEAD_DIM, cfg.seq_len, _HEAD_DIM])
+    scale = _s(f"{_HEAD_DIM**-0.5:g}")
+    with (
+        sim.frame("<built-in function scaled_dot_product_attention>"),
+        sim.op("aten::scaled_dot_product_attention", [q, q, q, _NONE, _s("0."), _s("True"), scale]),
+        sim.op("aten::_scaled_dot_product_flash_attention", [q, q, q, _s("0."), _s("True")]),
+    ):
+        sim.launch(_flash(sim, _FLASH_FWD, 1.0))
+
+
+def _add(sim: _Sim, width: int) -> None:
+    x = _t(_activation(sim, width))
+    with sim.op("aten::add", [x, x, _s(1)]):
+        numel = sim.tokens * width
+        sim.launch(_elementwise(sim, "add", numel, 3 * numel * 2))
+
+
+def _gelu(sim: _Sim) -> None:
+    width = 4 * sim.cfg.hidden
+    with (
+        _module(sim, "torch/nn/modules/activation.py(734): forward"),
+        sim.op("aten::gelu", [_t(_activation(sim, width)), _NONE]),
+    ):
+        numel = sim.tokens * width
+        sim.launch(_elementwise(sim, "gelu", numel, 2 * numel * 2))
+
+
+def _memory_chain(sim: _Sim, chain: MemoryBoundChain) -> None:
+    """Large bf16 elementwise ops; Input Dims give the bytes, durations follow from them."""
+    rows = max(1, round(chain.mb_per_op * 2**20 / 2 / 1024))
+    x = _t([rows, 1024])
+    numel = rows * 1024
+    for index in range(chain.ops):
+        kind = ("add", "mul", "gelu")[index % 3]
+        inputs = {"add": [x, x, _s(1)], "mul": [x, x], "gelu": [x, _NONE]}[kind]
+        with sim.op(f"aten::{kind}", inputs):
+            sim.launch(_elementwise(sim, kind, numel, _FUNCTORS[kind][1] * numel * 2))
+
+
+def _loss(sim: _Sim) -> None:
+    logits, target = _t([sim.tokens, _CLASSES]), _t([sim.tokens], "long")
+    reduction = [_s(1), _s(-100)]
+    with (
+        sim.frame("torch/nn/functional.py(3462): cross_entropy"),
+        sim.op("aten::cross_entropy_loss", [logits, target, _NONE, *reduction, _s("0.")]),
+    ):
+        with (
+            sim.op("aten::log_softmax", [logits, _s(1), _NONE]),
+            sim.op("aten::_log_softmax", [logits, _s(1), _s("False")]),
+        ):
+            nbytes = sim.tokens * _CLASSES * (2 + 4)
+            sim.launch(_row_kernel(sim, _SOFTMAX, sim.tokens, nbytes))
+        with (
+            sim.op("aten::nll_loss_nd", [_t([sim.tokens, _CLASSES], "float"), target, _NONE]),
+            sim.op("aten::nll_loss_forward", [_t([sim.tokens, _CLASSES], "float"), target]),
+        ):
+            sim.launch(_Kernel(_NLL, sim.kernel_ns(8.0), (1, 1, 1), (32, 1, 1), 32, 0))
+
+
+def _argmax(sim: _Sim) -> None:
+    logits = _t([sim.tokens, _CLASSES])
+    with (
+        sim.frame("<built-in method argmax of Tensor object at 0x7f3a2c1ba2f0>"),
+        sim.op("aten::argmax", [logits, _s(-1), _s("False")]),
+    ):
+        kernel = _Kernel(
+            _ARGMAX,
+            sim.memory_ns(sim.tokens * _CLASSES * 2),
+            (sim.tokens // 4, 1, 1),
+            (32, 16, 1),
+            32,
+            16,
+        )
+        sim.launch(kernel)
+
+
+# backward
+
+
+@contextmanager
+def _autograd(sim: _Sim, function: str) -> Iterator[None]:
+    with (
+        sim.op(f"autograd::engine::evaluate_function: {function}", cost_us=2.0),
+        sim.op(function, cost_us=2.0),
+    ):
+        yield
+
+
+_BACKWARD_FRAMES = (
+    "torch/_tensor.py(648): backward",
+    "torch/autograd/__init__.py(353): backward",
+    "torch/autograd/graph.py(824): _engine_run_backward",
+    "<built-in method run_backward of torch._C._EngineBase object at 0x7f8e5c2d1a40>",
+)
+
+
+def _backward(sim: _Sim) -> None:
+    cfg = sim.cfg
+    slots = _slots(cfg.layers + 1, cfg.collectives)
+    with (
+        sim.frame(_BACKWARD_FRAMES[0]),
+        sim.frame(_BACKWARD_FRAMES[1]),
+        sim.frame(_BACKWARD_FRAMES[2]),
+        sim.frame(_BACKWARD_FRAMES[3]),
+    ):
+        _loss_backward(sim)
+        _bucket_collectives(sim, slots[0])
+        for unit, layer in enumerate(reversed(range(cfg.layers)), start=1):
+            _block_backward(sim, layer)
+            _bucket_collectives(sim, slots[unit])
+        if cfg.collectives:
+            sim.stream_wait(sim.compute, sim.comm, sim.location())  # DDP finalize_backward
+
+
+def _loss_backward(sim: _Sim) -> None:
+    tokens = sim.tokens
+    with _autograd(sim, "NllLossBackward0"), sim.op("aten::nll_loss_backward"):
+        sim.launch(
+            _Kernel(
+                _NLL_BWD,
+                sim.memory_ns(tokens * _CLASSES * 4),
+                (tokens // 128, 1, 1),
+                (128, 1, 1),
+                32,
+                0,
+            )
+        )
+    with _autograd(sim, "LogSoftmaxBackward0"), sim.op("aten::_log_softmax_backward_data"):
+        sim.launch(_row_kernel(sim, _SOFTMAX_BWD, tokens, tokens * _CLASSES * 10))
+    _linear_backward(sim, 4 * sim.cfg.layers, sim.cfg.hidden, _CLASSES, bias_sum=True)
+
+
+def _block_backward(sim: _Sim, layer: int) -> None:
+    hidden = sim.cfg.hidden
+    _linear_backward(sim, 4 * layer + 3, 4 * hidden, hidden)
+    with _autograd(sim, "GeluBackward0"), sim.op("aten::gelu_backward"):
+        numel = sim.tokens * 4 * hidden
+        sim.launch(_elementwise(sim, "gelu_backward", numel, 3 * numel * 2))
+    _linear_backward(sim, 4 * layer + 2, hidden, 4 * hidden)
+    _layer_norm_backward(sim)
+    _linear_backward(sim, 4 * layer + 1, hidden, hidden)
+    with (
+        _autograd(sim, "ScaledDotProductFlashAttentionBackward0"),
+        sim.op("aten::_scaled_dot_product_flash_attention_backward"),
+        sim.op("aten::_flash_attention_backward"),
+    ):
+        sim.launch(_flash(sim, _FLASH_DOT, 0.1))
+        sim.launch(_flash(sim, _FLASH_BWD, 2.4))
+    _linear_backward(sim, 4 * layer, hidden, 3 * hidden, memset=True)
+    _layer_norm_backward(sim)
+
+
+def _layer_norm_backward(sim: _Sim) -> None:
+    nbytes = 3 * sim.tokens * sim.cfg.hidden * 2
+    with _autograd(sim, "NativeLayerNormBackward0"), sim.op("aten::native_layer_norm_backward"):
+        sim.launch(_row_kernel(sim, _LAYER_NORM_BWD, sim.tokens, nbytes))
+
+
+def _linear_backward(
+    sim: _Sim, index: int, d_in: int, d_out: int, *, memset: bool = False, bias_sum: bool = False
+) -> None:
+    fp32 = sim.fp32(index)
+    dtype, tokens = ("float" if fp32 else _BF16), sim.tokens
+    with _autograd(sim, "MmBackward0" if fp32 else "AddmmBackward0"):
+        with sim.op("aten::mm", [_t([tokens, d_out], dtype), _t([d_out, d_in], dtype)]):
+            sim.launch(_gemm(sim, "dgrad", tokens, d_out, d_in, fp32=fp32))
+        grad_t = _t([d_out, tokens], dtype, strides=[1, d_out])
+        with sim.op("aten::mm", [grad_t, _t([tokens, d_in], dtype)]):
+            if memset:
+                sim.memset(4096)
+            sim.launch(_gemm(sim, "wgrad", d_out, tokens, d_in, fp32=fp32))
+        if bias_sum and not fp32:
+            with sim.op("aten::sum", [_t([tokens, d_out]), _Arg([], "ScalarList", [], "[0]")]):
+                grid = (math.ceil(d_out / 32), 1, 1)
+                sim.launch(
+                    _Kernel(_SUM, sim.memory_ns(tokens * d_out * 2), grid, (32, 16, 1), 32, 16)
+                )
+
+
+def _optimizer_step(sim: _Sim) -> None:
+    params = _parameter_shapes(sim.cfg)
+    with (
+        sim.frame("torch/optim/optimizer.py(485): wrapper"),
+        sim.annotation("Optimizer.step#AdamW.step"),
+        sim.frame("torch/optim/optimizer.py(79): _use_grad"),
+        sim.frame("torch/optim/adam.py(213): step"),
+        sim.frame("torch/optim/adam.py(540): _multi_tensor_adam"),
+    ):
+        nbytes = 4 * sum(_numel(p) for p in params)
+        lists = _tensors(params)
+        for op, lists_used, functor, binary in (
+            ("aten::_foreach_lerp_", 3, "TernaryOpScalarFunctor", "at::native::LerpFunctor<float>"),
+            ("aten::_foreach_mul_", 1, "BinaryOpScalarFunctor", "std::multiplies<float>"),
+            ("aten::_foreach_addcmul_", 3, "PointwiseOpScalarFunctor", "std::multiplies<float>"),
+            ("aten::_foreach_sqrt", 2, "UnaryOpFunctor", "at::native::Sqrt<float>"),
+            ("aten::_foreach_div_", 2, "BinaryOpListAlphaFunctor", "std::divides<float>"),
+            ("aten::_foreach_add_", 2, "BinaryOpListAlphaFunctor", "std::plus<float>"),
+        ):
+            with sim.op(op, [lists] * min(lists_used, 2) + [_s(1)]):
+                name = _ADAM.format(n=lists_used, functor=functor, op=binary)
+                dur = sim.memory_ns(nbytes * (lists_used + 1))
+                sim.launch(_Kernel(name, dur, (4 * sim.spec.num_sms, 1, 1), (512, 1, 1), 32, 0))
+
+
+def _zero_grad(sim: _Sim) -> None:
+    with (
+        sim.frame("torch/optim/optimizer.py(1009): zero_grad"),
+        sim.annotation("Optimizer.zero_grad#AdamW.zero_grad"),
+    ):
+        sim.tick(25.0)
+
+
+def _parameter_shapes(cfg: GeneratorConfig) -> list[list[int]]:
+    h = cfg.hidden
+    block = [
+        [h],
+        [h],
+        [3 * h, h],
+        [3 * h],
+        [h, h],
+        [h],
+        [h],
+        [h],
+        [4 * h, h],
+        [4 * h],
+        [h, 4 * h],
+        [h],
+    ]
+    return block * cfg.layers + [[_CLASSES, h], [_CLASSES]]
+
+
+# collectives
+
+
+def _slots(units: int, count: int) -> list[int]:
+    """How many collectives to launch after each of ``units`` (never after the last one)."""
+    per = [0] * units
+    for index in range(count):
+        per[max(0, round((index + 1) * (units - 1) / count) - 1)] += 1
+    return per
+
+
+def _bucket_collectives(sim: _Sim, count: int) -> None:
+    if count == 0:
+        return
+    nelems = sum(_numel(p) for p in _parameter_shapes(sim.cfg)) // max(1, sim.cfg.collectives)
+    for _ in range(count):
+        _collective(sim, nelems, _nccl_ns(sim.cfg.world_size, nelems * 2))
+
+
+def _nccl_ns(world_size: int, nbytes: int) -> int:
+    factor = 2 * (world_size - 1) / world_size if world_size > 1 else 0.1
+    return _NCCL_FIXED_NS + round(factor * nbytes / _BUS_GBPS)
+
+
+def _collective(sim: _Sim, nelems: int, base_ns: int, after_compute: bool = True) -> None:
+    coll = len(sim.coll_base)
+    sim.coll_base.append(base_ns)
+    collective = _collective_args(sim.cfg, nelems)
+    with sim.op("record_param_comms", extra=_param_comms_args(collective)):
+        if after_compute:
+            sim.stream_wait(sim.comm, sim.compute, None)
+        with sim.annotation("nccl:all_reduce") as ext:
+            kernel = _Kernel(_NCCL_ALLREDUCE, base_ns, (16, 1, 1), (512, 1, 1), 96, 103_808)
+            work = sim.launch(kernel, sim.comm, "cudaLaunchKernelExC", collective, coll)
+            sim.ranges.append(_GpuRange("nccl:all_reduce", sim.comm, work.start, work.end, ext))
+
+
+def _collective_args(cfg: GeneratorConfig, nelems: int) -> JSON:
+    return {
+        "Collective name": "allreduce",
+        "In msg nelems": nelems,
+        "Out msg nelems": nelems,
+        "Group size": cfg.world_size,
+        "dtype": "BFloat16",
+        "In split size": "[]",
+        "Out split size": "[]",
+        "Process Group Name": "0",
+        "Process Group Description": "default_pg",
+        "Process Group Ranks": str(list(range(cfg.world_size))),
+    }
+
+
+def _param_comms_args(c: JSON) -> JSON:
+    """``record_param_comms`` carries the same fields, in the order PyTorch writes them."""
+    keys = ("Process Group Name", "Global rank stride", "Out msg nelems", "Process Group Ranks")
+    more = ("Group size", "Global rank start", "In msg nelems", "In split size", "Out split size")
+    tail = ("dtype", "Process Group Description", "Collective name")
+    fixed = {"Global rank stride": 1, "Global rank start": 0}
+    return {key: c.get(key, fixed.get(key)) for key in keys + more + tail}
+
+
+def _exposed_collective(sim: _Sim, exposed: ExposedCollective) -> None:
+    with (
+        sim.frame("torch/distributed/c10d_logger.py(81): wrapper"),
+        sim.frame("torch/distributed/distributed_c10d.py(2806): all_reduce"),
+    ):
+        nelems, base = round(exposed.mb * 2**20 / 2), round(exposed.ms * 1e6)
+        _collective(sim, nelems, base, after_compute=not exposed.fixed)
+        sim.stream_wait(sim.compute, sim.comm, sim.location())
+
+
+# injected statements of the loop
+
+
+def _host_sync(sim: _Sim, sync: HostSync) -> None:
+    scalar = _t([], "float")
+    with (
+        sim.frame(sim.user_frame(sync.line, _loop_function(sim))),
+        sim.blame_if(not sync.fixed, "host_sync"),
+    ):
+        with (
+            sim.frame("<built-in method item of Tensor object at 0x7f3a2c1b6f20>"),
+            sim.op("aten::item", [scalar]),
+            sim.op("aten::_local_scalar_dense", [scalar]),
+        ):
+            sim.copy("Memcpy DtoH (Device -> Pageable)", 4, sim.kernel_ns(1.4), call_us=6.0)
+            if not sync.fixed:
+                sim.stream_sync(sim.compute)
+        _python_work(sim, sync.host_work_us)
+
+
+def _python_work(sim: _Sim, us: float) -> None:
+    with (
+        sim.frame("logging/__init__.py(1517): info"),
+        sim.frame("logging/__init__.py(1664): _log"),
+        sim.frame("logging/__init__.py(1690): handle"),
+    ):
+        sim.tick(us, spread=0.03)
+
+
+def _checkpoint(sim: _Sim, checkpoint: Checkpoint) -> None:
+    dims = [4096, 4096]
+    state = _t(dims)
+    with (
+        sim.frame(sim.user_frame(checkpoint.line, _loop_function(sim))),
+        sim.blame("checkpoint"),
+        sim.frame("torch/serialization.py(944): save"),
+        sim.frame("torch/serialization.py(1190): _save"),
+    ):
+        with (
+            sim.op("aten::to", [state, _NONE, _NONE, _s("False"), _s("False"), _NONE]),
+            sim.op("aten::_to_copy", [state, _NONE, _NONE, _NONE, _NONE, _s("False"), _NONE]),
+            sim.op("aten::copy_", [_t(dims), state, _s("False")]),
+        ):
+            nbytes = _numel(dims) * 2
+            sim.copy("Memcpy DtoH (Device -> Pageable)", nbytes, round(nbytes / _DTOH_GBPS))
+            sim.stream_sync(sim.compute)  # copy_ to pageable memory is not non_blocking
+        with sim.frame("<built-in method write_record of PyCapsule object at 0x7f3a2d0c1e70>"):
+            sim.tick(checkpoint.ms * 1000, spread=0.03)
+
+
+def _startup(sim: _Sim, startup: Startup) -> None:
+    """A warm-up call of the model: a first small kernel (so the device's span begins), the
+    start-up of ``startup.kind``, then the first GEMM."""
+    cfg = sim.cfg
+    tokens, hidden = sim.tokens, cfg.hidden
+    x = _t([tokens, hidden])
+    us = startup.ms * 1000
+    with sim.frame(sim.user_frame(startup.line, "warmup")), sim.blame("warmup"):
+        with sim.op("aten::zeros", [_s(str([tokens, hidden]))]), sim.op("aten::fill_", [x]):
+            sim.launch(_elementwise(sim, "fill", tokens * hidden, tokens * hidden * 2))
+        sim.tick(30.0)
+        if startup.kind == "compile":
+            with (
+                sim.frame("torch/_dynamo/convert_frame.py(1017): _compile"),
+                sim.annotation("compile_inner"),
+            ):
+                sim.tick(us, spread=0.02)
+        elif startup.kind == "graph_capture":
+            with sim.frame("torch/cuda/graphs.py(186): __enter__"):
+                sim.runtime("cudaStreamBeginCapture", 3.0)
+            for _ in range(8):  # captured launches record into the graph and run no kernels
+                with sim.op("aten::mm", [x, _t([hidden, hidden])]):
+                    sim.runtime("cudaLaunchKernel", cfg.launch_us)
+            with sim.frame("torch/cuda/graphs.py(192): __exit__"):
+                sim.runtime("cudaStreamEndCapture", 3.0)
+                sim.runtime("cudaGraphInstantiate", us * 0.99)
+        weight = _t([hidden, hidden])
+        with sim.op("aten::mm", [x, weight]):
+            if startup.kind == "context_init":
+                sim.runtime("cudaFree", us, after=sim.stream_end())
+            call_us = us if startup.kind == "module_load" else None
+            sim.launch(_gemm(sim, "fwd", tokens, hidden, hidden, fp32=False), call_us=call_us)
+        sim.tick(30.0)
+
+
+def _allocator_churn(sim: _Sim, churn: AllocatorChurn) -> None:
+    dims = [sim.cfg.batch_size, sim.cfg.seq_len, 4 * sim.cfg.hidden]
+    sizes = [_s(str(dims)), _s(6), _NONE, _s(0), _NONE, _NONE]
+    with (
+        sim.frame(sim.user_frame(churn.line, _loop_function(sim))),
+        sim.blame_if(not churn.fixed, "allocator"),
+    ):
+        for _ in range(churn.count):
+            with (
+                sim.frame("<built-in method empty of type object at 0x7f3a4e2b0d60>"),
+                sim.op("aten::empty", sizes),
+            ):
+                if not churn.fixed:
+                    sim.runtime("cudaFree", churn.free_us, after=sim.stream_end())
+                    sim.runtime("cudaMalloc", churn.malloc_us)
+            with sim.op("aten::fill_", [_t(dims, "float"), _s("0.")]):
+                numel = _numel(dims)
+                sim.launch(_elementwise(sim, "fill", numel, numel * 4))

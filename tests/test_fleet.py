@@ -181,6 +181,20 @@ def test_url_inputs_are_downloaded_in_the_worker(jobs: Path) -> None:
     assert fleet.pending(["memory://fleet/job1.json.gz"], table)  # URLs are read again
 
 
+def test_a_fleet_1_table_is_read_as_lost_time_with_no_saving(tmp_path: Path) -> None:
+    """fleet-1 called the findings' lost time "wasted" and its per-GPU-hour figure added the
+    findings' dollars up: read as lost time, and as no saving."""
+    old = tmp_path / "old.json"
+    job = {"path": "a", "size_bytes": 1, "mtime_ns": 1, "status": "ok"}
+    job |= {"wasted_usd_per_gpu_hour": 3.12, "wasted_gpu_hours": 2.0, "wasted_usd": 9.84}
+    old.write_text(json.dumps({"schema": "gpuscope/fleet-1", "jobs": [job], "findings": []}))
+    (row,) = fleet.read(old).jobs
+    assert (row.lost_gpu_hours, row.lost_usd) == (2.0, 9.84)
+    assert row.saving_usd_per_gpu_hour is None and row.saving_usd is None
+    s = fleet.summarize(fleet.read(old))
+    assert s.lost_gpu_hours == 2.0 and s.saving_usd is None
+
+
 def test_report_on_a_file_that_is_not_a_table(tmp_path: Path) -> None:
     bad = tmp_path / "fleet.json"
     bad.write_text('{"schema": "something-else"}')

@@ -20,13 +20,13 @@ from gpuscope.analyses.diff import (
     compare,
     diff,
     regression,
-    stable_name,
     summarize,
     typical_steps,
 )
 from gpuscope.cli import main
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
+from gpuscope.names import stable_name
 from gpuscope.readers import kineto, load
 from gpuscope.testing import generator as g
 

@@ -349,7 +349,9 @@ def test_measured_bounds_replace_estimates_for_matching_kernels(tmp_path: Path) 
     assert result.based_on == "timeline+ncu"
     m = device.counters
     assert m is not None
-    trace = device.work.trace
+    # The diagnosis holds no trace: the rows of its kernel bounds are the job's (no start-up cut).
+    assert result.window is None
+    (trace,) = job.traces
     names = [trace.name(int(r)) for r in device.bounds.rows]
     for name, bound in ((XMMA, Bound.MEMORY), (ADD, Bound.COMPUTE)):
         rows = np.array([n == name for n in names])

@@ -260,9 +260,12 @@ def test_h100_copies_are_pinned_h2d_and_syncs_are_not_busy() -> None:
 
 
 def test_h100_diagnosis_end_to_end_shows_h2d_copies_and_syncs() -> None:
-    diagnosis = gpuscope.diagnose(load(corpus("nsys/nsys-ai/h100_2gpu_1s.sqlite")))
+    job = load(corpus("nsys/nsys-ai/h100_2gpu_1s.sqlite"))
+    diagnosis = gpuscope.diagnose(job)
     assert len(diagnosis.devices) == 2
+    trace_of = {device: t for t in job.traces for device in t.device_ids}
     for report in diagnosis.devices:
+        trace = trace_of[report.device]
         t = report.temporal
         # ~51 GB of pinned H2D copies fill 97% of each GPU's window; kernels run ~2%.
         assert t.exclusive_memcpy_ns > 0.9 * t.span_ns
@@ -270,10 +273,10 @@ def test_h100_diagnosis_end_to_end_shows_h2d_copies_and_syncs() -> None:
         causes = [c.cause.value for c in report.idle.causes]
         assert "host_sync" in causes and "h2d_copy" in causes
         # The host sits in cudaStreamSynchronize while the copies run.
-        ev = report.work.trace.events
+        ev = trace.events
         sync_calls = np.flatnonzero(
             (ev.kind == Kind.RUNTIME)
-            & np.isin(ev.name_id, [report.work.trace.names.index("cudaStreamSynchronize_v3020")])
+            & np.isin(ev.name_id, [trace.names.index("cudaStreamSynchronize_v3020")])
         )
         assert int(ev.dur_ns[sync_calls].sum()) > 400_000_000
     assert diagnosis.verdict.summary
@@ -295,9 +298,12 @@ def test_h100_busy_with_host_to_device_copies_is_transfer_bound_not_host_bound()
 
 def test_mfu_before_and_after_diagnose_end_to_end() -> None:
     results = {}
+    traces = {}
     for name in ("before", "after"):
         path = corpus(f"nsys/nsys-ai/mfu_2gpu_{name}.sqlite")
-        diagnosis = gpuscope.diagnose(load(path))
+        job = load(path)
+        diagnosis = gpuscope.diagnose(job)
+        traces[name] = job.traces[0]
         assert [(r.device, r.rank) for r in diagnosis.devices] == [(0, None), (1, None)]
         # NCCL SendRecv kernels are communication; flash attention and nvjet GEMMs compute.
         assert all(r.temporal.communication_ns > 0 for r in diagnosis.devices)
@@ -305,10 +311,8 @@ def test_mfu_before_and_after_diagnose_end_to_end() -> None:
         assert diagnosis.verdict.bound in {"host", "memory", "compute", "communication"}
         assert diagnosis.findings and diagnosis.findings[0].lost_ns > 0
         results[name] = diagnosis
-    ops = {
-        results["before"].devices[0].work.trace.name(int(r))
-        for r in np.flatnonzero(results["before"].devices[0].work.trace.events.kind == Kind.CPU_OP)
-    }
+    before = traces["before"]
+    ops = {before.name(int(r)) for r in np.flatnonzero(before.events.kind == Kind.CPU_OP)}
     # emit_nvtx ranges ("aten::mm, seq = 3, op_id = 17") are operators named as Kineto names them.
     assert "aten::copy_" in ops and not any("op_id" in n for n in ops)
 

@@ -7,12 +7,16 @@ import gpuscope
 
 def test_exported_members() -> None:
     assert sorted(gpuscope.__all__) == [
+        "DeviceReport",
         "Diagnosis",
+        "Finding",
         "GpuscopeError",
         "InputError",
+        "InputSummary",
         "Job",
         "Options",
         "Trace",
+        "Verdict",
         "__version__",
         "diagnose",
         "load",

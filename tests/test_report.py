@@ -19,7 +19,9 @@ from click.testing import CliRunner
 
 from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
+from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
 from gpuscope.render import html
 from gpuscope.testing.generator import (
@@ -195,7 +197,7 @@ def test_large_trace_report_is_small_and_keeps_every_long_idle_gap() -> None:
     page = html.render(diagnosis)
     assert len(page.encode()) < 10_000_000
     timeline = figures(page)["chart-timeline"]
-    assert timeline_bars(timeline) <= html.HtmlOptions().max_timeline_bars
+    assert timeline_bars(timeline) <= MAX_TIMELINE_BARS
     bucket_ns = timeline["layout"]["meta"]["bucket_ns"]
     single = [
         t for t in timeline["data"] if t["meta"]["family"] == "idle" and not t["meta"]["merged"]
@@ -221,7 +223,7 @@ def test_utilisation_of_many_ranks_is_a_row_each_not_overlapping_lines(tmp_path:
     page = html.render(diagnosis)
     (rows,) = figures(page)["chart-utilisation"]["data"]
     assert rows["type"] == "heatmap" and rows["y"] == [f"rank {r} · GPU {r}" for r in range(8)]
-    assert len(rows["x"]) == html.HtmlOptions().utilisation_buckets
+    assert len(rows["x"]) == UTILISATION_BUCKETS
     # Each rank's row, over the buckets within its span, averages to its busy share.
     for device, z in zip(diagnosis.devices, rows["z"], strict=True):
         shares = [v for v in z if v is not None]
@@ -240,9 +242,9 @@ def test_diff_shows_the_data_loader_fix_as_better(tmp_path: Path) -> None:
     fixed = generate(GeneratorConfig(steps=6, inject=(HostSync(), TinyKernels())))
     slow.write(tmp_path / "before.json")
     fixed.write(tmp_path / "after.json")
-    page = html.render_diff(
-        diagnose(load(tmp_path / "before.json")), diagnose(load(tmp_path / "after.json"))
-    )
+    before, after = (diagnose(load(tmp_path / f"{n}.json")) for n in ("before", "after"))
+    change = diff.diff(diff.summarize(before), diff.summarize(after))
+    page = html.render_diff(before, after, change=change)
     charts = figures(page)
     assert {"diff-chart-steps", "diff-chart-causes", "before-chart-timeline"} <= set(charts)
     assert "after-chart-timeline" in charts

@@ -4,6 +4,8 @@ Public API::
 
     job = gpuscope.load("trace.json.gz")      # a file, or a folder of per-rank traces
     diagnosis = gpuscope.diagnose(job)       # pure analyses, typed results
+    # a Diagnosis is plain data: its DeviceReports, Verdict and Findings hold no trace, and
+    # `gpuscope diagnose --json` saves it whole (gpuscope.diagnosis.saved reads it back)
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuscope.diagnosis import Diagnosis, Options, diagnose
+    from gpuscope.diagnosis import DeviceReport, Diagnosis, InputSummary, Options, diagnose
+    from gpuscope.diagnosis.findings import Finding, Verdict
     from gpuscope.errors import GpuscopeError, InputError
     from gpuscope.model import Job, Trace
     from gpuscope.readers import load
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562): the command line starts without loading every analysis.
 _HOME = {
     "Diagnosis": "gpuscope.diagnosis",
+    "DeviceReport": "gpuscope.diagnosis",
+    "InputSummary": "gpuscope.diagnosis",
+    "Finding": "gpuscope.diagnosis.findings",
+    "Verdict": "gpuscope.diagnosis.findings",
     "Options": "gpuscope.diagnosis",
     "diagnose": "gpuscope.diagnosis",
     "GpuscopeError": "gpuscope.errors",
@@ -42,12 +49,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DeviceReport",
     "Diagnosis",
+    "Finding",
     "GpuscopeError",
     "InputError",
+    "InputSummary",
     "Job",
     "Options",
     "Trace",
+    "Verdict",
     "__version__",
     "diagnose",
     "load",

@@ -40,3 +40,9 @@ def among(values: NDArray[np.uint8], codes: Iterable[int]) -> NDArray[np.bool_]:
     for code in codes:
         mask |= values == code
     return mask
+
+
+def bucket_edges(lo: int, hi: int, buckets: int) -> NDArray[np.int64]:
+    """``buckets + 1`` integer edges splitting ``[lo, hi]`` evenly (where a chart's buckets
+    lie: the analyses fill them, the renderers place them)."""
+    return np.linspace(lo, hi, max(buckets, 1) + 1).round().astype(np.int64)

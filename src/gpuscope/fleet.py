@@ -155,15 +155,19 @@ def diagnose_input(path: str, gpu_hour_usd: float | None = None) -> FleetTable:
     import gpuscope  # noqa: PLC0415 - keeps worker start-up light until work arrives
 
     size, mtime = fingerprint(path)
+    from gpuscope.diagnosis import saved  # noqa: PLC0415
+
     try:
         with _local_copy(path) as local:
+            if saved.is_saved(local):
+                # A saved diagnosis (``diagnose --json``) is one job's result as it was made.
+                return _rows(path, size, mtime, saved.read(local))
             job = gpuscope.load(local)
             diagnosis = gpuscope.diagnose(job, gpuscope.Options(gpu_hour_usd=gpu_hour_usd))
     except Exception as error:  # one bad job never stops a fleet run
         message = str(error) if isinstance(error, gpuscope.InputError) else repr(error)
         return FleetTable([_error_row(path, size, mtime, message)], [])
-    bases = [t.metadata.get("base_time_ns") for t in job.traces]
-    return _rows(path, size, mtime, diagnosis, [int(b) for b in bases if b])
+    return _rows(path, size, mtime, diagnosis)
 
 
 @contextmanager
@@ -187,9 +191,7 @@ def _error_row(path: str, size: int | None, mtime: int | None, message: str) -> 
     return JobRow(path, size, mtime, "error", message, date=date, date_source=source)
 
 
-def _rows(
-    path: str, size: int | None, mtime: int | None, d: Diagnosis, bases: list[int]
-) -> FleetTable:
+def _rows(path: str, size: int | None, mtime: int | None, d: Diagnosis) -> FleetTable:
     v = d.verdict
     found = [
         FindingRow(
@@ -206,6 +208,7 @@ def _rows(
     ]
     lost_hours = sum(f.lost_ns for f in found) / NS_PER_HOUR
     usd = lost_hours * v.gpu_hour_usd if v.gpu_hour_usd is not None else None
+    bases = [i.base_time_ns for i in d.inputs if i.base_time_ns]
     date, date_source = _date(_epoch_of(d, bases), mtime)
     top = max(found, key=lambda f: f.lost_ns, default=None)
     names = [x.info.name for x in d.devices] + [g.name for g in d.sampled]

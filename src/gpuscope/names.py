@@ -147,3 +147,17 @@ def percentage_change(points: float, relative_pct: float | None) -> str:
     points (+25.0% relative)``, never a bare ``+25.0%`` that reads as points."""
     text = f"{points:+.1f} percentage points"
     return text if relative_pct is None else f"{text} ({relative_pct:+.1f}% relative)"
+
+
+_STABLE = (
+    (re.compile(r"#\d+"), "#"),
+    (re.compile(r"\b(seq|op_id|sequenceNr|id)\s*=\s*\d+"), r"\1=N"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x"),
+)
+
+
+def stable_name(name: str) -> str:
+    """``name`` without its unique ids: ``ProfilerStep#123`` -> ``ProfilerStep#``."""
+    for pattern, replacement in _STABLE:
+        name = pattern.sub(replacement, name)
+    return name

@@ -133,7 +133,11 @@ class Session:
         if compare_with is None:
             page = html.render(d)
         else:
-            page = html.render_diff(d, self.diagnosis(compare_with, gpu_hour_usd))
+            from gpuscope.analyses import diff
+
+            other = self.diagnosis(compare_with, gpu_hour_usd)
+            change = diff.diff(diff.summarize(d), diff.summarize(other))
+            page = html.render_diff(d, other, change=change)
         data = page.encode()
         target = Path(output).expanduser()
         write_output(target, data)

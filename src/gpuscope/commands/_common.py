@@ -127,3 +127,37 @@ def prefetched() -> object:
     :mod:`gpuscope.readers._early`."""
     context = click.get_current_context(silent=True)
     return context.obj if context is not None else None
+
+
+def diagnosis_of(
+    path: Path,
+    gpu_hour_usd: float | None = None,
+    whole: bool = False,
+    gpu_name: str | None = None,
+    prefetch: Any = None,
+) -> Any:
+    """The diagnosis of a trace (a file or a folder), or the one saved in a JSON document that
+    ``gpuscope diagnose --json`` wrote. A saved diagnosis is final: options that change how a
+    trace is diagnosed are refused with it (a usage error), never silently ignored."""
+    from gpuscope.diagnosis import saved
+
+    if saved.is_saved(path):
+        given = [
+            name
+            for name, value in (
+                ("--gpu-hour-usd", gpu_hour_usd),
+                ("--whole", whole or None),
+                ("--gpu", gpu_name),
+            )
+            if value is not None
+        ]
+        if given:
+            raise click.UsageError(
+                f"{path} is a saved diagnosis: {', '.join(given)} applies only to a trace"
+            )
+        return saved.read(path)
+    from gpuscope.diagnosis import Options, diagnose
+    from gpuscope.readers import load
+
+    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu_name)
+    return diagnose(load(path, prefetch=prefetch), options)

@@ -87,10 +87,9 @@ def summary_of(
         return run.summary, name
     if not exists:
         raise InputError(path, "no such file, folder or saved run id")
-    from gpuscope.diagnosis import Options, diagnose
-    from gpuscope.readers import load
+    from gpuscope.commands._common import diagnosis_of
 
-    result = diagnose(load(path), Options(gpu_hour_usd=gpu_hour_usd, whole=whole))
+    result = diagnosis_of(path, gpu_hour_usd, whole)
     if result.window is not None:
         click.echo(
             f"gpuscope: {path}: start-up left out, its steady state compared"

@@ -8,6 +8,7 @@ import click
 
 from gpuscope.commands._common import (
     PRICE,
+    diagnosis_of,
     gpu_option,
     input_errors_exit,
     prefetched,
@@ -45,7 +46,8 @@ def report(
     gpu_name: str | None,
     whole: bool,
 ) -> None:
-    """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces).
+    """Write a self-contained HTML report of TRACE (a file or a folder of per-rank traces, or
+    a JSON file that `gpuscope diagnose --json` saved).
 
     Given two, BEFORE and AFTER, the report compares them side by side.
     """
@@ -56,18 +58,19 @@ def report(
     prefetch = _early.begin(
         paths[0], prefetched()
     )  # the first trace's read overlaps the imports (see diagnose)
-    from gpuscope.diagnosis import Options, diagnose
-    from gpuscope.readers import load
     from gpuscope.render import html
 
-    options = Options(gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu_name)
     prefetches = [prefetch, *(None for _ in paths[1:])]
     diagnoses = [
-        diagnose(load(p, prefetch=f), options) for p, f in zip(paths, prefetches, strict=True)
+        diagnosis_of(p, gpu_hour_usd, whole, gpu_name, prefetch=f)
+        for p, f in zip(paths, prefetches, strict=True)
     ]
     if len(diagnoses) == 1:
         page = html.render(diagnoses[0])
     else:
-        page = html.render_diff(diagnoses[0], diagnoses[1])
+        from gpuscope.analyses import diff
+
+        change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
+        page = html.render_diff(diagnoses[0], diagnoses[1], change=change)
     write_output(output, page.encode())
     click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)

@@ -19,6 +19,7 @@ from msgspec.structs import replace
 
 from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
+from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
 from gpuscope.analyses.host import HostIndex, host_activity
 from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
 from gpuscope.analyses.phases import Phase, cut, startup_phases, steady_window
@@ -80,6 +81,8 @@ class InputSummary(msgspec.Struct, frozen=True):
     world_size: int | None
     events: int
     steps: int
+    #: The trace's wall-clock origin (Kineto's ``baseTimeNanoseconds``), when it records one.
+    base_time_ns: int | None = None
 
 
 class DeviceReport(msgspec.Struct, frozen=True):
@@ -98,7 +101,7 @@ class DeviceReport(msgspec.Struct, frozen=True):
     steps: list[StepStat]
     idle: IdleAttribution
     bounds: KernelBounds
-    work: DeviceWork  # the classified device work the figures above come from
+    series: DeviceSeries  # what the reports draw of this device
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
     views: DeviceViews | None = None  # device time per module path and per operator
 
@@ -117,6 +120,11 @@ class Diagnosis(msgspec.Struct, frozen=True):
     window: Window | None = None  # set when start-up was left out of the analysed window
     #: Every fix with an edit, replayed together as one edit set (never the findings' sum).
     all_fixes: Prediction | None = None
+    drawn: Drawn | None = None  # the job's timeline and utilisation series (None: no devices)
+    #: Device time per kernel name (stable part), per ``kernel_unit`` ("step", or "s": per second
+    #: of span when there are no steps) and per device: what a diff compares.
+    kernel_unit: str = "s"
+    kernel_ns: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
@@ -138,11 +146,15 @@ class TimelineDiagnosis(msgspec.Struct, frozen=True):
 def diagnose_timelines(
     job: Job,
     options: Options,
-    adjust: Callable[[DeviceReport], DeviceReport] | None = None,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None = None,
 ) -> TimelineDiagnosis:
-    """The diagnosis of the job's timelines; ``adjust`` revises each device report first (with
-    measured counters)."""
+    """The diagnosis of the job's timelines; ``adjust`` revises each device's kernel bounds
+    first (with measured counters).
+
+    The device work (which holds the trace) lives only while this runs: the reports and the
+    diagnosis hold what the analyses computed from it, never the trace."""
     devices: list[DeviceReport] = []
+    works: list[DeviceWork] = []
     evidence: list[DeviceEvidence] = []
     hosts: dict[int, HostIndex] = {}
     startups: dict[int, list[Phase]] = {}  # per trace: the start-up phases left in its window
@@ -166,16 +178,16 @@ def diagnose_timelines(
         # The views read the analysed window's ranges: the trace as cut, when it was.
         scopes = host_scopes(trace) if ids else None
         for device in ids:
-            report = _device_report(trace, device, options, host, phases, scopes)
+            work = device_work(trace, device)
+            report = _device_report(trace, work, options, host, phases, scopes, adjust)
             kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
-            if adjust is not None:
-                report = adjust(report)
             devices.append(report)
-            evidence.append(_evidence(trace, report))
+            works.append(work)
+            evidence.append(_evidence(trace, report, work))
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    participants = _participants(replace(job, traces=traces), devices, hosts)
+    participants = _participants(replace(job, traces=traces), devices, works, hosts)
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
@@ -185,7 +197,7 @@ def diagnose_timelines(
         from gpuscope.diagnosis.predict import predict, priced  # noqa: PLC0415
 
         found, all_fixes = predict(
-            found, traces, devices, hosts, startups, participants, ranks, gpu_hour_usd, gpus
+            found, traces, evidence, hosts, startups, participants, ranks, gpu_hour_usd, gpus
         )
         saving_usd = priced(found, all_fixes, gpu_hour_usd)
     # The headline's dollars are what fixing everything is predicted to save (the all-fixes
@@ -194,6 +206,8 @@ def diagnose_timelines(
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
         found, judged = revise(found, judged, kinds, startup, span, options.whole)
+    kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
+    charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
     result = Diagnosis(
         source=job.source,
         inputs=[_input_summary(t) for t in traces],
@@ -204,6 +218,9 @@ def diagnose_timelines(
         ranks=ranks,
         window=window_of(startup),
         all_fixes=all_fixes,
+        drawn=charts,
+        kernel_unit=kernel_unit,
+        kernel_ns=kernel_ns,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
 
@@ -217,7 +234,7 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
 
 
 def _participants(
-    job: Job, devices: list[DeviceReport], hosts: dict[int, HostIndex]
+    job: Job, devices: list[DeviceReport], works: list[DeviceWork], hosts: dict[int, HostIndex]
 ) -> list[Participant]:
     """One participant per device report; ranks a trace does not name are numbered in file
     order."""
@@ -228,7 +245,7 @@ def _participants(
             device=d.device,
             source=d.source,
             world_size=d.world_size,
-            work=d.work,
+            work=work,
             temporal=d.temporal,
             overlap=d.overlap,
             steps=d.steps,
@@ -236,22 +253,28 @@ def _participants(
             host=hosts.get(id(by_source[d.source])) if d.source in by_source else None,
             facts=d.facts,
         )
-        for position, d in enumerate(devices)
+        for position, (d, work) in enumerate(zip(devices, works, strict=True))
     ]
 
 
 def _device_report(
     trace: Trace,
-    device: int,
+    work: DeviceWork,
     options: Options,
     host: HostIndex,
     phases: list[Phase],
     scopes: HostScopes | None,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
 ) -> DeviceReport:
-    work = device_work(trace, device)
+    device = work.device
     idle = attribute_idle(work, host, phases)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
     facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
+    bounds = kernel_bounds(work, facts)
+    measured = adjust(bounds, work) if adjust is not None else None
+    if measured is not None:
+        bounds = measured.bounds
+    steps = step_breakdown(work)
     return DeviceReport(
         source=trace.source,
         rank=trace.rank,
@@ -265,19 +288,20 @@ def _device_report(
         overlap=overlap(work),
         kernels=kernel_breakdown(work, top=options.top_kernels),
         streams=stream_idle(work),
-        steps=step_breakdown(work),
+        steps=steps,
         idle=idle,
-        bounds=kernel_bounds(work, facts),
-        work=work,
+        bounds=bounds,
+        series=device_series(work, idle, bounds, steps),
+        counters=measured,
         views=None if scopes is None else device_views(work, idle, scopes),
     )
 
 
-def _evidence(trace: Trace, report: DeviceReport) -> DeviceEvidence:
+def _evidence(trace: Trace, report: DeviceReport, work: DeviceWork) -> DeviceEvidence:
     return DeviceEvidence(
         rank=report.rank,
         device=report.device,
-        work=report.work,
+        work=work,
         temporal=report.temporal,
         overlap=report.overlap,
         idle=report.idle,
@@ -296,4 +320,9 @@ def _input_summary(trace: Trace) -> InputSummary:
         world_size=trace.world_size,
         events=len(trace.events),
         steps=len(trace.steps),
+        base_time_ns=_int_or_none(trace.metadata.get("base_time_ns")),
     )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None

@@ -78,6 +78,9 @@ class Finding(msgspec.Struct, frozen=True):
     #: predictions off); ``prediction`` holds its range, the measured step and the assumption.
     predicted_saving_ns_per_step: float | None = None
     prediction: Prediction | None = None
+    #: Where its figures come from: "timeline", or the samples or counters that measured it
+    #: ("nvml-samples", "ncu", ...).
+    measured_from: str = "timeline"
 
 
 class Verdict(msgspec.Struct, frozen=True):

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
+from gpuscope.analyses.bounds import KernelBounds
 from gpuscope.analyses.counters import (
-    CounterIndex,
     CounterSummary,
+    MeasuredBounds,
     apply_counters,
     counter_index,
     summarize,
 )
 from gpuscope.analyses.samples import gpu_utilisation
+from gpuscope.analyses.timeline import DeviceWork
 from gpuscope.diagnosis import (
-    DeviceReport,
     Diagnosis,
     InputSummary,
     Options,
@@ -37,18 +38,14 @@ def diagnose_measured(job: Job, options: Options) -> Diagnosis:
     counters = [summarize(c) for c in job.counters]
     index = counter_index(counters) if counters else None
 
-    def adjust(report: DeviceReport) -> DeviceReport:
-        return _with_counters(report, index) if index is not None else report
+    def adjust(bounds: KernelBounds, work: DeviceWork) -> MeasuredBounds | None:
+        """Measured limiters (ncu) in place of the estimated bounds, for the kernels that
+        match."""
+        return apply_counters(bounds, work, index) if index is not None else None
 
     timelines = diagnose_timelines(job, options, adjust)
     price = Price(timelines.gpu_hour_usd, timelines.price_source)
     return _with_measurements(timelines.diagnosis, job, counters, options, price)
-
-
-def _with_counters(report: DeviceReport, index: CounterIndex) -> DeviceReport:
-    """Measured limiters (ncu) in place of the estimated bounds, for the kernels that match."""
-    measured = apply_counters(report.bounds, report.work, index)
-    return replace(report, bounds=measured.bounds, counters=measured)
 
 
 def _with_measurements(

@@ -52,7 +52,7 @@ from gpuscope.model import Trace
 if TYPE_CHECKING:
     from gpuscope.analyses.host import HostIndex
     from gpuscope.analyses.phases import Phase
-    from gpuscope.diagnosis import DeviceReport
+    from gpuscope.diagnosis.evidence import DeviceEvidence
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
@@ -64,7 +64,7 @@ NO_SAVING_PCT = 0.5
 def predict(
     found: list[Finding],
     traces: list[Trace],
-    devices: list[DeviceReport],
+    devices: list[DeviceEvidence],
     hosts: dict[int, HostIndex],
     startups: dict[int, list[Phase]],
     participants: list[Participant],
@@ -88,7 +88,7 @@ def predict(
     inputs: list[EditInputs] = []
     late: set[int] = set()
     # The traces the device reports were computed on (a reader may split or window a job's).
-    by_trace: dict[int, list[DeviceReport]] = {}
+    by_trace: dict[int, list[DeviceEvidence]] = {}
     for d in devices:
         by_trace.setdefault(id(d.work.trace), []).append(d)
     for reports in by_trace.values():
@@ -185,7 +185,7 @@ NO_SAVING_NOTE = (
 
 def _inputs(
     trace: Trace,
-    reports: list[DeviceReport],
+    reports: list[DeviceEvidence],
     activity: NDArray[np.uint8],
     participants: list[Participant],
     cuts: list[WaitCuts] | None,

@@ -4,8 +4,8 @@
 Contract: every function is pure. :func:`sampled_findings` applies the rules below per GPU and
 sums them per cause over the job's GPUs; :func:`counter_findings` does the same per kernel over
 the profiled kernels; :func:`sampled_verdict` and :func:`counter_verdict` build the verdict of a
-job that has no timeline. Findings are :class:`SampledFinding`: a
-:class:`~gpuscope.diagnosis.findings.Finding` that says what it was measured from.
+job that has no timeline. Findings are :class:`~gpuscope.diagnosis.findings.Finding` with
+``measured_from`` naming what measured them.
 
 What samples can say: NVML's "GPU util" is the share of each sample period in which some kernel
 ran, so it tells a busy GPU from an idle one, and nothing more: not why it waited (host, data,
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -91,14 +90,7 @@ _LIMITER_CAUSE = {
 }
 
 
-class SampledFinding(Finding, frozen=True):
-    """A finding from samples or counters, and what it was measured from."""
-
-    measured_from: str = "timeline"
-
-
-@dataclass(frozen=True)
-class Price:
+class Price(msgspec.Struct, frozen=True):
     gpu_hour_usd: float | None
     source: str
 
@@ -516,7 +508,7 @@ def _finding(
 ) -> Finding:
     share = 100.0 * lost_ns / total_ns if total_ns else 0.0
     hour = share / 100.0 * price.gpu_hour_usd if price.gpu_hour_usd is not None else None
-    return SampledFinding(
+    return Finding(
         pattern=pattern,
         cause=cause,
         title=_TITLES[cause] if title is None else title,

@@ -37,7 +37,6 @@ from gpuscope.analyses.diff import (
     PredictionCheck,
     RunDiff,
     RunSummary,
-    headline,
 )
 from gpuscope.history import StoredRun
 from gpuscope.names import percentage_change, plural
@@ -350,12 +349,12 @@ def history_document(runs: list[StoredRun], metric: str | None) -> dict[str, Any
                 "source_sha256": r.source_sha256,
                 "device": r.device,
                 "steps": r.summary.steps,
-                "step_time_ns": _round(headline(r.summary, STEP_TIME)),
-                "gpu_busy_pct": _round(headline(r.summary, GPU_BUSY)),
+                "step_time_ns": _round(r.summary.headline(STEP_TIME)),
+                "gpu_busy_pct": _round(r.summary.headline(GPU_BUSY)),
                 "idle_pct": _round(r.summary.idle_pct),
-                "cost_usd_per_gpu_hour": _round(headline(r.summary, COST)),
+                "cost_usd_per_gpu_hour": _round(r.summary.headline(COST)),
                 "findings": [f.cause for f in r.summary.findings],
-                **({"value": _round(headline(r.summary, metric))} if metric else {}),
+                **({"value": _round(r.summary.headline(metric))} if metric else {}),
             }
             for r in runs
         ],
@@ -391,9 +390,9 @@ def render_history(runs: list[StoredRun], console: Console, metric: str | None) 
             row += _trend_cells(s, previous, metric)
         else:
             row += [
-                _value(headline(s, STEP_TIME), "ns"),
-                _value(headline(s, GPU_BUSY), "pct"),
-                _value(headline(s, COST), "usd"),
+                _value(s.headline(STEP_TIME), "ns"),
+                _value(s.headline(GPU_BUSY), "pct"),
+                _value(s.headline(COST), "usd"),
             ]
         row.append(s.findings[0].cause if s.findings else "")
         table.add_row(*row)
@@ -409,8 +408,8 @@ def _unit_of(metric: str) -> str:
 
 
 def _trend_cells(s: RunSummary, previous: RunSummary | None, metric: str) -> list[str]:
-    value = headline(s, metric)
-    before = headline(previous, metric) if previous else None
+    value = s.headline(metric)
+    before = previous.headline(metric) if previous else None
     change = ""
     if value is not None and before:
         change = f"{100 * (value - before) / before:+.1f}%"
@@ -418,7 +417,7 @@ def _trend_cells(s: RunSummary, previous: RunSummary | None, metric: str) -> lis
 
 
 def _sparkline(runs: list[StoredRun], metric: str) -> Text:
-    values = [headline(r.summary, metric) for r in reversed(runs)]
+    values = [r.summary.headline(metric) for r in reversed(runs)]
     known = [v for v in values if v is not None]
     if len(known) < 2:
         return Text("")

@@ -16,14 +16,13 @@ import msgspec
 from msgspec.structs import asdict
 
 from gpuscope import __version__
-from gpuscope.analyses.bounds import Bound, RooflinePoint, roofline_points
+from gpuscope.analyses.bounds import Bound, RooflinePoint
 from gpuscope.analyses.counters import CounterStat, CounterSummary
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.diagnosis.sampled import SampledFinding
 from gpuscope.facts import GpuFacts, match_device
 from gpuscope.render.ranks import ranks_document
 
@@ -83,7 +82,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": f.evidence,
         "fix": f.fix,
         "max_gain_ns": f.lost_ns,
-        "measured_from": f.measured_from if isinstance(f, SampledFinding) else "timeline",
+        "measured_from": f.measured_from,
         "predicted_saving_ns_per_step": (
             None
             if f.predicted_saving_ns_per_step is None
@@ -115,7 +114,14 @@ def _prediction(p: Prediction | None) -> dict[str, Any] | None:
 
 
 def dumps(diagnosis: Diagnosis) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(to_document(diagnosis)), indent=1)
+    """The document, indented, with the saved diagnosis (:mod:`gpuscope.diagnosis.saved`) as its
+    last field on one line: ``gpuscope report``, ``diff`` and ``fleet`` read it back."""
+    from gpuscope.diagnosis import saved  # noqa: PLC0415 - only --json writes it
+
+    document = msgspec.json.format(msgspec.json.encode(to_document(diagnosis)), indent=1)
+    whole = msgspec.json.encode(saved.to_builtins(diagnosis))
+    key = b'"' + saved.SAVED_KEY.encode() + b'"'
+    return document.rstrip()[:-1].rstrip() + b",\n " + key + b": " + whole + b"\n}"
 
 
 def _pct(value: float | None) -> float | None:
@@ -204,8 +210,8 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             **_bounds_source(d),
         },
         "roofline": {
-            "kernels": [_point(p) for p in roofline_points(d.bounds, d.work, by="kernel")],
-            "operators": [_point(p) for p in roofline_points(d.bounds, d.work, by="operator")],
+            "kernels": [_point(p) for p in d.series.roofline_kernels],
+            "operators": [_point(p) for p in d.series.roofline_operators],
         },
         "views": None if d.views is None else views_document(d.views),
         "top_kernels": [

@@ -17,7 +17,7 @@ from rich.text import Text
 from gpuscope import causes
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import Bound
-from gpuscope.analyses.intervals import Intervals, covered_ns
+from gpuscope.analyses.drawn import STATE_COLUMNS
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding, Verdict
@@ -427,7 +427,7 @@ def _int_pct(value: float | None) -> str:
 
 # --- idle timeline -------------------------------------------------------------------------------
 
-_TIMELINE_COLUMNS = 60
+_TIMELINE_COLUMNS = STATE_COLUMNS  # the diagnosis keeps this many slices of each span
 _TIMELINE_DEVICES = 16
 #: Each column's dominant state: its character and colour (the HTML report's colours).
 _STATES = {"busy": ("█", "#2ca02c"), **causes.idle_styles()}  # data/causes.csv
@@ -459,13 +459,20 @@ def idle_timeline(devices: list[DeviceReport], width: int = 120) -> Text:
 
 
 def _column_states(d: DeviceReport, columns: int) -> list[str]:
-    """The dominant state of each of ``columns`` equal slices of the device's span."""
-    edges = np.linspace(d.span_start_ns, d.span_end_ns, columns + 1).round().astype(np.int64)
-    lo, hi = edges[:-1], edges[1:]
-    g = d.idle.gaps
-    time_ns = [covered_ns(d.work.busy, lo, hi)]
-    for code in range(len(CAUSES)):
-        mine = g.cause == code
-        time_ns.append(covered_ns(Intervals(g.start_ns[mine], g.end_ns[mine]), lo, hi))
+    """The dominant state of each of ``columns`` equal slices of the device's span, from the
+    diagnosis' time per state in :data:`~gpuscope.analyses.drawn.STATE_COLUMNS` slices (a
+    narrower terminal's column takes the share of each slice it overlaps)."""
+    states = np.asarray(d.series.states_ns, dtype=np.float64)  # (state, slice)
+    fine = states.shape[1]
+    if columns != fine:
+        edges = np.linspace(0.0, 1.0, fine + 1)
+        coarse = np.linspace(0.0, 1.0, columns + 1)
+        overlap = np.clip(
+            np.minimum(coarse[1:, None], edges[None, 1:])
+            - np.maximum(coarse[:-1, None], edges[None, :-1]),
+            0.0,
+            None,
+        )
+        states = states @ (overlap * fine).T
     names = ["busy", *(c.value for c in CAUSES)]
-    return [names[i] for i in np.vstack(time_ns).argmax(axis=0).tolist()]
+    return [names[i] for i in states.argmax(axis=0).tolist()]

@@ -10,8 +10,9 @@ where it lands (``html.escape`` in the page, entity-escaped in plotly labels).
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import field
 
+import msgspec
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from gpuscope.analyses.operators import DeviceViews, ViewRow
@@ -24,8 +25,7 @@ OPERATOR_ROWS = 200
 _LABEL_CHARS = 60
 
 
-@dataclass(frozen=True)
-class ViewsPart:
+class ViewsPart(msgspec.Struct, frozen=True):
     html: str  # the section: "" when no device has views
     figure: go.Figure | None
     links: dict[str, str] = field(default_factory=dict)  # code location -> "#anchor"

@@ -38,7 +38,7 @@ Contract:
   but its interval is not, or when the steps are too few to reach the confidence, with the steps
   a side that would settle it; within otherwise. docs/ci-gate.md explains the choice.
 * Names carrying unique ids (``ProfilerStep#123``, NVTX ``seq = 17``, ``0x7f...`` addresses)
-  are matched by their stable part (:func:`stable_name`).
+  are matched by their stable part (:func:`gpuscope.names.stable_name`).
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ from gpuscope.analyses.diff.summary import (
     all_metric_names,
     headline,
     metric_names,
-    stable_name,
     summarize,
 )
+from gpuscope.names import stable_name
 
 __all__ = [
     "CONFIDENCE",

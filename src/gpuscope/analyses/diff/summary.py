@@ -5,15 +5,13 @@ Contract in :mod:`gpuscope.analyses.diff`.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from gpuscope.analyses.attribution import CAUSES, Cause
-from gpuscope.analyses.intervals import covered_ns, difference, union
-from gpuscope.analyses.timeline import WorkClass
+from gpuscope.analyses.drawn import step_periods
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 
 STEP_TIME = "step_time_ns"
@@ -23,19 +21,6 @@ GPU_BUSY = "gpu_busy_pct"
 COST = "cost_usd_per_gpu_hour"
 EXPOSED_COMMUNICATION = "exposed_communication"
 LOST_PREFIX = "lost_ns_per_step."
-
-_STABLE = (
-    (re.compile(r"#\d+"), "#"),
-    (re.compile(r"\b(seq|op_id|sequenceNr|id)\s*=\s*\d+"), r"\1=N"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x"),
-)
-
-
-def stable_name(name: str) -> str:
-    """``name`` without its unique ids: ``ProfilerStep#123`` -> ``ProfilerStep#``."""
-    for pattern, replacement in _STABLE:
-        name = pattern.sub(replacement, name)
-    return name
 
 
 # --- run summaries ------------------------------------------------------------------------------
@@ -83,6 +68,15 @@ class RunSummary:
     #: Devices whose steps were timed on the host (they launched no device work in a step).
     host_timed_devices: int = 0
 
+    def headline(self, name: str) -> float | None:
+        """One number for a metric of the run: the median per step, or a whole-run share."""
+        if name == "idle_pct":
+            return self.idle_pct
+        values = self.per_step.get(name)
+        if values:
+            return float(np.median(values))
+        return self.window.get(name)
+
 
 def summarize(diagnosis: Diagnosis) -> RunSummary:
     devices = diagnosis.devices
@@ -105,8 +99,8 @@ def summarize(diagnosis: Diagnosis) -> RunSummary:
         wasted_usd_per_gpu_hour=verdict.wasted_usd_per_gpu_hour,
         steps=steps,
         per_step=per_step,
-        kernel_unit="step" if steps else "s",
-        kernel_ns=_kernel_ns(devices, steps),
+        kernel_unit=diagnosis.kernel_unit,
+        kernel_ns=dict(diagnosis.kernel_ns),
         findings=[
             FindingSummary(
                 f.cause,
@@ -147,40 +141,38 @@ def _mean(values: list[float] | None, otherwise: float | None) -> float | None:
     return float(np.mean(values)) if values else otherwise
 
 
-def _periods(d: DeviceReport) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's window on the device (``analyses.timeline.step_breakdown``): they tile the
-    device's time, each from the end of the previous step's work to the end of its own. The
-    first step, whose predecessor is not in the trace, starts where the host began it: it gains
-    the host's lead over the device, so it only marks where the second begins (N steps give
-    N - 1 values) unless it is the only one."""
-    steps = d.steps[1:] if len(d.steps) > 1 else d.steps
-    starts = np.array([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.array([s.end_ns for s in steps], dtype=np.int64)
-    return starts, np.maximum(ends, starts)
-
-
 def _device_series(d: DeviceReport, diagnosis: Diagnosis) -> dict[str, list[float]]:
+    """Per-step series of one device, from its step windows and its per-step cause table
+    (:class:`~gpuscope.analyses.drawn.StepCauses`): the first step only opens the second (see
+    :func:`~gpuscope.analyses.drawn.step_periods`), and a window that ends before it starts
+    counts nothing."""
     if not d.steps:
         return {STEP_TIME: []}
-    lo, hi = _periods(d)
+    lo, hi = step_periods(d.steps)
+    kept = slice(1, None) if len(d.steps) > 1 else slice(None)
+    empty = (
+        np.array([s.end_ns for s in d.steps], dtype=np.int64)
+        < np.array([s.start_ns for s in d.steps], dtype=np.int64)
+    )[kept]
+
+    def per_step(values: list[int]) -> NDArray[np.float64]:
+        return np.where(empty, 0, np.asarray(values, dtype=np.int64)[kept]).astype(np.float64)
+
     period = np.maximum(hi - lo, 1).astype(np.float64)
-    busy = covered_ns(d.work.busy, lo, hi).astype(np.float64)
+    busy = per_step([s.busy_ns for s in d.steps])
     out: dict[str, list[float]] = {
         STEP_TIME: (hi - lo).astype(np.float64).tolist(),
         GPU_BUSY: (100.0 * busy / period).tolist(),
     }
-    gaps = d.idle.gaps
+    table = d.series.step_causes
     wasted = np.zeros(lo.shape, dtype=np.float64)
     finding_causes = {f.cause for f in diagnosis.findings}
-    for code, cause in enumerate(CAUSES):
-        mask = gaps.cause == code
-        lost = covered_ns(union(gaps.start_ns[mask], gaps.end_ns[mask]), lo, hi)
-        out[LOST_PREFIX + cause.value] = lost.astype(np.float64).tolist()
+    for cause in CAUSES:
+        lost = per_step(table.lost_ns[cause.value])
+        out[LOST_PREFIX + cause.value] = lost.tolist()
         if cause.value in finding_causes:
             wasted += lost
-    by_class = d.work.by_class
-    exposed = difference(by_class[WorkClass.COMMUNICATION], by_class[WorkClass.COMPUTE])
-    exposed_ns = covered_ns(exposed, lo, hi).astype(np.float64)
+    exposed_ns = per_step(table.exposed_communication_ns)
     out[LOST_PREFIX + EXPOSED_COMMUNICATION] = exposed_ns.tolist()
     if EXPOSED_COMMUNICATION in finding_causes:
         wasted += exposed_ns
@@ -192,37 +184,9 @@ def _device_series(d: DeviceReport, diagnosis: Diagnosis) -> dict[str, list[floa
     return out
 
 
-def _kernel_ns(devices: Sequence[DeviceReport], steps: int) -> dict[str, float]:
-    """Device time per kernel name, per step (or per second of span) and per device."""
-    totals: dict[str, float] = {}
-    for d in devices:
-        if steps:
-            lo, hi = _periods(d)
-            window = (int(lo[0]), int(hi[steps - 1]))
-            units = float(steps)
-        else:
-            window = (d.span_start_ns, d.span_end_ns)
-            units = max(d.span_end_ns - d.span_start_ns, 1) / 1e9
-        ev = d.work.trace.events
-        starts = ev.start_ns[d.work.rows]
-        inside = d.work.rows[(starts >= window[0]) & (starts < window[1])]
-        for name_id, dur in zip(
-            ev.name_id[inside].tolist(), ev.dur_ns[inside].tolist(), strict=True
-        ):
-            name = stable_name(d.work.trace.names[name_id])
-            totals[name] = totals.get(name, 0.0) + dur / units
-    count = max(len(devices), 1)
-    return {name: ns / count for name, ns in totals.items()}
-
-
 def headline(summary: RunSummary, name: str) -> float | None:
     """One number for a metric of a run: the median per step, or a whole-run share."""
-    if name == "idle_pct":
-        return summary.idle_pct
-    values = summary.per_step.get(name)
-    if values:
-        return float(np.median(values))
-    return summary.window.get(name)
+    return summary.headline(name)
 
 
 def metric_names(summary: RunSummary) -> list[str]:

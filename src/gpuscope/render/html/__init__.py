@@ -27,7 +27,8 @@ in them), and the figure JSON by :func:`script_json` (then base64: nothing in a 
 end the script block that holds it).
 """
 
-from gpuscope.render.html.charts import HEATMAP_FROM_DEVICES, step_parts
+from gpuscope.analyses.drawn import HEATMAP_FROM_DEVICES
+from gpuscope.render.html.charts import step_parts
 from gpuscope.render.html.compare import render_diff
 from gpuscope.render.html.page import (
     CAUSE_COLOURS,

@@ -9,10 +9,14 @@ import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from numpy.typing import NDArray
 
-from gpuscope.analyses.bounds import RooflinePoint, roofline_points
-from gpuscope.analyses.intervals import Intervals, covered_ns, difference
-from gpuscope.analyses.timeline import WorkClass
-from gpuscope.diagnosis import DeviceReport
+from gpuscope._arrays import bucket_edges
+from gpuscope.analyses.bounds import RooflinePoint
+from gpuscope.analyses.drawn import (
+    HEATMAP_SLICES,
+    UTILISATION_BUCKETS,
+    Drawn,
+)
+from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.render.html.page import (
     _CAUSE_NAMES,
     _LAYOUT,
@@ -22,7 +26,6 @@ from gpuscope.render.html.page import (
     _device_label,
     _is_multi,
     _ms,
-    _origins,
     _Section,
     plot_text,
 )
@@ -30,41 +33,29 @@ from gpuscope.render.html.page import (
 I64 = NDArray[np.int64]
 
 
-def _bucket_edges(lo: int, hi: int, buckets: int) -> I64:
-    """``buckets + 1`` integer edges splitting ``[lo, hi]`` evenly."""
-    return np.linspace(lo, hi, max(buckets, 1) + 1).round().astype(np.int64)
-
-
-def _busy_pct(d: DeviceReport, edges: I64) -> NDArray[np.float64]:
-    width = np.maximum(np.diff(edges), 1).astype(np.float64)
-    return 100.0 * covered_ns(d.work.busy, edges[:-1], edges[1:]) / width
-
-
-def _utilisation_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
-    width_ns = max(d.temporal.span_ns for d in devices) / max(o.utilisation_buckets, 1)
+def _utilisation_section(d: Diagnosis, prefix: str) -> _Section:
+    assert d.drawn is not None  # a diagnosis with devices has its drawn series
+    devices = d.devices
+    width_ns = max(x.temporal.span_ns for x in devices) / max(UTILISATION_BUCKETS, 1)
     note = f"Share of each {_ms(width_ns)} bucket in which the device ran any work."
-    if len(devices) >= HEATMAP_FROM_DEVICES:
-        figure = _utilisation_heatmap(devices, o)
+    if d.drawn.utilisation_axis_ns is not None:
+        figure = _utilisation_heatmap(devices, d.drawn)
         note += " One row per GPU: overlapping lines would hide each other."
     else:
-        figure = _utilisation_lines(devices, o)
+        figure = _utilisation_lines(devices, d.drawn)
     return _Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
 
 
-#: From this many devices on, utilisation over time is a heat map (a row per device), not lines.
-HEATMAP_FROM_DEVICES = 3
-
-
-def _utilisation_lines(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
+def _utilisation_lines(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Figure:
     figure = go.Figure()
     multi = _is_multi(devices)
-    for d, origin in zip(devices, _origins(devices), strict=True):
-        edges = _bucket_edges(d.span_start_ns, d.span_end_ns, o.utilisation_buckets)
+    for d, origin, busy in zip(devices, drawn.origins_ns, drawn.utilisation_pct, strict=True):
+        edges = bucket_edges(d.span_start_ns, d.span_end_ns, UTILISATION_BUCKETS)
         middle = (edges[:-1] + edges[1:]) / 2 - origin
         figure.add_trace(
             go.Scatter(
                 x=np.round(middle / 1e6, 6),
-                y=np.round(_busy_pct(d, edges), 2),
+                y=np.round(np.asarray(busy, dtype=np.float64), 2),
                 mode="lines",
                 name=_device_label(d, multi),
                 hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra>%{fullData.name}</extra>",
@@ -80,16 +71,15 @@ def _utilisation_lines(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Fi
     return figure
 
 
-def _utilisation_heatmap(devices: Sequence[DeviceReport], o: HtmlOptions) -> go.Figure:
+def _utilisation_heatmap(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Figure:
     """Busy % per device (rows) and time bucket (columns) on one time axis: the devices' own
     buckets, placed at their time from the common origin (or their own, when clocks differ)."""
-    origins = _origins(devices)
-    lo = min(d.span_start_ns - origin for d, origin in zip(devices, origins, strict=True))
-    hi = max(d.span_end_ns - origin for d, origin in zip(devices, origins, strict=True))
-    edges = _bucket_edges(lo, hi, o.utilisation_buckets)
+    assert drawn.utilisation_axis_ns is not None
+    lo, hi = drawn.utilisation_axis_ns
+    edges = bucket_edges(lo, hi, UTILISATION_BUCKETS)
     rows = []
-    for d, origin in zip(devices, origins, strict=True):
-        busy = _busy_pct(d, edges + origin)
+    for d, origin, pct in zip(devices, drawn.origins_ns, drawn.utilisation_pct, strict=True):
+        busy = np.asarray(pct, dtype=np.float64)
         outside = (edges[1:] + origin <= d.span_start_ns) | (edges[:-1] + origin >= d.span_end_ns)
         shown = np.where(outside, np.nan, np.round(busy, 1))
         rows.append([None if np.isnan(v) else float(v) for v in shown])
@@ -122,26 +112,19 @@ _OUTSIDE = "no device activity yet"
 
 
 def step_parts(d: DeviceReport) -> tuple[list[str], dict[str, NDArray[np.float64]]]:
-    """Each step window of a device cut into busy parts, idle causes and time outside its span."""
-    lo = np.array([s.start_ns for s in d.steps], dtype=np.int64)
-    hi = np.array([s.end_ns for s in d.steps], dtype=np.int64)
-    classes = d.work.by_class
-    compute = classes[WorkClass.COMPUTE]
+    """Each step window of a device cut into busy parts, idle causes and time outside its span
+    (the diagnosis' per-step cause table, :class:`~gpuscope.analyses.drawn.StepCauses`)."""
+    table = d.series.step_causes
     parts = {
-        "compute": covered_ns(compute, lo, hi),
-        "communication (exposed)": covered_ns(
-            difference(classes[WorkClass.COMMUNICATION], compute), lo, hi
-        ),
+        "compute": table.compute_ns,
+        "communication (exposed)": table.exposed_communication_ns,
+        "memcpy / memset": table.memcpy_memset_ns,
+        **{cause: table.lost_ns[cause] for cause in _CAUSE_NAMES},
+        _OUTSIDE: table.outside_ns,
     }
-    busy = np.array([s.busy_ns for s in d.steps], dtype=np.int64)
-    parts["memcpy / memset"] = np.maximum(busy - parts["compute"] - parts[_STEP_PARTS[1]], 0)
-    g = d.idle.gaps
-    for code, cause in enumerate(_CAUSE_NAMES):
-        mine = g.cause == code
-        parts[cause] = covered_ns(Intervals(g.start_ns[mine], g.end_ns[mine]), lo, hi)
-    accounted = sum(parts.values())
-    parts[_OUTSIDE] = np.maximum(hi - lo - accounted, 0)
-    return [s.name for s in d.steps], {k: v.astype(np.float64) for k, v in parts.items()}
+    return [s.name for s in d.steps], {
+        k: np.asarray(v, dtype=np.int64).astype(np.float64) for k, v in parts.items()
+    }
 
 
 def _steps_section(devices: Sequence[DeviceReport], prefix: str) -> _Section:
@@ -209,7 +192,7 @@ def _heatmap_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: st
         columns, z = _step_matrix(devices)
         note = "Share of each step in which each GPU ran any work."
     else:
-        columns, z = _time_matrix(devices, o.heatmap_buckets)
+        columns, z = _time_matrix(devices)
         title = "Busy % by rank over time"
         note = "The trace has no profiler steps: columns are equal slices of each GPU's span."
     figure = go.Figure(
@@ -245,14 +228,11 @@ def _step_matrix(devices: Sequence[DeviceReport]) -> tuple[list[str], list[list[
     return [f"step {n}" for n in numbers], z
 
 
-def _time_matrix(
-    devices: Sequence[DeviceReport], buckets: int
-) -> tuple[list[str], list[list[float | None]]]:
-    z: list[list[float | None]] = []
-    for d in devices:
-        edges = _bucket_edges(d.span_start_ns, d.span_end_ns, buckets)
-        z.append([round(float(x), 2) for x in _busy_pct(d, edges)])
-    return [f"{100 * i / buckets:.0f}%" for i in range(buckets)], z
+def _time_matrix(devices: Sequence[DeviceReport]) -> tuple[list[str], list[list[float | None]]]:
+    z: list[list[float | None]] = [
+        [round(float(x), 2) for x in d.series.slices_busy_pct] for d in devices
+    ]
+    return [f"{100 * i / HEATMAP_SLICES:.0f}%" for i in range(HEATMAP_SLICES)], z
 
 
 # --- roofline ----------------------------------------------------------------------------------
@@ -261,11 +241,7 @@ def _time_matrix(
 def _roofline_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
     title = "Roofline"
     busiest = max(devices, key=lambda d: d.temporal.busy_ns)
-    points = [
-        p
-        for p in roofline_points(busiest.bounds, busiest.work, top=o.roofline_points)
-        if p.flops and p.bytes
-    ]
+    points = [p for p in busiest.series.roofline_kernels if p.flops and p.bytes]
     label = _device_label(busiest, _is_multi(devices))
     if not points:
         note = (

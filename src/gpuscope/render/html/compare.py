@@ -6,8 +6,19 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES
+from gpuscope.analyses.diff import (
+    COST,
+    EXPOSED_COMMUNICATION,
+    GPU_BUSY,
+    ITEMS,
+    ITERATIONS,
+    LOST_PREFIX,
+    SIGNIFICANCE_LEVEL,
+    STEP_TIME,
+    MetricDiff,
+    RunDiff,
+)
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.names import (
     percentage_change,
@@ -26,12 +37,17 @@ from gpuscope.render.html.report import _sections
 from gpuscope.render.html.sections import _findings, _header, _verdict
 
 
-def render_diff(before: Diagnosis, after: Diagnosis, options: HtmlOptions | None = None) -> str:
-    """Two diagnoses side by side: what changed per step (with whether it beats the noise, from
-    :mod:`gpuscope.analyses.diff`), findings resolved and new, kernel changes, then each one's
-    verdict, findings and charts in two columns."""
+def render_diff(
+    before: Diagnosis,
+    after: Diagnosis,
+    options: HtmlOptions | None = None,
+    *,
+    change: RunDiff,
+) -> str:
+    """Two diagnoses side by side: what changed per step (``change``, with whether it beats the
+    noise: :func:`gpuscope.analyses.diff.diff` of their summaries), findings resolved and new,
+    kernel changes, then each one's verdict, findings and charts in two columns."""
     options = options or HtmlOptions()
-    change = diff.diff(diff.summarize(before), diff.summarize(after))
     comparison = [_step_comparison(change), _cause_comparison(change, before, after)]
     left = _sections(before, options, prefix="before-")
     right = _sections(after, options, prefix="after-")
@@ -64,7 +80,7 @@ def _side(d: Diagnosis, title: str) -> str:
     return f"{_header(d, title)}{_verdict(d.verdict)}{found}"
 
 
-def _diff_notes(change: diff.RunDiff) -> str:
+def _diff_notes(change: RunDiff) -> str:
     notes = "".join(f"<p class='warning'>{_e(n)}</p>" for n in change.notes)
     return (
         f"<p class='dim'>before: <span class='mono'>{_e(change.before.source)}</span> · after: "
@@ -77,13 +93,13 @@ _OUTCOME_COLOURS = {"better": "#2ca02c", "worse": "#d62728", "unchanged": "#5d66
 
 def _metric_label(name: str) -> str:
     labels = {
-        diff.STEP_TIME: "step time",
-        diff.ITERATIONS: "iterations per second",
-        diff.ITEMS: "items per second",
-        diff.GPU_BUSY: "GPU busy",
-        diff.COST: "lost time per GPU-hour",
+        STEP_TIME: "step time",
+        ITERATIONS: "iterations per second",
+        ITEMS: "items per second",
+        GPU_BUSY: "GPU busy",
+        COST: "lost time per GPU-hour",
     }
-    return labels.get(name, name.replace(diff.LOST_PREFIX, "lost per step: "))
+    return labels.get(name, name.replace(LOST_PREFIX, "lost per step: "))
 
 
 def _metric_value(value: float | None, unit: str) -> str:
@@ -98,7 +114,7 @@ def _metric_value(value: float | None, unit: str) -> str:
     return f"${value:,.2f}"
 
 
-def _metric_row(m: diff.MetricDiff) -> str:
+def _metric_row(m: MetricDiff) -> str:
     c = m.comparison
     change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f}%"
     if m.unit == "pct" and c.change is not None:
@@ -121,9 +137,9 @@ def _metric_row(m: diff.MetricDiff) -> str:
     )
 
 
-def _metric_table(change: diff.RunDiff) -> str:
+def _metric_table(change: RunDiff) -> str:
     rows = "".join(_metric_row(m) for m in change.metrics)
-    level = 100 * (1 - diff.SIGNIFICANCE_LEVEL)
+    level = 100 * (1 - SIGNIFICANCE_LEVEL)
     return (
         "<section id='diff-metrics'><h2>What changed, per step</h2>"
         f"<p class='note'>Medians over steps; the change is the Hodges-Lehmann shift and the"
@@ -135,7 +151,7 @@ def _metric_table(change: diff.RunDiff) -> str:
     )
 
 
-def _prediction_checks(change: diff.RunDiff) -> str:
+def _prediction_checks(change: RunDiff) -> str:
     """How close the predictions made on "before" came to what "after" measured (the words of
     the terminal diff)."""
     if not change.predictions:
@@ -149,7 +165,7 @@ def _prediction_checks(change: diff.RunDiff) -> str:
     )
 
 
-def _finding_changes(change: diff.RunDiff) -> str:
+def _finding_changes(change: RunDiff) -> str:
     groups = (
         ("resolved", change.resolved),
         ("new", change.new),
@@ -164,7 +180,7 @@ def _finding_changes(change: diff.RunDiff) -> str:
     return f"<section><h2>Findings</h2><ul>{items}</ul></section>"
 
 
-def _kernel_changes(change: diff.RunDiff) -> str:
+def _kernel_changes(change: RunDiff) -> str:
     if not change.kernels:
         return ""
     unit = "per step" if change.kernel_unit == "step" else "per second of device span"
@@ -184,10 +200,10 @@ def _kernel_changes(change: diff.RunDiff) -> str:
 _SIDES = (("before", "#9aa5b8"), ("after", "#1f77b4"))
 
 
-def _step_comparison(change: diff.RunDiff) -> _Section:
+def _step_comparison(change: RunDiff) -> _Section:
     title = "Step time, step by step"
-    step = change.metric(diff.STEP_TIME)
-    busy = change.metric(diff.GPU_BUSY)
+    step = change.metric(STEP_TIME)
+    busy = change.metric(GPU_BUSY)
     if step is None or not (step.before or step.after):
         return _Section("diff-chart-steps", title, "Neither trace has profiler steps.", None)
     figure = go.Figure()
@@ -218,10 +234,10 @@ def _step_comparison(change: diff.RunDiff) -> _Section:
     return _Section("diff-chart-steps", title, note, figure)
 
 
-def _cause_comparison(change: diff.RunDiff, before: Diagnosis, after: Diagnosis) -> _Section:
-    lost = [m for m in change.metrics if m.name.startswith(diff.LOST_PREFIX)]
+def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> _Section:
+    lost = [m for m in change.metrics if m.name.startswith(LOST_PREFIX)]
     if lost and all(m.comparison.before_mean is not None for m in lost):
-        keys = [m.name.removeprefix(diff.LOST_PREFIX) for m in lost]
+        keys = [m.name.removeprefix(LOST_PREFIX) for m in lost]
         values = [
             [(getattr(m.comparison, f"{side}_mean") or 0.0) / 1e6 for m in lost]
             for side in ("before", "after")
@@ -259,5 +275,5 @@ def _cause_shares(d: Diagnosis) -> dict[str, float]:
     span = max(sum(x.temporal.span_ns for x in d.devices), 1)
     shares = {c.value: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
     exposed = sum(x.overlap.exposed_ns for x in d.devices)
-    shares[diff.EXPOSED_COMMUNICATION] = 100.0 * exposed / span
+    shares[EXPOSED_COMMUNICATION] = 100.0 * exposed / span
     return shares

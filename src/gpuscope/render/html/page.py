@@ -14,11 +14,11 @@ import html
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 import plotly.io as pio  # type: ignore[import-untyped]
 
@@ -28,15 +28,10 @@ from gpuscope.analyses.bounds import KernelKind
 from gpuscope.diagnosis import DeviceReport
 
 
-@dataclass(frozen=True)
-class HtmlOptions:
-    """Layout limits. The defaults keep a report of a large trace a few MB and quick to draw."""
+class HtmlOptions(msgspec.Struct, frozen=True):
+    """Presentation limits. The resolution of the charts (timeline buckets and bars, utilisation
+    buckets, roofline points) is the diagnosis' own: :mod:`gpuscope.analyses.drawn`."""
 
-    timeline_buckets: int = 1600  # time buckets across the timeline at full zoom-out (~pixels)
-    max_timeline_bars: int = 4000  # bars on the timeline, every lane together
-    utilisation_buckets: int = 300
-    heatmap_buckets: int = 40  # time buckets of the ranks heatmap when the trace has no steps
-    roofline_points: int = 30
     label_chars: int = 160  # longer names are cut in chart labels (tables show them whole)
 
 
@@ -107,8 +102,7 @@ _LAYOUT = {
 # --- the page ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(msgspec.Struct, frozen=True):
     """One heading of the page: a chart, or a note saying why there is none."""
 
     id: str

@@ -50,8 +50,8 @@ def _sections(d: Diagnosis, options: HtmlOptions, prefix: str) -> list[_Section]
         note = "The input holds no timeline of GPU work: there is nothing to draw."
         return [_Section(f"{prefix}chart-timeline", "GPU timeline", note, None)]
     sections = [
-        _timeline_section(d.devices, options, prefix),
-        _utilisation_section(d.devices, options, prefix),
+        _timeline_section(d, options, prefix),
+        _utilisation_section(d, prefix),
         _steps_section(d.devices, prefix),
     ]
     if len(d.devices) > 1:

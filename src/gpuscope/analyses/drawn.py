@@ -1,0 +1,399 @@
+"""What the reports draw, computed once at the resolution they draw it, as plain data.
+
+Contract: pure functions of one device's analysed work (:class:`DeviceSeries`, per device) or of
+all of a job's (:class:`Drawn`, per job). The results hold numbers and names only, never the
+trace: a :class:`~gpuscope.diagnosis.Diagnosis` that holds them can be saved, loaded and drawn
+again without the trace, and the trace can be freed once it exists. Renderers only lay these
+numbers out (bucket edges, colours, labels); they compute none of them.
+
+Resolution: a report draws a few thousand bars and a few hundred points, whatever the trace's
+size, so that is what is kept:
+
+* the timeline (:class:`Timeline`): per device a lane of its idle gaps and one per stream of its
+  kernels; an item at least one bucket long (:data:`TIMELINE_BUCKETS` across the job's span,
+  doubled until every lane together needs at most :data:`MAX_TIMELINE_BARS` bars) is kept alone,
+  with its name or code location; shorter ones are merged into runs of adjacent buckets that
+  share a dominant category (count, time and the longest member's location kept);
+* busy share over time (:data:`UTILISATION_BUCKETS` slices of each device's span, or of the
+  job's common axis from :data:`HEATMAP_FROM_DEVICES` devices on), and over
+  :data:`HEATMAP_SLICES` slices of each span for the ranks heatmap of traces without steps;
+* the idle timeline of the terminal (:data:`STATE_COLUMNS` slices: time busy and lost to each
+  cause);
+* per step, where its window's time went (:class:`StepCauses`);
+* the roofline's points (:data:`ROOFLINE_POINTS` costliest kernel and operator names);
+* the diff's kernel time per stable name (:func:`kernel_time`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope._arrays import bucket_edges, distinct
+from gpuscope.analyses.attribution import CAUSES, IdleAttribution
+from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
+from gpuscope.analyses.intervals import Intervals, covered_ns, difference
+from gpuscope.analyses.timeline import DeviceWork, StepStat, WorkClass
+from gpuscope.names import stable_name
+
+I64 = NDArray[np.int64]
+
+#: Time buckets across the timeline at full zoom-out (~pixels).
+TIMELINE_BUCKETS = 1600
+#: Bars on the timeline, every lane together.
+MAX_TIMELINE_BARS = 4000
+UTILISATION_BUCKETS = 300
+#: Time slices of the ranks heatmap when the trace has no steps.
+HEATMAP_SLICES = 40
+ROOFLINE_POINTS = 30
+#: Columns of the terminal's idle timeline.
+STATE_COLUMNS = 60
+#: From this many devices on, utilisation over time is a heat map (a row per device) on one
+#: time axis, not a line per device.
+HEATMAP_FROM_DEVICES = 3
+#: Kinds of kernel (``KernelKind``) and idle causes, as the timeline's categories index them.
+_CATEGORIES = max(len(CAUSES), len(KernelKind))
+
+
+class StepCauses(msgspec.Struct, frozen=True):
+    """Each step window of a device (``StepStat`` start to end) cut into busy parts, time lost to
+    each idle cause, and time outside the device's activity (before its first work): the parts
+    add up to the window. One value per step, in step order."""
+
+    compute_ns: list[int]
+    exposed_communication_ns: list[int]  # communication with no compute alongside
+    memcpy_memset_ns: list[int]  # the rest of the busy time
+    lost_ns: dict[str, list[int]]  # per idle cause (every cause of ``CAUSES``, in that order)
+    outside_ns: list[int]
+
+
+class DeviceSeries(msgspec.Struct, frozen=True):
+    """The series of one device that the reports draw."""
+
+    step_causes: StepCauses
+    #: Time busy, then lost to each idle cause (``CAUSES`` order), in each of
+    #: :data:`STATE_COLUMNS` equal slices of the span.
+    states_ns: list[list[int]]
+    #: Busy share of each of :data:`HEATMAP_SLICES` equal slices of the span.
+    slices_busy_pct: list[float]
+    roofline_kernels: list[RooflinePoint]
+    roofline_operators: list[RooflinePoint]
+
+
+class Lane(msgspec.Struct, frozen=True):
+    """One lane of the timeline: the idle gaps of a device (``stream`` None), or the kernels of
+    one of its streams. ``category`` indexes ``KernelKind`` (kernels) or ``CAUSES`` (idle gaps);
+    ``label`` indexes :attr:`Timeline.names`: the kernel's name, or the gap's code location
+    (-1: none)."""
+
+    device: int  # position in the diagnosis' devices
+    stream: int | None
+    start_ns: list[int]  # items at least one bucket long, each drawn alone
+    end_ns: list[int]
+    category: list[int]
+    label: list[int]
+    run_start_ns: list[int]  # runs of shorter items, merged
+    run_end_ns: list[int]
+    run_category: list[int]  # the category with the most time in the run
+    run_count: list[int]
+    run_busy_ns: list[int]  # the members' summed length
+    run_label: list[int]  # the longest member's location (-1: none, and always for kernels)
+
+
+class Timeline(msgspec.Struct, frozen=True):
+    bucket_ns: int  # items shorter than this are merged
+    names: list[str]
+    lanes: list[Lane]
+
+
+class Drawn(msgspec.Struct, frozen=True):
+    """The job-level series: one time axis for every device."""
+
+    origins_ns: list[int]  # per device: where its time axis starts
+    timeline: Timeline
+    #: Per device, busy % of :data:`UTILISATION_BUCKETS` slices: of its own span, or, from
+    #: :data:`HEATMAP_FROM_DEVICES` devices on, of the job's common axis (``utilisation_axis``).
+    utilisation_pct: list[list[float]]
+    utilisation_axis_ns: tuple[int, int] | None = None  # (lo, hi) from the origins
+
+
+def _busy_pct(busy: Intervals, edges: I64) -> NDArray[np.float64]:
+    width = np.maximum(np.diff(edges), 1).astype(np.float64)
+    return 100.0 * covered_ns(busy, edges[:-1], edges[1:]) / width
+
+
+def _gaps_of(idle: IdleAttribution, code: int) -> Intervals:
+    g = idle.gaps
+    mine = g.cause == code
+    return Intervals(g.start_ns[mine], g.end_ns[mine])
+
+
+# --- per device --------------------------------------------------------------------------------
+
+
+def device_series(
+    work: DeviceWork, idle: IdleAttribution, bounds: KernelBounds, steps: list[StepStat]
+) -> DeviceSeries:
+    lo, hi = work.span_start_ns, work.span_end_ns
+    edges = bucket_edges(lo, hi, STATE_COLUMNS)
+    cause_time = [
+        covered_ns(_gaps_of(idle, code), edges[:-1], edges[1:]) for code in range(len(CAUSES))
+    ]
+    states = [covered_ns(work.busy, edges[:-1], edges[1:]), *cause_time]
+    return DeviceSeries(
+        step_causes=step_causes(work, idle, steps),
+        states_ns=[s.tolist() for s in states],
+        slices_busy_pct=_busy_pct(work.busy, bucket_edges(lo, hi, HEATMAP_SLICES)).tolist(),
+        roofline_kernels=roofline_points(bounds, work, by="kernel", top=ROOFLINE_POINTS),
+        roofline_operators=roofline_points(bounds, work, by="operator", top=ROOFLINE_POINTS),
+    )
+
+
+def step_causes(work: DeviceWork, idle: IdleAttribution, steps: list[StepStat]) -> StepCauses:
+    lo = np.array([s.start_ns for s in steps], dtype=np.int64)
+    hi = np.array([s.end_ns for s in steps], dtype=np.int64)
+    compute = work.by_class[WorkClass.COMPUTE]
+    compute_ns = covered_ns(compute, lo, hi)
+    exposed = covered_ns(difference(work.by_class[WorkClass.COMMUNICATION], compute), lo, hi)
+    busy = np.array([s.busy_ns for s in steps], dtype=np.int64)
+    memory = np.maximum(busy - compute_ns - exposed, 0)
+    lost = {c.value: covered_ns(_gaps_of(idle, code), lo, hi) for code, c in enumerate(CAUSES)}
+    accounted = compute_ns + exposed + memory + sum(lost.values(), np.zeros(lo.shape, np.int64))
+    return StepCauses(
+        compute_ns=compute_ns.tolist(),
+        exposed_communication_ns=exposed.tolist(),
+        memcpy_memset_ns=memory.tolist(),
+        lost_ns={k: v.tolist() for k, v in lost.items()},
+        outside_ns=np.maximum(hi - lo - accounted, 0).tolist(),
+    )
+
+
+# --- per job -----------------------------------------------------------------------------------
+
+
+def origins(spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Where each device's time axis starts: one origin for all when their clocks agree (the
+    spans lie within ten spans of each other), else each device's own first activity."""
+    starts = [lo for lo, _ in spans]
+    widest = max(hi - lo for lo, hi in spans)
+    if max(starts) - min(starts) <= 10 * max(widest, 1):
+        return [min(starts)] * len(spans)
+    return starts
+
+
+def drawn(
+    works: Sequence[DeviceWork],
+    idle: Sequence[IdleAttribution],
+    bounds: Sequence[KernelBounds],
+) -> Drawn:
+    """The job's timeline and utilisation series (at least one device)."""
+    spans = [(w.span_start_ns, w.span_end_ns) for w in works]
+    axis = origins(spans)
+    if len(works) >= HEATMAP_FROM_DEVICES:
+        lo = min(s - o for (s, _), o in zip(spans, axis, strict=True))
+        hi = max(e - o for (_, e), o in zip(spans, axis, strict=True))
+        edges = bucket_edges(lo, hi, UTILISATION_BUCKETS)
+        rows = [_busy_pct(w.busy, edges + o).tolist() for w, o in zip(works, axis, strict=True)]
+        common: tuple[int, int] | None = (lo, hi)
+    else:
+        rows = [
+            _busy_pct(w.busy, bucket_edges(s, e, UTILISATION_BUCKETS)).tolist()
+            for w, (s, e) in zip(works, spans, strict=True)
+        ]
+        common = None
+    return Drawn(axis, timeline(works, idle, bounds), rows, common)
+
+
+class _Items(msgspec.Struct, frozen=True):
+    device: int
+    stream: int | None
+    start_ns: I64
+    end_ns: I64
+    category: NDArray[np.intp]
+    label: NDArray[np.int64]  # into the names table, -1: none
+
+
+def timeline(
+    works: Sequence[DeviceWork], idle: Sequence[IdleAttribution], bounds: Sequence[KernelBounds]
+) -> Timeline:
+    names: dict[str, int] = {}
+    lanes: list[_Items] = []
+    for i, (w, g, b) in enumerate(zip(works, idle, bounds, strict=True)):
+        gaps = g.gaps
+        # Locations are resolved for the costliest gaps only: most are None.
+        where = np.full(len(gaps.location), -1, dtype=np.int64)
+        present = [(k, x) for k, x in enumerate(gaps.location) if x is not None]
+        if present:
+            where[[k for k, _ in present]] = [names.setdefault(x, len(names)) for _, x in present]
+        lanes.append(_Items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause.astype(np.intp), where))
+        ev = w.trace.events
+        streams = ev.stream[w.rows]
+        for stream in distinct(streams).tolist():
+            on_stream = np.flatnonzero(streams == stream)
+            rows = w.rows[on_stream]
+            ids = ev.name_id[rows]
+            local = np.full(len(w.trace.names), -1, dtype=np.int64)
+            for name_id in distinct(ids).tolist():
+                local[name_id] = names.setdefault(w.trace.names[name_id], len(names))
+            kinds = b.kind[on_stream].astype(np.intp)
+            lanes.append(
+                _Items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, local[ids])
+            )
+    lo = min(w.span_start_ns for w in works)
+    hi = max(w.span_end_ns for w in works)
+    width = _bucket_width(lanes, lo, hi)
+    return Timeline(width, list(names), [_lane(items, lo, width) for items in lanes])
+
+
+def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> int:
+    """The narrowest bucket that keeps the bar count within budget: finer than a pixel at full
+    zoom-out when the budget allows (detail for zooming in), coarser when it does not."""
+    width = max((hi - lo) // max(16 * TIMELINE_BUCKETS, 1), 1)
+    while width < hi - lo:
+        # At least one bar per long item and per stretch of adjacent occupied buckets (a change
+        # of dominant category only adds runs): when that is over budget, so is the count.
+        if _fewest_bars(lanes, lo, width) <= MAX_TIMELINE_BARS:
+            bars = 0
+            for lane in lanes:
+                long = (lane.end_ns - lane.start_ns) >= width
+                bars += int(long.sum()) + _runs(lane, ~long, lo, width)[0].size
+            if bars <= MAX_TIMELINE_BARS:
+                break
+        width *= 2
+    return int(width)
+
+
+def _fewest_bars(lanes: Sequence[_Items], lo: int, width: int) -> int:
+    bars = 0
+    for lane in lanes:
+        long = (lane.end_ns - lane.start_ns) >= width
+        short = ~long
+        bucket = ((lane.start_ns[short] + lane.end_ns[short]) // 2 - lo) // width
+        if bucket.size and not np.any(bucket[1:] < bucket[:-1]):
+            stretches = 1 + int(np.count_nonzero(bucket[1:] > bucket[:-1] + 1))
+        else:
+            stretches = 0  # unordered: no cheap bound, count them properly
+        bars += int(long.sum()) + stretches
+    return bars
+
+
+def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tuple[I64, I64]:
+    """Runs of adjacent buckets whose short items share a dominant category.
+
+    Returns each run's dominant category and each member's run (``-1`` for non-members)."""
+    index = np.flatnonzero(members)
+    run_of = np.full(lane.start_ns.size, -1, dtype=np.int64)
+    if index.size == 0:
+        return np.zeros(0, dtype=np.int64), run_of
+    start, end = lane.start_ns[index], lane.end_ns[index]
+    bucket = ((start + end) // 2 - lo) // width
+    occupied, inverse = _sorted_unique(bucket)
+    weight = np.bincount(
+        inverse * _CATEGORIES + lane.category[index],
+        weights=(end - start).astype(np.float64),
+        minlength=occupied.size * _CATEGORIES,
+    ).reshape(occupied.size, _CATEGORIES)
+    dominant = weight.argmax(axis=1)
+    new_run = np.ones(occupied.size, dtype=bool)
+    new_run[1:] = (occupied[1:] != occupied[:-1] + 1) | (dominant[1:] != dominant[:-1])
+    run_id = np.cumsum(new_run) - 1
+    run_of[index] = run_id[inverse]
+    return dominant[new_run].astype(np.int64), run_of
+
+
+def _sorted_unique(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)``, without its sort when the values are already
+    in order: a stream's kernels run one after another and a device's idle gaps are disjoint, so
+    their buckets almost always are (this runs once per lane per bucket width tried)."""
+    if values.size and not np.any(values[1:] < values[:-1]):
+        new = np.empty(values.size, dtype=np.bool_)
+        new[0] = True
+        np.not_equal(values[1:], values[:-1], out=new[1:])
+        return values[new], np.cumsum(new) - 1
+    occupied, inverse = np.unique(values, return_inverse=True)
+    return occupied, inverse.reshape(-1)
+
+
+def _lane(items: _Items, lo: int, width: int) -> Lane:
+    length = items.end_ns - items.start_ns
+    long = np.flatnonzero(length >= width)
+    dominant, run_of = _runs(items, length < width, lo, width)
+    runs = dominant.size
+    members = np.flatnonzero(run_of >= 0)
+    run = run_of[members]
+    first = np.full(runs, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(runs, dtype=np.int64)
+    np.minimum.at(first, run, items.start_ns[members])
+    np.maximum.at(last, run, items.end_ns[members])
+    busy = np.bincount(run, weights=length[members].astype(np.float64), minlength=runs)
+    located = np.full(runs, -1, dtype=np.int64)
+    if items.stream is None and runs:
+        # Per run, the location of its longest member that has one: the first such member in
+        # order of decreasing length (stable, as drawn).
+        order = np.argsort(-length[members], kind="stable")
+        labels, owners = items.label[members][order], run[order]
+        has = labels >= 0
+        found, at = np.unique(owners[has], return_index=True)
+        located[found] = labels[has][at]
+    return Lane(
+        device=items.device,
+        stream=items.stream,
+        start_ns=items.start_ns[long].tolist(),
+        end_ns=items.end_ns[long].tolist(),
+        category=items.category[long].tolist(),
+        label=items.label[long].tolist(),
+        run_start_ns=first.tolist(),
+        run_end_ns=last.tolist(),
+        run_category=dominant.tolist(),
+        run_count=np.bincount(run, minlength=runs).tolist(),
+        run_busy_ns=busy.astype(np.int64).tolist(),
+        run_label=located.tolist(),
+    )
+
+
+# --- the diff's kernel time ----------------------------------------------------------------------
+
+
+def step_periods(steps: Sequence[StepStat]) -> tuple[I64, I64]:
+    """Each step's window on the device (``analyses.timeline.step_breakdown``): they tile the
+    device's time, each from the end of the previous step's work to the end of its own. The
+    first step, whose predecessor is not in the trace, starts where the host began it: it gains
+    the host's lead over the device, so it only marks where the second begins (N steps give
+    N - 1 values) unless it is the only one."""
+    kept = steps[1:] if len(steps) > 1 else steps
+    starts = np.array([s.start_ns for s in kept], dtype=np.int64)
+    ends = np.array([s.end_ns for s in kept], dtype=np.int64)
+    return starts, np.maximum(ends, starts)
+
+
+def kernel_time(
+    works: Sequence[DeviceWork], steps: Sequence[list[StepStat]]
+) -> tuple[str, dict[str, float]]:
+    """Device time per kernel name (by its stable part), per step (unit ``"step"``; the steps
+    every device has) or per second of span (``"s"``, when a device has no steps), and per
+    device."""
+    count = min((len(step_periods(s)[0]) for s in steps), default=0)
+    totals: dict[str, float] = {}
+    for work, mine in zip(works, steps, strict=True):
+        if count:
+            lo, hi = step_periods(mine)
+            window = (int(lo[0]), int(hi[count - 1]))
+            units = float(count)
+        else:
+            window = (work.span_start_ns, work.span_end_ns)
+            units = max(work.span_end_ns - work.span_start_ns, 1) / 1e9
+        ev = work.trace.events
+        starts = ev.start_ns[work.rows]
+        inside = work.rows[(starts >= window[0]) & (starts < window[1])]
+        # Per name first (integer sums), then merged by stable name: one regex per name, not
+        # per kernel.
+        ids = ev.name_id[inside]
+        per_id = np.bincount(ids, weights=ev.dur_ns[inside], minlength=len(work.trace.names))
+        for name_id in distinct(ids).tolist():
+            name = stable_name(work.trace.names[name_id])
+            totals[name] = totals.get(name, 0.0) + float(per_id[name_id]) / units
+    devices = max(len(works), 1)
+    return ("step" if count else "s"), {name: ns / devices for name, ns in totals.items()}

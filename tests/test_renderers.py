@@ -1,0 +1,110 @@
+"""Every renderer behind the one interface (``render(subject, options)``), over the same
+diagnoses; and the layering rule that makes them renderers: they import types and constants from
+the analyses, never a function or a module that computes."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+from functools import cache
+from pathlib import Path
+
+import msgspec
+
+from gpuscope import Diagnosis, diagnose, load
+from gpuscope.analyses import diff
+from gpuscope.fleet import FleetTable, diagnose_input, summarize
+from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, TinyKernels, generate
+from gpuscope.render.base import (
+    COMPARISON_RENDERERS,
+    DIAGNOSIS_RENDERERS,
+    FLEET_RENDERERS,
+    AnnotatedTrace,
+    Comparison,
+    RenderOptions,
+)
+
+RENDER = Path(__file__).resolve().parents[1] / "src" / "gpuscope" / "render"
+
+
+@cache
+def _traces(folder: Path) -> list[tuple[Path, Diagnosis]]:
+    """Two runs of a loop: one waiting on its data loader, one syncing and launching tiny ops."""
+    runs = []
+    for name, inject in (
+        ("slow_loader", (SlowDataLoader(), HostSync())),
+        ("tiny_kernels", (HostSync(), TinyKernels())),
+    ):
+        path = folder / f"{name}.json"
+        generate(GeneratorConfig(steps=4, inject=inject)).write(path)
+        runs.append((path, diagnose(load(path))))
+    return runs
+
+
+def test_every_renderer_presents_the_same_diagnoses(tmp_path: Path) -> None:
+    options = RenderOptions(width=100)
+    runs = _traces(tmp_path)
+    for path, d in runs:
+        top = d.findings[0]
+        outputs = {name: r().render(d, options) for name, r in DIAGNOSIS_RENDERERS.items()}
+        assert top.cause in str(outputs["terminal"])
+        document = json.loads(outputs["json"])
+        assert document["verdict"]["bound"] == d.verdict.bound
+        assert document["findings"][0]["cause"] == top.cause
+        assert f"data-cause='{top.cause}'" in str(outputs["html"])
+        annotated = AnnotatedTrace(path.read_bytes(), str(path)).render(d, options)
+        events = json.loads(annotated)["traceEvents"]
+        assert any(e.get("cat") == "gpuscope" and top.cause in e.get("name", "") for e in events)
+        (tmp_path / f"{path.stem}.saved.json").write_bytes(outputs["json"])
+    (before_path, before), (after_path, after) = runs
+    change = diff.diff(diff.summarize(before), diff.summarize(after))
+    pair = Comparison(before, after, change, before_path.name, after_path.name)
+    shown = {name: r().render(pair, options) for name, r in COMPARISON_RENDERERS.items()}
+    assert before_path.name in str(shown["terminal"])
+    assert json.loads(shown["json"])["before"]["name"] == before_path.name
+    assert "gpuscope: before and after" in str(shown["html"])
+    # The fleet reads the JSON the JSON renderer wrote: one job per saved diagnosis.
+    table = FleetTable([], [])
+    for path, _ in runs:
+        table.extend(diagnose_input(str(tmp_path / f"{path.stem}.saved.json")))
+    fleet = summarize(table)
+    assert fleet.jobs == 2 and fleet.failed == 0
+    for name, r in FLEET_RENDERERS.items():
+        assert "2 jobs" in str(r().render(fleet, options)), name
+
+
+def _analyses_imports(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) of every ``from gpuscope.analyses... import name`` in a module (name None
+    for ``import gpuscope.analyses...``)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuscope.analyses"):
+            found += [(node.module or "", alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if a.name.startswith("gpuscope.analyses")]
+    return found
+
+
+def test_renderers_import_no_computation_from_the_analyses() -> None:
+    """A renderer may name the analyses' result types and constants; a function (or a module,
+    which would reach every function) would let it compute what the diagnosis should hold."""
+    offences = []
+    for path in sorted(RENDER.rglob("*.py")):
+        for module, name in _analyses_imports(path):
+            where = f"{path.relative_to(RENDER)}: {module}.{name}"
+            if name is None:
+                offences.append(where)
+                continue
+            value = getattr(importlib.import_module(module), name, None)
+            if value is None and importlib.util.find_spec(f"{module}.{name}") is not None:
+                offences.append(where + " (a module)")
+            elif inspect.ismodule(value) or (callable(value) and not isinstance(value, type)):
+                offences.append(where)
+    assert offences == []
+
+
+def test_a_comparison_is_plain_data() -> None:
+    # The subjects are values: a comparison is a msgspec struct like the diagnosis it holds.
+    assert issubclass(Comparison, msgspec.Struct) and issubclass(RenderOptions, msgspec.Struct)

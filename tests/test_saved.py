@@ -1,0 +1,132 @@
+"""A diagnosis is a value: saved as JSON it reads back equal, and a report drawn from the saved
+file is the report drawn from the trace, byte for byte.
+
+The whole corpus is checked by ``benchmarks/saved_reports.py`` (every file, through the CLI); here
+a file of each input kind (Kineto, a multi-rank folder, Nsight Systems, rocprofv3, Nsight
+Compute counters, NVML samples) and generated traces.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from corpus import corpus
+from gpuscope import Diagnosis, diagnose, load
+from gpuscope.cli import main
+from gpuscope.diagnosis import saved
+from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
+from gpuscope.render import json as json_renderer
+
+INPUTS = [
+    "kineto/hta/trace_diff/test/test.json.gz",
+    "kineto/param-dlrm-8rank",
+    "nsys/nsys-ai/mfu_2gpu_before.sqlite",
+    "rocprof/mi350x_train_rocprofv3.json.gz",
+    "ncu/b200_cublaslt_fp8_gemm.ncu.csv.log",
+    "metrics/superbench_nvml_8gpu.jsonl",
+    "wild/a100_d2h_sync_cpu_loop.json.gz",
+]
+
+
+@cache
+def _diagnosis(relative: str) -> Diagnosis:
+    return diagnose(load(corpus(relative)))
+
+
+def same(a: Any, b: Any, where: str = "diagnosis") -> None:
+    """Field-by-field equality, with NaN equal to NaN and arrays compared by value and dtype."""
+    if isinstance(a, msgspec.Struct):
+        assert type(a) is type(b), where
+        for name in a.__struct_fields__:
+            same(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype, where
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), where
+        for key in a:
+            same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    elif hasattr(a, "__dataclass_fields__"):
+        assert type(a) is type(b), where
+        for name in a.__dataclass_fields__:
+            same(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
+
+
+def _round_trip(d: Diagnosis) -> Diagnosis:
+    document = msgspec.json.decode(json_renderer.dumps(d))
+    return saved.from_builtins(document[saved.SAVED_KEY])
+
+
+@pytest.mark.parametrize("relative", INPUTS)
+def test_a_saved_diagnosis_reads_back_equal(relative: str) -> None:
+    d = _diagnosis(relative)
+    same(d, _round_trip(d))
+
+
+def test_the_saved_diagnosis_holds_no_trace() -> None:
+    d = _diagnosis(INPUTS[1])
+    assert d.drawn is not None and len(d.drawn.timeline.lanes) > len(d.devices)
+    assert all(not hasattr(x, "work") for x in d.devices)
+    # The per-step cause table is in the JSON document, not only in the HTML.
+    document = msgspec.json.decode(json_renderer.dumps(d))
+    table = document[saved.SAVED_KEY]["devices"][0]["series"]["step_causes"]
+    assert len(table["compute_ns"]) == len(d.devices[0].steps) > 0
+
+
+def test_report_of_the_saved_json_is_the_report_of_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    generate(GeneratorConfig(steps=4, inject=(SlowDataLoader(), HostSync()))).write(trace)
+    for i, source in enumerate([trace, corpus("kineto/param-dlrm-8rank")]):
+        saved_json, from_trace, from_saved = (
+            tmp_path / f"{i}{n}" for n in ("d.json", "a.html", "b.html")
+        )
+        runner = CliRunner()
+        assert (
+            runner.invoke(main, ["diagnose", str(source), "--json", str(saved_json)]).exit_code == 0
+        )
+        assert runner.invoke(main, ["report", str(source), "-o", str(from_trace)]).exit_code == 0
+        assert (
+            runner.invoke(main, ["report", str(saved_json), "-o", str(from_saved)]).exit_code == 0
+        )
+        assert from_trace.read_bytes() == from_saved.read_bytes()
+
+
+def test_diff_of_saved_runs_is_the_diff_of_the_traces(tmp_path: Path) -> None:
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    generate(GeneratorConfig(steps=6, inject=(SlowDataLoader(),))).write(before)
+    generate(GeneratorConfig(steps=6, inject=(HostSync(),), seed=1)).write(after)
+    runner = CliRunner()
+    for trace in (before, after):
+        out = trace.with_suffix(".saved.json")
+        assert runner.invoke(main, ["diagnose", str(trace), "--json", str(out)]).exit_code == 0
+    from_traces = runner.invoke(main, ["diff", str(before), str(after), "--json", "-"])
+    saved_before, _ = (p.with_suffix(".saved.json") for p in (before, after))
+    from_saved = runner.invoke(main, ["diff", str(saved_before), str(after), "--json", "-"])
+    assert from_traces.exit_code == from_saved.exit_code == 0
+    a, b = msgspec.json.decode(from_traces.stdout), msgspec.json.decode(from_saved.stdout)
+    a.pop("before", None), b.pop("before", None)  # the names differ: trace vs saved file
+    assert a == b
+
+
+def test_a_json_document_without_the_saved_diagnosis_is_bad_input(tmp_path: Path) -> None:
+    old = tmp_path / "old.json"
+    old.write_text('{"schema": "gpuscope/diagnosis-1", "source": "x"}')
+    result = CliRunner().invoke(main, ["report", str(old), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    assert "without the saved diagnosis" in result.output and "Traceback" not in result.output

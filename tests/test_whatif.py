@@ -227,9 +227,11 @@ def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> Non
     assert abs(checks["host_sync"]["error_pct"]) < 10
     assert "predicted on before, fixing host_sync" in " ".join(run.output.split())
     # The HTML before/after report shows the same check, in the same words and figures.
+    from gpuscope.analyses.diff import diff, summarize
     from gpuscope.render import html
 
-    page = html.render_diff(diagnose(load(before)), diagnose(load(after)))
+    b, a = diagnose(load(before)), diagnose(load(after))
+    page = html.render_diff(b, a, change=diff(summarize(b), summarize(a)))
     section = re.search(r"<section id='prediction-check'>(.*?)</section>", page, re.DOTALL)
     assert section is not None
     c = checks["host_sync"]

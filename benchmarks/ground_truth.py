@@ -69,7 +69,7 @@ WILD: dict[str, tuple[str, Callable[[Diagnosis], bool]]] = {
     ),
     "nsys_t4_uvm_softmax.sqlite": (
         "host work plus page migration",
-        lambda d: "unknown" not in _causes(d, 1),
+        lambda d: set(_causes(d, 2)) == {"cpu_other", "page_migration"},
     ),
 }
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpuscope.facts import GpuFacts, all_facts, match_device
+from gpuscope.facts import GpuFacts, all_facts, gpu_hour_price, match_device
 
 REQUIRED_KEYS = {
     "v100_sxm2_16gb",
@@ -271,6 +271,25 @@ def test_prices_from_the_reference() -> None:
     assert by_key["h200"].usd_per_gpu_hour == pytest.approx(5.41)
     assert by_key["a100_40gb_sxm"].usd_per_gpu_hour == pytest.approx(1.84)
     assert by_key["a10g"].usd_per_gpu_hour == pytest.approx(1.006)
+
+
+def test_a_priced_row_says_where_its_price_comes_from() -> None:
+    for f in all_facts():
+        assert f.usd_per_gpu_hour is None or "price" in f.source.lower(), f.key
+    assert _by_key()["a40"].usd_per_gpu_hour == pytest.approx(1.22)
+
+
+def test_a_known_gpu_without_a_price_is_named_never_priced_zero() -> None:
+    h20 = _by_key()["h20"]
+    assert h20.usd_per_gpu_hour is None
+    assert gpu_hour_price([h20], None) == (
+        None,
+        "no price known for NVIDIA H20: pass --gpu-hour-usd to price the waste",
+    )
+    assert (
+        gpu_hour_price([None], None)[1] == "unknown device: pass --gpu-hour-usd to price the waste"
+    )
+    assert gpu_hour_price([h20], 2.5) == (2.5, "--gpu-hour-usd")
 
 
 def test_facts_are_frozen_and_loaded_once() -> None:

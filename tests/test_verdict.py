@@ -115,7 +115,10 @@ def test_unified_memory_migrations_are_a_page_migration_finding_with_the_prefetc
     assert "cudaMemPrefetchAsync" in um.fix
     # Migrations are not host copies: no pinning advice, no d2h/h2d findings from them.
     assert not {"d2h_copy", "h2d_copy"} & {f.cause for f in d.findings}
-    assert d.verdict.figures["exposed_page_migration_pct"] == pytest.approx(um.share_pct)
+    # The finding is the migrations nothing hid plus the driver's fault service between them.
+    service = sum(c.share_pct for c in d.devices[0].idle.causes if c.cause == "page_migration")
+    exposed = d.verdict.figures["exposed_page_migration_pct"]
+    assert exposed + service == pytest.approx(um.share_pct)
 
 
 def test_pageable_copies_get_pinning_advice_and_pinned_ones_do_not() -> None:

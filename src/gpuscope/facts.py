@@ -182,12 +182,18 @@ def gpu_hour_price(
     devices: Iterable[GpuFacts | None], override: float | None, *, purpose: str = "price the waste"
 ) -> tuple[float | None, str]:
     """The price per GPU-hour to use and where it comes from: ``--gpu-hour-usd`` when given,
-    else the facts table's price of the first known device, else None and how to give one."""
+    else the facts table's price of the first known device, else None and how to give one (a
+    device the table knows without a public on-demand price is named as such, never priced $0)."""
     if override is not None:
         return override, "--gpu-hour-usd"
+    unpriced: str | None = None
     for facts in devices:
         if facts is not None and facts.usd_per_gpu_hour:
             return facts.usd_per_gpu_hour, f"typical on-demand price of {facts.display_name}"
+        if facts is not None and unpriced is None:
+            unpriced = facts.display_name
+    if unpriced is not None:
+        return None, f"no price known for {unpriced}: pass --gpu-hour-usd to {purpose}"
     return None, f"unknown device: pass --gpu-hour-usd to {purpose}"
 
 

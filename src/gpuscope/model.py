@@ -42,6 +42,7 @@ class Kind(IntEnum):
     PYTHON = 6  # Python frame (``file.py(12): fn``)
     ANNOTATION = 7  # host-side user range (``ProfilerStep#3``, ``nccl:all_reduce``)
     GPU_ANNOTATION = 8  # a user range projected onto a device stream; not device work
+    HOST_RUNNING = 9  # a host thread on a CPU (OS scheduling trace or CPU samples)
 
 
 #: Kinds whose intervals make a device busy.

@@ -15,18 +15,24 @@ How idle time is explained, looking at the host thread that launched the work en
    loader, collective wait, allocator call, host-to-device copy the host waits for, sync;
 2. in what is left, a synchronisation (or ``cudaFree``) that returned just as it began: the host
    emptied the queue and then spent the time on its own work before launching again;
-3. else the work after the gap had been launched before the gap began: the device waited on a
+3. else a short gap that ends in an on-demand unified-memory migration: the driver servicing a
+   page fault (``page_migration``, see :func:`fault_service`); such work was never launched, so
+   no gap before it is launch overhead either;
+4. else the work after the gap had been launched before the gap began: the device waited on a
    dependency (a peer's collective when that work is communication; a bubble under 50 µs between
    queued kernels is launch latency; anything longer is unknown);
-4. else a short gap (launch latency territory): the host could not launch fast enough;
-5. else a CPU op that launches no device work covers the gap (an optimizer step on the CPU, host
+5. else a short gap (launch latency territory): the host could not launch fast enough;
+6. else a CPU op that launches no device work covers the gap (an optimizer step on the CPU, host
    preprocessing): ``cpu_other``; Python and framework code on its way to the next launch is
    launch overhead, unless it runs for over a millisecond (then ``cpu_other``);
-6. else ``unknown``: nothing in the trace explains it, and it is reported as such.
+7. else the thread was recorded on a CPU for most of the gap outside any CUDA call: ``cpu_other``,
+   the host computing (see :func:`thread_on_a_cpu`);
+8. else ``unknown``: nothing in the trace explains it, and it is reported as such.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from enum import Enum
 from functools import cached_property
@@ -48,7 +54,7 @@ from gpuscope.analyses.intervals import (
 )
 from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
-from gpuscope.model import Kind
+from gpuscope.model import Kind, Trace
 
 #: Gaps up to this long with nothing blocking the host are launch overhead.
 SHORT_GAP_NS = 50_000
@@ -74,6 +80,7 @@ class Cause(str, Enum):
     CPU_OTHER = "cpu_other"
     UNKNOWN = "unknown"
     WARMUP = "warmup"  # one-time start-up; its kinds are in CauseStat.kinds
+    PAGE_MIGRATION = "page_migration"  # the driver servicing unified-memory page faults
 
 
 CAUSES = list(Cause)
@@ -141,6 +148,7 @@ def attribute_idle(
         next_work = np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)
         launcher = ev.link[work.rows[next_work]]
         after_class = work.work_class[next_work]
+        after_row = work.rows[next_work]
         main_pid, main_tid = host.main_thread
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
@@ -148,7 +156,9 @@ def attribute_idle(
             of_pid = pid == p
             for t in distinct(tid[of_pid]).tolist():
                 which = np.flatnonzero(of_pid & (tid == t))
-                gap = _Gaps(g0[which], g1[which], after_class[which], launcher[which])
+                gap = _Gaps(
+                    g0[which], g1[which], after_class[which], launcher[which], after_row[which]
+                )
                 parts.append(_explain(work, host, (p, t), gap))
     segments = _Segments.concat(parts)
     locations, resolved = _locations(
@@ -209,6 +219,7 @@ class _Gaps(msgspec.Struct, frozen=True):
     end: NDArray[np.int64]
     after_class: NDArray[np.uint8]  # WorkClass
     launcher: NDArray[np.int64]
+    after_row: NDArray[np.int64]  # the row of the work that ends the gap
 
 
 class _Segments(msgspec.Struct, frozen=True):
@@ -327,6 +338,7 @@ class GapContext:
         self.gap_start = gap.start[index]
         self.after_class = gap.after_class[index]
         self.launcher = gap.launcher[index]
+        self.after_row = gap.after_row[index]
         self.undecided = np.ones(self.start.size, dtype=bool)
 
     def none(self) -> NDArray[np.int64]:
@@ -356,6 +368,12 @@ class GapContext:
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
         return hit, syncs[i]
+
+    @cached_property
+    def migration_after(self) -> NDArray[np.bool_]:
+        """Per piece: the work after it is an on-demand unified-memory migration, which nothing
+        launched (see :func:`on_demand_migration`)."""
+        return on_demand_migration(self.host.trace, self.after_row)
 
     @cached_property
     def queued(self) -> NDArray[np.bool_]:
@@ -412,6 +430,15 @@ def sync_returned(ctx: GapContext) -> Evidence | None:
     return Evidence(hit, row)
 
 
+def fault_service(ctx: GapContext) -> Evidence | None:
+    """The faulting thread stalls while the UVM driver services a page fault: it finds the page,
+    unmaps it where it lives, copies it (and a neighbourhood) and maps it where it was touched. A
+    gap of at most SHORT_GAP_NS before an on-demand migration is that service, between the fault
+    and the copy or between the copies of one fault. A longer gap before one is whatever the
+    thread did before touching the page, for the later rules (the host computing, or unknown)."""
+    return Evidence(ctx.migration_after & (ctx.length <= SHORT_GAP_NS), ctx.none())
+
+
 def waited_for_a_peer(ctx: GapContext) -> Evidence | None:
     """The work after the gap was already queued and is a collective: the device was not
     waiting for this host but for the other ranks to join (NCCL kernels start together)."""
@@ -433,8 +460,9 @@ def queued_dependency(ctx: GapContext) -> Evidence | None:
 
 def short_gap(ctx: GapContext) -> Evidence | None:
     """Up to SHORT_GAP_NS with nothing blocking the host is the time to get the next kernel
-    out (dispatch, argument checks, the launch call): the host cannot launch fast enough."""
-    return Evidence(ctx.length <= SHORT_GAP_NS, ctx.launcher)
+    out (dispatch, argument checks, the launch call): the host cannot launch fast enough. Not
+    before a migration the driver started: nothing was launched."""
+    return Evidence((ctx.length <= SHORT_GAP_NS) & ~ctx.migration_after, ctx.launcher)
 
 
 def cpu_op_without_launches(ctx: GapContext) -> Evidence | None:
@@ -446,8 +474,8 @@ def cpu_op_without_launches(ctx: GapContext) -> Evidence | None:
 
 def host_code_between_launches(ctx: GapContext) -> Evidence | None:
     """Python and framework code on its way to the next launch, up to LONG_HOST_GAP_NS, is the
-    cost of launching from Python."""
-    return Evidence(ctx.length <= LONG_HOST_GAP_NS, ctx.launcher)
+    cost of launching from Python (not before a migration: nothing was launched)."""
+    return Evidence((ctx.length <= LONG_HOST_GAP_NS) & ~ctx.migration_after, ctx.launcher)
 
 
 def inside_a_cpu_op(ctx: GapContext) -> Evidence | None:
@@ -468,6 +496,43 @@ def python_frames(ctx: GapContext) -> Evidence | None:
     return Evidence(2 * py_cover >= ctx.length, ctx.none())
 
 
+def thread_on_a_cpu(ctx: GapContext) -> Evidence | None:
+    """Where the trace records when the thread was on a CPU (:attr:`Kind.HOST_RUNNING`: the OS
+    scheduling trace or CPU samples of Nsight Systems), a thread that spent most of a device-idle
+    piece on a CPU outside any CUDA call was doing its own work (a CPU loop, preprocessing,
+    verification): ``cpu_other``. Where nothing records the thread this says nothing, and the
+    piece stays ``unknown``; a thread off the CPU was waiting on something the trace does not
+    name."""
+    running = ctx.thread_rows[ctx.thread_kind == Kind.HOST_RUNNING]
+    if not running.size:
+        return None
+    todo = np.flatnonzero(ctx.undecided)
+    t0, t1 = ctx.start[todo], ctx.end[todo]
+    calls = ctx.thread_rows[ctx.thread_kind == Kind.RUNTIME]
+    on_cpu = covered_ns(ctx.host.intervals(running), t0, t1)
+    in_calls = covered_ns(ctx.host.intervals(calls), t0, t1)
+    computing = np.zeros(ctx.start.size, dtype=np.bool_)
+    computing[todo] = 2 * (on_cpu - in_calls) >= t1 - t0
+    return Evidence(computing, ctx.none())
+
+
+def on_demand_migration(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which rows are unified-memory migrations the driver started on its own: a processor touched
+    a page resident elsewhere (``Page fault``), the driver moved its neighbours too (``Speculative
+    prefetch``), evicted pages to make room, or followed access counters. Only ``User prefetch``
+    (``cudaMemPrefetchAsync``) is launched by the program. Readers name migrations
+    ``Unified Memory HtoD (Page fault)``."""
+    names = trace.names
+    ids = trace.events.name_id[rows]
+    used = distinct(ids)
+    flag = np.zeros(len(names), dtype=np.bool_)
+    flag[used] = [_ON_DEMAND.match(names[i]) is not None for i in used.tolist()]
+    return flag[ids]
+
+
+_ON_DEMAND = re.compile(r"^Unified Memory \w+ \((?!User prefetch\))")
+
+
 #: Blocking host activities claim the idle time they overlap, in this order (a stretch covered
 #: by two goes to the first): a checkpoint or the data loader holds the step for its whole
 #: length and may sync or copy inside (the sync is then a symptom, the save or the batch the
@@ -484,14 +549,17 @@ CLAIMS: tuple[tuple[HostActivity, Cause], ...] = (
 
 #: The rules for what the claims leave, in order; the first that explains a piece decides it.
 #: Why this order: a sync that returned as the piece began is direct evidence of what emptied
-#: the queue (most specific call first); then whether the next work was already queued, which
+#: the queue (most specific call first); then a short gap before a migration the driver started
+#: (fault service, not the host); then whether the next work was already queued, which
 #: rules out the host as the cause whatever its length; then length alone (a short gap is launch
 #: overhead); then what the host was running, most specific first (an op that launches nothing,
-#: host code of ordinary length, any op, Python frames). Nothing left: ``unknown``.
+#: host code of ordinary length, any op, Python frames, the thread recorded on a CPU). Nothing
+#: left: ``unknown``.
 RULES: tuple[tuple[Cause, Rule], ...] = (
     (Cause.ALLOCATOR, sync_was_an_allocator_call),
     (Cause.H2D_COPY, sync_was_a_copy),
     (Cause.HOST_SYNC, sync_returned),
+    (Cause.PAGE_MIGRATION, fault_service),
     (Cause.COMMUNICATION_WAIT, waited_for_a_peer),
     (Cause.LAUNCH_OVERHEAD, queued_launch_latency),
     (Cause.UNKNOWN, queued_dependency),
@@ -500,6 +568,7 @@ RULES: tuple[tuple[Cause, Rule], ...] = (
     (Cause.LAUNCH_OVERHEAD, host_code_between_launches),
     (Cause.CPU_OTHER, inside_a_cpu_op),
     (Cause.CPU_OTHER, python_frames),
+    (Cause.CPU_OTHER, thread_on_a_cpu),
 )
 
 #: Idle causes no rule above gives, and where they come from.

@@ -203,3 +203,27 @@ def exposed_transfers(e: DeviceEvidence) -> tuple[int, int]:
     """Host-to-device copy time, and the other copies over a link, with nothing else running."""
     by = exposed_transfers_by_group(e)
     return by["h2d"], by["d2h"] + by["p2p"] + by["um"]
+
+
+def fault_notes(evidence: list[DeviceEvidence]) -> list[str]:
+    """The unified-memory page faults an export recorded (``trace.metadata``
+    ``["unified_memory_faults"]``, from nsys's ``CUDA_UM_*`` tables), once per trace: CPU faults
+    name the code that touched managed memory resident on a GPU, the loop to prefetch before."""
+    traces = {id(e.work.trace): e.work.trace for e in evidence}
+    cpu = gpu = groups = 0
+    sites: dict[str, int] = {}
+    for trace in traces.values():
+        faults = trace.metadata.get("unified_memory_faults") or {}
+        cpu += faults.get("cpu_page_faults", 0)
+        gpu += faults.get("gpu_page_faults", 0)
+        groups += faults.get("gpu_fault_groups", 0)
+        for site, n in faults.get("cpu_fault_sites", {}).items():
+            sites[site] = sites.get(site, 0) + n
+    text = []
+    if cpu:
+        site, n = max(sites.items(), key=lambda kv: kv[1], default=("", 0))
+        where = f", {n:,} of them in {site}" if site else ""
+        text.append(f"{cpu:,} CPU page faults on managed memory{where}")
+    if gpu:
+        text.append(f"{gpu:,} GPU page faults in {groups:,} groups while kernels ran")
+    return text

@@ -28,6 +28,7 @@ from gpuscope.diagnosis.copies import (
     _copy_stats,
     exposed_transfers,
     exposed_transfers_by_group,
+    fault_notes,
 )
 from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
 from gpuscope.diagnosis.fixes import Hardware, advice
@@ -52,6 +53,7 @@ HOST_CAUSES = frozenset(
         Cause.ALLOCATOR,
         Cause.CHECKPOINT,
         Cause.CPU_OTHER,
+        Cause.PAGE_MIGRATION,
     }
 )
 _TITLES = causes.titles("idle", "timeline")  # data/causes.csv
@@ -128,11 +130,21 @@ def findings(
             note += h2d.notes("host-to-device")
             saving = lost + (h2d.saving_ns or 0)
             lost += h2d.exposed_ns
+        um = copies["um"]
+        if cause is Cause.PAGE_MIGRATION and um.exposed_ns:
+            # One finding for unified memory: the migrations nothing hid, and the driver's
+            # fault service between them (idle), both gone once the data is prefetched.
+            service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
+            note = um.notes("unified-memory page-migration") + (service if lost >= 5_000 else [])
+            saving = lost + (um.saving_ns or 0)
+            count = um.count  # the migrations, as for the other copy findings
+            lost += um.exposed_ns
+        if cause is Cause.PAGE_MIGRATION:
+            note += fault_notes(evidence)
         raw.append((pattern, cause.value, lost, count, locations, note, saving))
     for group, cause_name, words in (
         ("d2h", "d2h_copy", "device-to-host"),
         ("p2p", "p2p_copy", "peer-to-peer"),
-        ("um", "page_migration", "unified-memory page-migration"),
     ):
         stat = copies[group]
         if stat.exposed_ns:

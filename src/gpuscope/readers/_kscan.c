@@ -749,7 +749,8 @@ static Key ARG_KEYS[] = {
     KEY("external id", 4), KEY("bytes", 5), KEY("Python id", 6), KEY("Python parent id", 7),
     KEY("size", 8), KEY("grid", A_GRID), KEY("block", A_BLOCK),
     KEY("est. achieved occupancy %", A_OCCUPANCY), KEY("Input Dims", A_EXTRA),
-    KEY("Collective name", A_EXTRA), KEY("Call stack", A_EXTRA), {NULL, 0, 0},
+    KEY("Collective name", A_EXTRA), KEY("Call stack", A_EXTRA), KEY("fromDevice", A_EXTRA),
+    KEY("toDevice", A_EXTRA), {NULL, 0, 0},
 };
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS };
@@ -1581,7 +1582,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 2
+#define KSCAN_VERSION 3
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

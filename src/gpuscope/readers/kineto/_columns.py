@@ -40,6 +40,7 @@ from gpuscope.readers.kineto._values import (
     _NOT_A_STRING,
     MAX_NAME_CHARS,
     _bad_times,
+    _between_gpus,
     _coerce_args,
     _column,
     _count,
@@ -316,6 +317,7 @@ class _Columns:
         new_row = np.empty_like(order)
         new_row[order] = np.arange(len(order))
         extra = dict(zip(new_row[list(self.extra)].tolist(), self.extra.values(), strict=True))
+        _between_gpus(columns, extra)
         table = Events.from_columns(self.rows, columns, extra)
         link_launches(table)
         if self.flows:

@@ -45,6 +45,9 @@ class _Args(msgspec.Struct, gc=False):
     size: int | None = None  # MTIA DMA size in bytes
     # 2021 traces' Python stack of an op, innermost frame first: "train.py(42): step;...".
     call_stack: str | None = msgspec.field(default=None, name="Call stack")
+    # A copy between two GPUs (CUPTI's peer-to-peer memcpy record): source and destination.
+    from_device: int | None = msgspec.field(default=None, name="fromDevice")
+    to_device: int | None = msgspec.field(default=None, name="toDevice")
 
 
 # The same fields as _Args, any JSON type: the fallback when a writer put odd types in ``args``.

@@ -224,6 +224,23 @@ def _memcpy_columns(
     )
 
 
+def _between_gpus(columns: dict[str, np.ndarray], extra: dict[int, dict[str, Any]]) -> None:
+    """A copy whose recorded source and destination GPUs differ crosses the interconnect
+    (NVLink, or PCIe through the host), whatever its name: CUPTI records peer copies with both
+    devices, and Kineto names them ``Memcpy DtoD (Device -> Device)`` as often as ``Memcpy PtoP``.
+    A device-to-device copy within one GPU (no such record, or the same device twice) stays in
+    that GPU's memory: it is not an interconnect transfer."""
+    direction, kinds = columns["copy_direction"], columns["kind"]
+    for row, values in extra.items():
+        source, destination = values.get("from_device"), values.get("to_device")
+        if kinds[row] != Kind.MEMCPY or source is None or destination is None:
+            continue
+        if source != destination:
+            direction[row] = CopyDirection.P2P
+        elif direction[row] == CopyDirection.P2P:
+            direction[row] = CopyDirection.D2D
+
+
 _EXTRA_FIELDS = (
     ("input_dims", "input_dims"),
     ("input_type", "input_types"),
@@ -236,6 +253,8 @@ _EXTRA_FIELDS = (
     ("pg_name", "process_group"),
     ("pg_ranks", "process_group_ranks"),
     ("call_stack", "call_stack"),
+    ("from_device", "from_device"),
+    ("to_device", "to_device"),
 )
 
 
@@ -243,10 +262,12 @@ def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
     has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
     has_stack = [x is not None for x in map(attrgetter("call_stack"), args)]
+    has_peer = [x is not None for x in map(attrgetter("to_device"), args)]
     rows = np.flatnonzero(
         np.array(has_shapes, dtype=bool)
         | np.array(has_comms, dtype=bool)
         | np.array(has_stack, dtype=bool)
+        | np.array(has_peer, dtype=bool)
     )
     return {row: _extras_of(args[row]) for row in rows.tolist()}
 
@@ -256,9 +277,15 @@ _EXTRA_KEYS = tuple(key for _, key in _EXTRA_FIELDS)
 
 
 def _extras_of(a: Any) -> dict[str, Any]:
-    """The arguments kept per event (shapes, collective sizes, 2021 call stacks), by their model
-    names."""
-    if a.input_dims is None and a.collective_name is None and a.call_stack is None:
+    """The arguments kept per event (shapes, collective sizes, 2021 call stacks, a copy's source
+    and destination GPUs), by their model names."""
+    if (
+        a.input_dims is None
+        and a.collective_name is None
+        and a.call_stack is None
+        and a.to_device is None
+        and a.from_device is None
+    ):
         return {}
     values = _EXTRA_VALUES(a)
     return {k: v for k, v in zip(_EXTRA_KEYS, values, strict=True) if v is not None}

@@ -29,15 +29,21 @@ What becomes what (tables absent when empty are simply skipped):
   NVTX ``MPI Rank N`` thread name); otherwise None.
 * Devices: ``TARGET_INFO_GPU`` (name, SM count, memory, compute capability), matched to CUDA device
   ids through ``TARGET_INFO_CUDA_DEVICE`` or ``cuDevice``; absent, the name is None.
+* ``SCHED_EVENTS`` (context switches) or, without them, ``COMPOSITE_EVENTS`` (CPU samples) of
+  the threads that call CUDA: :attr:`Kind.HOST_RUNNING` intervals, when each was on a CPU,
+  within the span of the other events. They tell the host computing from the host waiting.
+* ``CUDA_UM_CPU_PAGE_FAULT_EVENTS`` / ``CUDA_UM_GPU_PAGE_FAULT_EVENTS`` (``nsys profile
+  --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true``): per process, fault counts
+  and the functions that faulted, ``trace.metadata["unified_memory_faults"]``.
 * ``GPU_METRICS`` (when sampled): ``trace.metadata["gpu_metrics"][device]`` is
   ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``.
   ``OSRT_API`` (when traced): the ten costliest OS runtime calls per process,
   ``trace.metadata["os_runtime_ns"]``.
 
 Modules: ``_export`` (tables, columns, schema version, batched column reads), ``_device``
-(kernels, copies, memsets, synchronisations), ``_um`` (unified-memory migrations), ``_host``
-(runtime calls, NVTX ranges and steps, OS runtime), ``_gpus`` (device facts, sampled metrics);
-this module sniffs, opens and assembles the traces.
+(kernels, copies, memsets, synchronisations), ``_um`` (unified-memory migrations and page
+faults), ``_host`` (runtime calls, NVTX ranges and steps, OS runtime, threads on a CPU),
+``_gpus`` (device facts, sampled metrics); this module sniffs, opens and assembles the traces.
 
 Speed: one SQL query per table returns plain integer columns (joins, products and NULL handling
 done in SQL); rows go straight into numpy. Python touches rows only to intern NVTX texts.
@@ -62,8 +68,8 @@ from gpuscope.readers._links import link_launches
 from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
 from gpuscope.readers.nsys._export import _Export, _inspect
 from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metrics
-from gpuscope.readers.nsys._host import _nvtx, _os_runtime, _runtime, _steps
-from gpuscope.readers.nsys._um import _um_counters
+from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
+from gpuscope.readers.nsys._um import _um_counters, _um_faults
 
 __all__ = ["MAX_DISTANCE_NS", "looks_like_nsys", "read"]
 
@@ -152,7 +158,9 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         raise EmptyTraceError(path, _no_device_work_reason(runtime))
     nvtx = _nvtx(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
+    host_parts += _running(export, device_parts + host_parts)
     os_runtime = _os_runtime(export)
+    um_faults = _um_faults(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
     events, notes = _implausible(path, events)
@@ -171,9 +179,20 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         _attach_metrics(trace, metrics)
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
+        if pid in um_faults:
+            trace.metadata["unified_memory_faults"] = um_faults[pid]
         trace.warnings.extend(notes)
         traces.append(trace)
     return Job(source=str(path), traces=traces)
+
+
+def _running(export: _Export, parts: list[Events]) -> list[Events]:
+    """When the CUDA-calling threads were on a CPU, within the span of the events read (a
+    thread's scheduling trace starts with the process, long before its first CUDA call)."""
+    starts = [int(p.start_ns.min()) for p in parts]
+    ends = [int((p.start_ns + p.dur_ns).max()) for p in parts]
+    running = _host_running(export, min(starts), max(ends))
+    return [running] if running is not None else []
 
 
 #: The farthest an event may start or end from the export's median start: nsys records seconds

@@ -212,3 +212,90 @@ def _step_family(name: str) -> tuple[str, int | None] | None:
     if _PLAIN_STEP.match(text):
         return text.lower(), None
     return None
+
+
+# --- the host thread on a CPU ------------------------------------------------------------------
+
+#: The name of an interval in which a host thread was on a CPU (:attr:`Kind.HOST_RUNNING`).
+HOST_RUNNING_NAME = "[thread on a CPU]"
+
+
+def _host_running(export: _Export, lo_ns: int, hi_ns: int) -> Events | None:
+    """When the threads that call CUDA were on a CPU, within ``[lo_ns, hi_ns]`` (the span of the
+    events read): from the OS scheduling trace (``SCHED_EVENTS``: a switch in, then out), else
+    from CPU samples (``COMPOSITE_EVENTS``). These say the host was computing where it made no
+    CUDA call: an idle gap the thread spent on a CPU is the host's own work, not a mystery."""
+    threads = "SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not export.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return None
+    intervals = _scheduled(export, threads) or _sampled(export, threads)
+    if intervals is None:
+        return None
+    gtid, start, end = intervals
+    start, end = np.maximum(start, lo_ns), np.minimum(end, hi_ns)
+    keep = end > start
+    gtid, start, end = gtid[keep], start[keep], end[keep]
+    if not start.size:
+        return None
+    columns = {
+        "kind": np.full(start.shape, Kind.HOST_RUNNING, dtype=np.uint8),
+        "name_id": np.full(start.shape, export.intern(HOST_RUNNING_NAME), dtype=np.int32),
+        "start_ns": start,
+        "dur_ns": end - start,
+        "pid": (gtid >> 24) & _ID_MASK,
+        "tid": gtid & _ID_MASK,
+    }
+    return Events.from_columns(start.shape[0], columns, {})
+
+
+_Intervals = tuple[I64, I64, I64]  # thread (globalTid), start, end
+
+
+def _scheduled(export: _Export, threads: str) -> _Intervals | None:
+    """On-CPU intervals from context switches: each switch in, to the thread's next switch out."""
+    table = "SCHED_EVENTS"
+    if not export.has(table) or not {"start", "isSchedIn", "globalTid"} <= export.columns[table]:
+        return None
+    rows = export.db.execute(
+        f"SELECT globalTid, start, isSchedIn FROM {table} WHERE globalTid IN ({threads})"
+        " AND start IS NOT NULL ORDER BY globalTid, start"
+    ).fetchall()
+    if not rows:
+        return None
+    data = np.array([(int(g), int(s), 1 if i else 0) for g, s, i in rows], dtype=np.int64)
+    gtid, start, switched_in = data[:, 0], data[:, 1], data[:, 2]
+    # A switch in followed, on the same thread, by a switch out: one interval on a CPU.
+    pair = (switched_in[:-1] == 1) & (switched_in[1:] == 0) & (gtid[:-1] == gtid[1:])
+    at = np.flatnonzero(pair)
+    return gtid[at], start[at], start[at + 1]
+
+
+def _sampled(export: _Export, threads: str) -> _Intervals | None:
+    """On-CPU intervals from CPU samples: a thread is sampled once per sampling period of CPU
+    time while it runs, so samples a period apart (up to twice, for jitter) are one run; each
+    run starts a period before its first sample."""
+    table = "COMPOSITE_EVENTS"
+    if not export.has(table) or not {"start", "globalTid"} <= export.columns[table]:
+        return None
+    running = (
+        "threadState IS NULL OR threadState = 1" if "threadState" in export.columns[table] else "1"
+    )
+    rows = export.db.execute(
+        f"SELECT globalTid, start FROM {table} WHERE globalTid IN ({threads})"
+        f" AND start IS NOT NULL AND ({running}) ORDER BY globalTid, start"
+    ).fetchall()
+    if len(rows) < 2:
+        return None
+    data = np.array(rows, dtype=np.int64)
+    gtid, start = data[:, 0], data[:, 1]
+    same = gtid[1:] == gtid[:-1]
+    step = np.diff(start)[same]
+    if not step.size:
+        return None
+    period = max(int(np.median(step)), 1)
+    # A new run where the thread changes or the samples are more than two periods apart.
+    new_run = np.ones(start.size, dtype=np.bool_)
+    new_run[1:] = ~same | (np.diff(start) > 2 * period)
+    first = np.flatnonzero(new_run)
+    last = np.append(first[1:] - 1, start.size - 1)
+    return gtid[first], start[first] - period, start[last]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpuscope.model import CopyDirection, Events, Kind
@@ -57,3 +59,63 @@ def _um_counters(export: _Export, default_pid: int) -> Events | None:
         "copy_direction": np.array([_UM_TRANSFER_KINDS[int(k)][1] for k in kinds], dtype=np.uint8),
     }
     return Events.from_columns(len(rows), columns, {})
+
+
+#: How many faulting code sites are kept per process (the most frequent first).
+FAULT_SITES = 5
+
+
+def _um_faults(export: _Export) -> dict[int, dict[str, Any]]:
+    """Unified-memory page faults per process, from the tables ``nsys profile
+    --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true`` adds:
+
+    * ``CUDA_UM_CPU_PAGE_FAULT_EVENTS`` (``start, globalPid, address, originalFaultPc,
+      CpuInstruction, module``): one row per CPU access to a managed page resident on a GPU;
+      the function (``CpuInstruction``, a ``StringIds`` id) and module that touched it. Each
+      makes the driver migrate the page back, with the thread stalled meanwhile.
+    * ``CUDA_UM_GPU_PAGE_FAULT_EVENTS`` (``start, end, globalPid, deviceId, address,
+      numberOfPageFaults, faultAccessType``): one row per group of faults a kernel took on pages
+      resident elsewhere; the kernel's warps wait while the driver migrates them.
+
+    Returned: ``{pid: {"cpu_page_faults": n, "cpu_fault_sites": {"function (module)": n},
+    "gpu_page_faults": n, "gpu_fault_groups": n, "gpu_fault_ns": ns}}``, counting only the tables
+    present.
+    """
+    faults: dict[int, dict[str, Any]] = {}
+    cpu = "CUDA_UM_CPU_PAGE_FAULT_EVENTS"
+    if export.has(cpu) and {"start", "globalPid"} <= export.columns[cpu]:
+        function = f"COALESCE({export.column_or(cpu, 'CpuInstruction', 'NULL')}, -1)"
+        module = f"COALESCE({export.column_or(cpu, 'module', 'NULL')}, -1)"
+        rows = export.db.execute(
+            f"SELECT (globalPid >> 24) & {_ID_MASK}, {function}, {module}, COUNT(*) FROM {cpu}"
+            " GROUP BY 1, 2, 3"
+        ).fetchall()
+        ids = sorted({int(r[i]) for r in rows for i in (1, 2) if int(r[i]) >= 0})
+        strings = export.strings(ids)
+        for pid, function_id, module_id, n in rows:
+            entry = faults.setdefault(int(pid), {"cpu_page_faults": 0, "cpu_fault_sites": {}})
+            entry["cpu_page_faults"] += int(n)
+            site = _site(strings.get(int(function_id)), strings.get(int(module_id)))
+            entry["cpu_fault_sites"][site] = entry["cpu_fault_sites"].get(site, 0) + int(n)
+        for entry in faults.values():
+            top = sorted(entry["cpu_fault_sites"].items(), key=lambda kv: -kv[1])[:FAULT_SITES]
+            entry["cpu_fault_sites"] = dict(top)
+    gpu = "CUDA_UM_GPU_PAGE_FAULT_EVENTS"
+    if export.has(gpu) and {"start", "end", "globalPid"} <= export.columns[gpu]:
+        count = f"COALESCE({export.column_or(gpu, 'numberOfPageFaults', '1')}, 1)"
+        rows = export.db.execute(
+            f"SELECT (globalPid >> 24) & {_ID_MASK}, SUM({count}), COUNT(*),"
+            f" SUM(MAX(end - start, 0)) FROM {gpu} GROUP BY 1"
+        ).fetchall()
+        for pid, n, groups, ns in rows:
+            entry = faults.setdefault(int(pid), {})
+            entry.update(gpu_page_faults=int(n), gpu_fault_groups=int(groups), gpu_fault_ns=int(ns))
+    return faults
+
+
+def _site(function: str | None, module: str | None) -> str:
+    """``softmax_check (app)``: the function that touched the page and its module's file name."""
+    where = function if function and not function.startswith("<unnamed") else "unknown function"
+    if module and not module.startswith("<unnamed"):
+        where += f" ({module.rsplit('/', 1)[-1]})"
+    return where

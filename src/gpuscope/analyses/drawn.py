@@ -215,6 +215,25 @@ class _Items(msgspec.Struct, frozen=True):
     end_ns: I64
     category: NDArray[np.intp]
     label: NDArray[np.int64]  # into the names table, -1: none
+    code: NDArray[np.intp]  # the category's position among the lane's own (``kinds``)
+    kinds: NDArray[np.intp]  # the categories the lane has, in order
+
+
+def _items(
+    device: int,
+    stream: int | None,
+    start_ns: I64,
+    end_ns: I64,
+    category: NDArray[np.generic],
+    label: NDArray[np.int64],
+) -> _Items:
+    """A lane's items, with its categories numbered among its own: a lane holds a few of the
+    kinds or causes, so the runs' per-bucket tables are that much smaller."""
+    present = np.flatnonzero(np.bincount(category.astype(np.intp), minlength=_CATEGORIES))
+    position = np.zeros(_CATEGORIES, dtype=np.intp)
+    position[present] = np.arange(present.size)
+    cat = category.astype(np.intp)
+    return _Items(device, stream, start_ns, end_ns, cat, label, position[cat], present)
 
 
 def timeline(
@@ -226,10 +245,13 @@ def timeline(
         gaps = g.gaps
         # Locations are resolved for the costliest gaps only: most are None.
         where = np.full(len(gaps.location), -1, dtype=np.int64)
-        present = [(k, x) for k, x in enumerate(gaps.location) if x is not None]
-        if present:
-            where[[k for k, _ in present]] = [names.setdefault(x, len(names)) for _, x in present]
-        lanes.append(_Items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause.astype(np.intp), where))
+        located = np.flatnonzero(np.asarray(gaps.location, dtype=object) != None)  # noqa: E711
+        if located.size:
+            where[located] = [
+                names.setdefault(gaps.location[k], len(names))  # type: ignore[arg-type]
+                for k in located.tolist()
+            ]
+        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where))
         ev = w.trace.events
         streams = ev.stream[w.rows]
         for stream in distinct(streams).tolist():
@@ -242,7 +264,7 @@ def timeline(
             )
             kinds = b.kind[on_stream].astype(np.intp)
             labels = local[which.reshape(-1)]
-            lanes.append(_Items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels))
+            lanes.append(_items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels))
     lo = min(w.span_start_ns for w in works)
     hi = max(w.span_end_ns for w in works)
     width = _bucket_width(lanes, lo, hi)
@@ -292,29 +314,19 @@ def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tupl
     start, end = lane.start_ns[index], lane.end_ns[index]
     bucket = ((start + end) // 2 - lo) // width
     occupied, inverse = _sorted_unique(bucket)
-    dominant = _dominant(inverse, lane.category[index], (end - start).astype(np.float64))
+    kinds = max(lane.kinds.size, 1)
+    weight = np.bincount(
+        inverse * kinds + lane.code[index],
+        weights=(end - start).astype(np.float64),
+        minlength=occupied.size * kinds,
+    ).reshape(occupied.size, kinds)
+    # The lowest category on a tie, as over every category: the lane's own are in order.
+    dominant = lane.kinds[weight.argmax(axis=1)] if lane.kinds.size else weight.argmax(axis=1)
     new_run = np.ones(occupied.size, dtype=bool)
     new_run[1:] = (occupied[1:] != occupied[:-1] + 1) | (dominant[1:] != dominant[:-1])
     run_id = np.cumsum(new_run) - 1
     run_of[index] = run_id[inverse]
     return dominant[new_run].astype(np.int64), run_of
-
-
-def _dominant(bucket: I64, category: NDArray[np.intp], weight: NDArray[np.float64]) -> I64:
-    """Per bucket (``bucket`` numbers them 0..n-1), the category with the most weight, the
-    lowest on a tie. Summed over the (bucket, category) pairs that occur, not a dense
-    buckets x categories table: at the finest width that table would be megabytes."""
-    key = bucket * _CATEGORIES + category
-    pairs, which = np.unique(key, return_inverse=True)
-    sums = np.bincount(which.reshape(-1), weights=weight, minlength=pairs.size)
-    owner = pairs // _CATEGORIES
-    starts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
-    best = np.maximum.reduceat(sums, starts)
-    group = np.cumsum(np.isin(np.arange(pairs.size), starts)) - 1
-    top = np.flatnonzero(sums == best[group])
-    _, first = np.unique(group[top], return_index=True)
-    dominant: I64 = (pairs[top[first]] % _CATEGORIES).astype(np.int64)
-    return dominant
 
 
 def _sorted_unique(values: I64) -> tuple[I64, I64]:

@@ -298,17 +298,7 @@ def _device_report(
 
 
 def _evidence(trace: Trace, report: DeviceReport, work: DeviceWork) -> DeviceEvidence:
-    return DeviceEvidence(
-        rank=report.rank,
-        device=report.device,
-        work=work,
-        temporal=report.temporal,
-        overlap=report.overlap,
-        idle=report.idle,
-        bounds=report.bounds,
-        facts=report.facts,
-        steps=len(trace.steps),
-    )
+    return DeviceEvidence(report, work, steps=len(trace.steps))
 
 
 def _input_summary(trace: Trace) -> InputSummary:

@@ -67,6 +67,8 @@ def _clean(value: Any) -> Any:
         fields = {f: _clean(getattr(value, f)) for f in value.__struct_fields__}
         return msgspec.structs.replace(value, **fields)
     if isinstance(value, list):
+        if all(type(v) is int or type(v) is float for v in value):
+            return value  # a series of numbers (the drawn timeline, the step table): no text
         return [_clean(v) for v in value]
     if isinstance(value, tuple):
         items = [_clean(v) for v in value]

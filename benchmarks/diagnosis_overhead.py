@@ -3,8 +3,10 @@
 Foundation: read the trace and run the timeline analyses (busy/idle, breakdowns, overlap, kernels,
 streams, steps). Diagnosis: everything ``gpuscope.diagnose`` does on top (idle attribution, kernel
 bounds, findings, verdict). Reports the best of N runs of each and the ratio; target: <= 30%.
+``--predictions`` times ``diagnose`` with the what-if replay (the default) against
+``--no-predict`` instead, alternating, on one loaded job; target (issue 18): <= 25% slower.
 
-Run: ``python benchmarks/diagnosis_overhead.py [TRACE] [--runs N]``
+Run: ``python benchmarks/diagnosis_overhead.py [TRACE] [--runs N] [--predictions]``
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from pathlib import Path
 
 from gpuscope.analyses import timeline
-from gpuscope.diagnosis import diagnose
+from gpuscope.diagnosis import Options, diagnose
 from gpuscope.model import Job
 from gpuscope.readers import load
 
@@ -39,7 +41,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--predictions", action="store_true", help="time the what-if replay")
     args = parser.parse_args()
+    if args.predictions:
+        predictions(args.trace, args.runs)
+        return
     read_s, found_s, full_s = [], [], []
     for _ in range(args.runs):
         t0 = time.perf_counter()
@@ -59,6 +65,23 @@ def main() -> None:
     print(f"diagnosis on top (attribution, bounds, findings): {extra * 1e3:8.1f} ms")
     verdict = "PASS" if extra <= 0.3 * base else "FAIL"
     print(f"diagnosis adds {100 * extra / base:.1f}% (target <= 30%): {verdict}")
+
+
+def predictions(trace: Path, runs: int) -> None:
+    """``diagnose`` with and without predictions, alternating so both see the same load."""
+    job = load(trace)
+    on, off = [], []
+    for _ in range(runs):
+        for predict, times in ((True, on), (False, off)):
+            t0 = time.perf_counter()
+            diagnose(job, Options(predict=predict))
+            times.append(time.perf_counter() - t0)
+    extra = min(on) / min(off) - 1.0
+    print(f"trace: {trace}")
+    print(f"diagnose --no-predict: {min(off) * 1e3:8.1f} ms (best of {runs})")
+    print(f"diagnose (predictions): {min(on) * 1e3:8.1f} ms")
+    verdict = "PASS" if extra <= 0.25 else "FAIL"
+    print(f"predictions add {100 * extra:.1f}% (target <= 25%): {verdict}")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def test_a_close_bound_prints_the_digits_that_decided(traces: dict[str, Path]) -
 def test_cost_bound(traces: dict[str, Path]) -> None:
     broken = check(traces["slow"], "--max-cost-usd-per-gpu-hour", "0.5")
     assert broken.returncode == 1
-    assert "waste $" in broken.stderr
+    assert "predicted saving $" in broken.stderr
     assert check(traces["fast"], "--max-cost-usd-per-gpu-hour", "0.5").returncode == 0
 
 

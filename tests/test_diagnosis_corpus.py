@@ -51,8 +51,10 @@ def test_dlrm_ranks_lose_time_to_communication_mostly_waiting_for_a_straggler() 
     assert "rank 7" in comm["straggler"].evidence[0]
     assert d.verdict.world_size == 8
     for f in comm.values():
-        # One profiled step per rank: a per-day figure would extrapolate a single step.
-        assert f.cost_usd_per_gpu_hour is not None and f.cost_usd_per_day is None
+        # One profiled step per rank: a per-day figure would extrapolate a single step. Dollars
+        # price a predicted saving: waiting for a peer with no edit of its own has none.
+        assert f.cost_usd_per_day is None
+        assert (f.cost_usd_per_gpu_hour is not None) == (f.prediction is not None), f.cause
 
 
 @pytest.mark.parametrize(

@@ -73,8 +73,13 @@ def test_rows_per_job_and_finding(jobs: Path) -> None:
     assert job1.date == "2025-01-01T00:00:01+00:00" and job1.date_source == "trace"
     assert job1.top_category == "data" and job1.idle_pct is not None and job1.idle_pct > 5
     mine = [f for f in table.findings if f.path == job1.path]
-    assert job1.wasted_gpu_hours == pytest.approx(sum(f.lost_ns for f in mine) / 3.6e12)
-    assert job1.wasted_usd == pytest.approx(job1.wasted_gpu_hours * 4.92)
+    assert job1.lost_gpu_hours == pytest.approx(sum(f.lost_ns for f in mine) / 3.6e12)
+    assert job1.lost_usd == pytest.approx(job1.lost_gpu_hours * 4.92)
+    # The saving is the diagnosis's all-fixes figure over the job's GPU-hours, not the lost time.
+    assert job1.saving_usd_per_gpu_hour is not None and job1.span_ns and job1.gpus
+    hours = job1.span_ns * job1.gpus / 3.6e12
+    assert job1.saving_usd == pytest.approx(job1.saving_usd_per_gpu_hour * hours)
+    assert 0 < job1.saving_usd < hours * 4.92
 
 
 def test_local_pool_matches_in_process(jobs: Path) -> None:
@@ -107,7 +112,7 @@ def test_json_round_trip_and_resume(jobs: Path, tmp_path: Path) -> None:
     assert run.exit_code == 0, run.output
     assert "4 jobs diagnosed (1 failed), 0 already there" in run.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "gpuscope/fleet-1" and len(doc["jobs"]) == 4
+    assert doc["schema"] == "gpuscope/fleet-2" and len(doc["jobs"]) == 4
     assert {f["category"] for f in doc["findings"]} >= {"data", "model"}
     (jobs / "job0.json.gz").touch()  # a changed input is diagnosed again
     again = CliRunner().invoke(main, ["fleet", str(jobs / "*"), "--out", str(out), "--json"])
@@ -157,8 +162,8 @@ def test_summary_groups_waste(jobs: Path) -> None:
     table = fleet.run(fleet.expand([str(jobs / "*.gz")]), fleet.Engine(workers=1))
     s = fleet.summarize(table, worst=2)
     assert s.jobs == 3 and s.failed == 0 and len(s.worst) == 2 and len(s.idle_pcts) == 3
-    assert sum(w.gpu_hours for w in s.by_cause) == pytest.approx(s.wasted_gpu_hours)
-    assert sum(w.gpu_hours for w in s.by_category) == pytest.approx(s.wasted_gpu_hours)
+    assert sum(w.gpu_hours for w in s.by_cause) == pytest.approx(s.lost_gpu_hours)
+    assert sum(w.gpu_hours for w in s.by_category) == pytest.approx(s.lost_gpu_hours)
     assert [w.key for w in s.by_day] == ["2025-01-01"]
 
 
@@ -174,6 +179,20 @@ def test_url_inputs_are_downloaded_in_the_worker(jobs: Path) -> None:
     assert table.jobs[0].top_cause == local.jobs[0].top_cause == "data_loader"
     assert [f.lost_ns for f in table.findings] == [f.lost_ns for f in local.findings]
     assert fleet.pending(["memory://fleet/job1.json.gz"], table)  # URLs are read again
+
+
+def test_a_fleet_1_table_is_read_as_lost_time_with_no_saving(tmp_path: Path) -> None:
+    """fleet-1 called the findings' lost time "wasted" and its per-GPU-hour figure added the
+    findings' dollars up: read as lost time, and as no saving."""
+    old = tmp_path / "old.json"
+    job = {"path": "a", "size_bytes": 1, "mtime_ns": 1, "status": "ok"}
+    job |= {"wasted_usd_per_gpu_hour": 3.12, "wasted_gpu_hours": 2.0, "wasted_usd": 9.84}
+    old.write_text(json.dumps({"schema": "gpuscope/fleet-1", "jobs": [job], "findings": []}))
+    (row,) = fleet.read(old).jobs
+    assert (row.lost_gpu_hours, row.lost_usd) == (2.0, 9.84)
+    assert row.saving_usd_per_gpu_hour is None and row.saving_usd is None
+    s = fleet.summarize(fleet.read(old))
+    assert s.lost_gpu_hours == 2.0 and s.saving_usd is None
 
 
 def test_report_on_a_file_that_is_not_a_table(tmp_path: Path) -> None:
@@ -193,7 +212,7 @@ def test_gpu_hours_count_the_ranks_present_not_the_declared_world(tmp_path: Path
 
 def _job(path: str, hours: float | None, usd: float | None, status: str = "ok") -> fleet.JobRow:
     error = None if status == "ok" else "not a trace"
-    return fleet.JobRow(path, 1, 1, status, error, wasted_gpu_hours=hours, wasted_usd=usd)
+    return fleet.JobRow(path, 1, 1, status, error, lost_gpu_hours=hours, lost_usd=usd)
 
 
 def test_worst_jobs_rank_by_gpu_hours_priced_or_not_and_failed_jobs_are_listed() -> None:

@@ -3,7 +3,8 @@
 A verdict must never contradict its own evidence (issue #15): the bound is the largest share it
 reports; a device busy at least 80% of its window is never host-bound; every number the headline
 states is a figure of the JSON; no NaN or infinity reaches JSON, terminal or HTML; the shares of one
-whole add up; a finding's dollars are its estimated saving, never more than the time it names.
+whole add up; a finding's dollars are its fix's predicted saving, the headline's the saving of all
+fixes replayed together, and no replay saves more than its edits remove.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rich.console import Console
 
 from corpus import corpus_root
 from gpuscope import diagnose, load
+from gpuscope.analyses.attribution import Cause
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.diagnosis.findings import BUSY_NOT_HOST_PCT
 from gpuscope.errors import InputError
@@ -105,7 +107,7 @@ def _numbers_are_figures(d: Diagnosis) -> None:
     figures: list[float] = [verdict["idle_pct"] or 0.0]
     figures += [x for x in verdict["shares_pct"].values() if x is not None]
     figures += [x for x in verdict["figures"].values() if x is not None]
-    # The costliest finding it names (a start-up window puts what it left out first).
+    # The largest finding it names (a start-up window puts what it left out first).
     figures += [f["share_pct"] for f in doc["findings"][:2] if f["share_pct"] is not None]
     # The verdict's own sentence: a start-up preface states the window's figures (docs/phases.md).
     sentence = d.verdict.summary[d.verdict.summary.find(f"{d.verdict.bound}-bound") :]
@@ -113,25 +115,56 @@ def _numbers_are_figures(d: Diagnosis) -> None:
         value = float(text.replace(",", ""))
         decimals = len(text.split(".")[1]) if "." in text else 0
         assert any(round(f, decimals) == value for f in figures), (text, sentence)
-    for text in re.findall(r"\$(\d[\d,]*\.\d\d) per GPU-hour wasted", d.verdict.summary):
+    for text in re.findall(r"\$(\d[\d,]*\.\d\d) per GPU-hour", d.verdict.summary):
         wasted = verdict["wasted_usd_per_gpu_hour"]
         assert wasted is not None and round(wasted, 2) == float(text.replace(",", ""))
 
 
 def _dollars_are_savings(d: Diagnosis) -> None:
-    """A finding never prices more than the share of time it names; the verdict's dollars are
-    the findings' dollars; the compute-side savings are less than the work they name."""
+    """Money follows predictions (diagnosis.predict): a finding's dollars are never more than its
+    fix's predicted saving, priced, and a finding with no prediction has none; the headline's
+    dollars are the all-fixes replay's saving, priced, never the findings' dollars added up; no
+    replay predicts more than its edits take out of the graph; the compute-side savings are less
+    than the work they name."""
     price = d.verdict.gpu_hour_usd
-    costs = [f.cost_usd_per_gpu_hour for f in d.findings if f.cost_usd_per_gpu_hour is not None]
+    predictions = [f.prediction for f in d.findings if f.prediction is not None]
+    for p in [*predictions, *([d.all_fixes] if d.all_fixes else [])]:
+        # A saving larger than the time the edits remove is a replay error (the alexnet case).
+        assert p.removed_ns is not None and p.saving_ns <= p.removed_ns + 1_000, p
+        assert p.predicted_step_ns >= 0, p
     if price is not None and d.based_on.startswith("timeline"):
         for f in d.findings:
-            if f.cost_usd_per_gpu_hour is None:
-                continue
             if f.prediction is None:
-                assert f.cost_usd_per_gpu_hour <= f.share_pct / 100.0 * price + 1e-9, f
-            else:  # priced by the replay of its fix (analyses.whatif): never the whole GPU-hour
-                assert f.cost_usd_per_gpu_hour < price, f
-        assert d.verdict.wasted_usd_per_gpu_hour == pytest.approx(sum(costs))
+                if f.cause in {c.value for c in Cause}:
+                    assert f.cost_usd_per_gpu_hour is None, f  # idle time, not a saving
+                elif f.cost_usd_per_gpu_hour is not None:  # busy time: its own estimate
+                    assert f.cost_usd_per_gpu_hour <= f.share_pct / 100.0 * price + 1e-9, f
+                continue
+            saving = max(f.prediction.saving_ns_per_step, 0.0) / f.prediction.step_ns * price
+            assert f.cost_usd_per_gpu_hour is not None, f
+            assert f.cost_usd_per_gpu_hour <= saving + 1e-9, f
+            if f.cost_usd_per_gpu_hour == 0.0:
+                assert f.prediction.note, f  # a fix that saves nothing says why
+        wasted = d.verdict.wasted_usd_per_gpu_hour
+        if d.all_fixes is None:
+            # Nothing replayed: nothing to fix ($0), or a saving not known (None); never a sum.
+            assert wasted in (None, 0.0), wasted
+        else:
+            a = d.all_fixes
+            assert (
+                wasted is not None
+                and wasted <= max(a.saving_ns_per_step, 0.0) / a.step_ns * (price) + 1e-9
+            )
+        # The JSON's headline dollars are the all-fixes figure, and the sum over findings is not
+        # shown as a saving (unless it happens to be that figure).
+        doc = json.loads(json_renderer.dumps(d))
+        assert doc["verdict"]["wasted_usd_per_gpu_hour"] == (
+            None if wasted is None else pytest.approx(wasted, abs=1e-4)
+        )
+        costs = [f.cost_usd_per_gpu_hour or 0.0 for f in d.findings]
+        summed = f"${sum(costs):,.2f}"
+        if len([c for c in costs if c]) > 1 and wasted is not None and f"${wasted:,.2f}" != summed:
+            assert summed not in d.verdict.summary, d.verdict.summary
     by_cause = {f.cause: f for f in d.findings}
     if "fp32_gemm" in by_cause:
         assert by_cause["fp32_gemm"].lost_ns < sum(dev.bounds.fp32_gemm_ns for dev in d.devices)

@@ -100,7 +100,7 @@ def test_the_fleet_report_cuts_long_job_paths_from_the_left() -> None:
     from gpuscope.render.fleet import render_html, render_terminal
 
     path = "/mnt/shared/experiments/2025/team-vision/resnet152-sweep/lr-3e-4/run-0042/rank0.json.gz"
-    table = fleet.FleetTable([fleet.JobRow(path, 1, 1, "ok", wasted_gpu_hours=1.0)])
+    table = fleet.FleetTable([fleet.JobRow(path, 1, 1, "ok", lost_gpu_hours=1.0)])
     console = Console(record=True, width=200)
     render_terminal(fleet.summarize(table), console)
     text = console.export_text()

@@ -3,7 +3,9 @@ matches the generator's run with that fix applied (same seed)."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,8 @@ from msgspec.structs import replace
 from corpus import corpus
 from gpuscope.analyses.whatif import ASSUMPTIONS, Edit, build_graph, replay, step_times
 from gpuscope.cli import main
-from gpuscope.diagnosis import Options, diagnose
+from gpuscope.diagnosis import Diagnosis, Options, diagnose
+from gpuscope.diagnosis.findings import Finding
 from gpuscope.readers import load
 from gpuscope.testing import generator as gen
 
@@ -95,11 +98,65 @@ def test_all_fixes_are_replayed_together_not_summed(tmp_path: Path) -> None:
     assert together.predicted_step_ns > 0
 
 
+def test_the_headline_prices_all_fixes_together_never_the_sum(tmp_path: Path) -> None:
+    inject = (gen.HostSync(), gen.SlowDataLoader(ms=20.0), gen.PageableH2DCopy(mb=64.0))
+    result = diagnose(load(_write(replace(_SMALL, inject=inject), tmp_path, "t")))
+    v, together = result.verdict, result.all_fixes
+    assert together is not None and v.gpu_hour_usd is not None
+    expected = together.saving_ns_per_step / together.step_ns * v.gpu_hour_usd
+    assert v.wasted_usd_per_gpu_hour == pytest.approx(expected)
+    summed = sum(f.cost_usd_per_gpu_hour or 0.0 for f in result.findings)
+    assert summed > v.wasted_usd_per_gpu_hour + 0.01  # the fixes overlap
+    assert f"fixing it all would save about ${expected:.2f} per GPU-hour" in v.summary
+    assert f"${summed:.2f}" not in v.summary
+
+
+def test_a_fix_predicted_to_save_nothing_is_not_shown_as_a_cost() -> None:
+    """DLRM 8-rank: the ranks' pageable host-to-device copies are 2.4% of device time, but each
+    step waits for the host's launches (43% launch gaps) and for the late rank, not for them:
+    the copy fix moves no step's end. Its share stays time; its dollars are $0, with the why."""
+    from rich.console import Console
+
+    from gpuscope.render import terminal
+
+    result = diagnose(load(corpus("kineto/param-dlrm-8rank")))
+    copies = next(f for f in result.findings if f.cause == "h2d_copy")
+    assert copies.share_pct > 1 and copies.prediction is not None
+    assert copies.prediction.saving_ns_per_step < 0.005 * copies.prediction.step_ns
+    assert copies.cost_usd_per_gpu_hour == 0.0  # not its share of the price
+    assert copies.prediction.note and "critical path" in copies.prediction.note
+    out = io.StringIO()
+    terminal.render(result, Console(file=out, width=200, color_system=None))
+    shown = out.getvalue()
+    assert "costliest" not in shown
+    line = next(x for x in shown.splitlines() if x.startswith(f"{_rank(result, copies)}. h2d_copy"))
+    assert "predicted to save no step time ($0.00)" in line and "/GPU-hour" not in line
+
+
+def _rank(result: Diagnosis, f: Finding) -> int:
+    return result.findings.index(f) + 1
+
+
+def test_start_up_is_left_out_of_every_edit() -> None:
+    """HTA's alexnet: 6.5 s of cudaFree and 0.7 s of cudaStreamCreate create the CUDA context (a
+    start-up phase). An allocator fix does not remove that: its saving is at most the allocator
+    calls' own time outside start-up (2.0 s), not 8.5 s."""
+    result = diagnose(load(corpus("kineto/hta/critical_path/alexnet")))
+    allocator = next(f for f in result.findings if f.cause == "allocator")
+    p = allocator.prediction
+    assert p is not None and p.removed_ns is not None
+    assert 0 < p.saving_ns <= p.removed_ns <= allocator.lost_ns
+    assert p.saving_ns_per_step < 2.1e9
+
+
 def test_predictions_can_be_turned_off(tmp_path: Path) -> None:
     path = _write(replace(_SMALL, inject=(gen.HostSync(),)), tmp_path, "t")
     result = diagnose(load(path), Options(predict=False))
     assert result.all_fixes is None
     assert all(f.prediction is None for f in result.findings)
+    # No replay, no saving: the headline states no dollars (the findings' sum is none).
+    assert result.verdict.wasted_usd_per_gpu_hour is None
+    assert "would save" not in result.verdict.summary
     out = tmp_path / "d.json"
     run = CliRunner().invoke(main, ["diagnose", str(path), "--no-predict", "--json", str(out)])
     assert run.exit_code == 0, run.output
@@ -169,3 +226,18 @@ def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> Non
     checks = {c["cause"]: c for c in json.loads(out.read_text())["predictions"]}
     assert abs(checks["host_sync"]["error_pct"]) < 10
     assert "predicted on before, fixing host_sync" in " ".join(run.output.split())
+    # The HTML before/after report shows the same check, in the same words and figures.
+    from gpuscope.analyses.diff import diff, summarize
+    from gpuscope.render import html
+
+    b, a = diagnose(load(before)), diagnose(load(after))
+    page = html.render_diff(b, a, change=diff(summarize(b), summarize(a)))
+    section = re.search(r"<section id='prediction-check'>(.*?)</section>", page, re.DOTALL)
+    assert section is not None
+    c = checks["host_sync"]
+    shown = (
+        f"fixing host_sync: step {c['before_step_ns'] / 1e6:,.2f} -&gt;"
+        f" {c['predicted_step_ns'] / 1e6:,.2f} ms; measured after:"
+        f" {c['after_step_ns'] / 1e6:,.2f} ms ({c['error_pct']:+.1f}%)"
+    )
+    assert shown in section.group(1), section.group(1)

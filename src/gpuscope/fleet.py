@@ -17,8 +17,13 @@ Contract:
   Learning Jobs" (ICSE 2024): data / model / job / library, with the study's subcategory names
   (:data:`ICSE_CATEGORIES`).
 
-Money and time: ``wasted_gpu_hours`` is the findings' lost device time (summed over GPUs) in
-hours, ``wasted_usd`` that times the job's price per GPU-hour (None when the price is unknown).
+Money and time: ``lost_gpu_hours`` is the findings' lost device time (summed over GPUs) in hours,
+``lost_usd`` what that time cost at the job's price per GPU-hour: time lost, not a saving (fixes
+overlap, and time off a step's critical path saves nothing). ``saving_usd_per_gpu_hour`` is the
+diagnosis's headline, what fixing every finding is predicted to save (the all-fixes replay,
+priced), and ``saving_usd`` that over the job's analysed GPU-hours. Dollars are None when the
+price is unknown; savings are None when no fix could be replayed. Tables of ``gpuscope/fleet-1``
+(``wasted_gpu_hours``, ``wasted_usd``: the same lost time) are read as lost time, with no saving.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ from gpuscope.errors import InputError
 if TYPE_CHECKING:
     from gpuscope.diagnosis import Diagnosis
 
-SCHEMA = "gpuscope/fleet-1"
+SCHEMA = "gpuscope/fleet-2"
+#: Earlier tables this version reads (their lost time renamed, no saving).
+OLD_SCHEMAS = ("gpuscope/fleet-1",)
 NS_PER_HOUR = 3_600 * 10**9
 #: Epoch times before 2001 are trace-relative clocks, not dates.
 _MIN_EPOCH_NS = 10**18
@@ -75,9 +82,10 @@ class JobRow(msgspec.Struct, frozen=True):
     idle_pct: float | None = None
     bound: str | None = None
     gpu_hour_usd: float | None = None
-    wasted_usd_per_gpu_hour: float | None = None
-    wasted_gpu_hours: float | None = None
-    wasted_usd: float | None = None
+    lost_gpu_hours: float | None = None  # the findings' lost device time, summed over GPUs
+    lost_usd: float | None = None  # that time priced: what it cost, not what a fix saves
+    saving_usd_per_gpu_hour: float | None = None  # all fixes' predicted saving (the headline)
+    saving_usd: float | None = None  # that over the job's analysed GPU-hours
     date: str | None = None  # ISO 8601 UTC
     date_source: str | None = None  # "trace" | "samples" | "mtime"
     top_cause: str | None = None
@@ -204,6 +212,9 @@ def _rows(path: str, size: int | None, mtime: int | None, d: Diagnosis) -> Fleet
     date, date_source = _date(_epoch_of(d, bases), mtime)
     top = max(found, key=lambda f: f.lost_ns, default=None)
     names = [x.info.name for x in d.devices] + [g.name for g in d.sampled]
+    # A sampled job's verdict prices its idle time (no replay): no saving is predicted there.
+    saving = _finite(v.wasted_usd_per_gpu_hour) if d.based_on.startswith("timeline") else None
+    span, gpus = _span_ns(d), len(d.devices) or len(d.sampled)
     job = JobRow(
         path=path,
         size_bytes=size,
@@ -213,14 +224,15 @@ def _rows(path: str, size: int | None, mtime: int | None, d: Diagnosis) -> Fleet
         devices=", ".join(sorted({n for n in names if n})) or None,
         # The GPUs whose data is here, not the declared world size: a job with 2 of its 128
         # ranks traced was measured on 2 GPUs, and its findings' lost time is summed over them.
-        gpus=len(d.devices) or len(d.sampled),
-        span_ns=_span_ns(d),
+        gpus=gpus,
+        span_ns=span,
         idle_pct=_finite(v.idle_pct),
         bound=v.bound,
         gpu_hour_usd=v.gpu_hour_usd,
-        wasted_usd_per_gpu_hour=_finite(v.wasted_usd_per_gpu_hour),
-        wasted_gpu_hours=lost_hours,
-        wasted_usd=usd,
+        lost_gpu_hours=lost_hours,
+        lost_usd=usd,
+        saving_usd_per_gpu_hour=saving,
+        saving_usd=saving * (span or 0) * gpus / NS_PER_HOUR if saving is not None else None,
         date=date,
         date_source=date_source,
         top_cause=top.cause if top else None,
@@ -410,17 +422,28 @@ def read(path: str | Path) -> FleetTable:
 
 def _read_json(path: Path) -> FleetTable:
     doc = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+    if not isinstance(doc, dict) or doc.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
         raise ValueError(f"schema is not {SCHEMA}")
     return FleetTable(
-        [JobRow(**j) for j in doc["jobs"]], [FindingRow(**f) for f in doc["findings"]]
+        [_job_row(j) for j in doc["jobs"]], [FindingRow(**f) for f in doc["findings"]]
     )
+
+
+def _job_row(row: dict[str, Any]) -> JobRow:
+    """A stored job row; one of ``gpuscope/fleet-1`` has its lost time renamed and no saving (its
+    ``wasted_usd_per_gpu_hour`` added the findings' dollars up, which is no saving)."""
+    if "wasted_gpu_hours" in row:
+        row = dict(row)
+        row["lost_gpu_hours"] = row.pop("wasted_gpu_hours")
+        row["lost_usd"] = row.pop("wasted_usd", None)
+        row.pop("wasted_usd_per_gpu_hour", None)
+    return JobRow(**row)
 
 
 def _read_parquet(path: Path) -> FleetTable:
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    jobs = [JobRow(**r) for r in pq.read_table(path).to_pylist()]
+    jobs = [_job_row(r) for r in pq.read_table(path).to_pylist()]
     side = findings_path(path)
     found = [FindingRow(**r) for r in pq.read_table(side).to_pylist()] if side.exists() else []
     return FleetTable(jobs, found)
@@ -460,12 +483,13 @@ class FleetSummary(msgspec.Struct, frozen=True):
     jobs: int
     failed: int
     gpu_hours: float  # device time analysed (span x GPUs, summed over jobs)
-    wasted_gpu_hours: float
-    wasted_usd: float | None
+    lost_gpu_hours: float
+    lost_usd: float | None  # the lost time priced: not a saving
+    saving_usd: float | None  # all fixes' predicted saving over the jobs that have one
     by_cause: list[Waste]  # most GPU-hours first
     by_category: list[Waste]
     by_day: list[Waste]  # in date order; empty when no job carries a date
-    worst: list[JobRow]  # most GPU-hours (then dollars) wasted first, priced or not
+    worst: list[JobRow]  # most GPU-hours (then dollars) lost first, priced or not
     idle_pcts: list[float]  # one per analysed job: the utilisation histogram's data
     failed_jobs: list[JobRow] = msgspec.field(default_factory=list)  # each with its error
 
@@ -484,23 +508,22 @@ def summarize(table: FleetTable, worst: int = 10) -> FleetSummary:
     by_day = [
         Waste(
             day,
-            sum(j.wasted_gpu_hours or 0.0 for j in js),
-            _sum_or_none(j.wasted_usd for j in js),
+            sum(j.lost_gpu_hours or 0.0 for j in js),
+            _sum_or_none(j.lost_usd for j in js),
             len(js),
         )
         for day, js in days.items()
     ]
     # GPU-hours first: every job has them, while a price is known only for some devices (an
     # NVML-sampled job on an unknown GPU can hold most of the waste and has no dollar figure).
-    ranked = sorted(
-        ok, key=lambda j: (j.wasted_gpu_hours or 0.0, j.wasted_usd or 0.0), reverse=True
-    )
+    ranked = sorted(ok, key=lambda j: (j.lost_gpu_hours or 0.0, j.lost_usd or 0.0), reverse=True)
     return FleetSummary(
         jobs=len(table.jobs),
         failed=len(table.jobs) - len(ok),
         gpu_hours=sum((j.span_ns or 0) * (j.gpus or 0) for j in ok) / NS_PER_HOUR,
-        wasted_gpu_hours=sum(j.wasted_gpu_hours or 0.0 for j in ok),
-        wasted_usd=_sum_or_none(j.wasted_usd for j in ok),
+        lost_gpu_hours=sum(j.lost_gpu_hours or 0.0 for j in ok),
+        lost_usd=_sum_or_none(j.lost_usd for j in ok),
+        saving_usd=_sum_or_none(j.saving_usd for j in ok),
         by_cause=by_cause,
         by_category=by_category,
         by_day=by_day,

@@ -84,23 +84,24 @@ class DeviceSeries(msgspec.Struct, frozen=True):
 
 
 class Lane(msgspec.Struct, frozen=True):
-    """One lane of the timeline: the idle gaps of a device (``stream`` None), or the kernels of
+    """One lane of the timeline (columns as arrays: a report of a large job draws thousands of
+    bars, held compactly): the idle gaps of a device (``stream`` None), or the kernels of
     one of its streams. ``category`` indexes ``KernelKind`` (kernels) or ``CAUSES`` (idle gaps);
     ``label`` indexes :attr:`Timeline.names`: the kernel's name, or the gap's code location
     (-1: none)."""
 
     device: int  # position in the diagnosis' devices
     stream: int | None
-    start_ns: list[int]  # items at least one bucket long, each drawn alone
-    end_ns: list[int]
-    category: list[int]
-    label: list[int]
-    run_start_ns: list[int]  # runs of shorter items, merged
-    run_end_ns: list[int]
-    run_category: list[int]  # the category with the most time in the run
-    run_count: list[int]
-    run_busy_ns: list[int]  # the members' summed length
-    run_label: list[int]  # the longest member's location (-1: none, and always for kernels)
+    start_ns: I64  # items at least one bucket long, each drawn alone
+    end_ns: I64
+    category: I64
+    label: I64
+    run_start_ns: I64  # runs of shorter items, merged
+    run_end_ns: I64
+    run_category: I64  # the category with the most time in the run
+    run_count: I64
+    run_busy_ns: I64  # the members' summed length
+    run_label: I64  # the longest member's location (-1: none, and always for kernels)
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -214,6 +215,25 @@ class _Items(msgspec.Struct, frozen=True):
     end_ns: I64
     category: NDArray[np.intp]
     label: NDArray[np.int64]  # into the names table, -1: none
+    code: NDArray[np.intp]  # the category's position among the lane's own (``kinds``)
+    kinds: NDArray[np.intp]  # the categories the lane has, in order
+
+
+def _items(
+    device: int,
+    stream: int | None,
+    start_ns: I64,
+    end_ns: I64,
+    category: NDArray[np.generic],
+    label: NDArray[np.int64],
+) -> _Items:
+    """A lane's items, with its categories numbered among its own: a lane holds a few of the
+    kinds or causes, so the runs' per-bucket tables are that much smaller."""
+    present = np.flatnonzero(np.bincount(category.astype(np.intp), minlength=_CATEGORIES))
+    position = np.zeros(_CATEGORIES, dtype=np.intp)
+    position[present] = np.arange(present.size)
+    cat = category.astype(np.intp)
+    return _Items(device, stream, start_ns, end_ns, cat, label, position[cat], present)
 
 
 def timeline(
@@ -225,23 +245,26 @@ def timeline(
         gaps = g.gaps
         # Locations are resolved for the costliest gaps only: most are None.
         where = np.full(len(gaps.location), -1, dtype=np.int64)
-        present = [(k, x) for k, x in enumerate(gaps.location) if x is not None]
-        if present:
-            where[[k for k, _ in present]] = [names.setdefault(x, len(names)) for _, x in present]
-        lanes.append(_Items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause.astype(np.intp), where))
+        located = np.flatnonzero(np.asarray(gaps.location, dtype=object) != None)  # noqa: E711
+        if located.size:
+            where[located] = [
+                names.setdefault(gaps.location[k], len(names))  # type: ignore[arg-type]
+                for k in located.tolist()
+            ]
+        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where))
         ev = w.trace.events
         streams = ev.stream[w.rows]
         for stream in distinct(streams).tolist():
             on_stream = np.flatnonzero(streams == stream)
             rows = w.rows[on_stream]
-            ids = ev.name_id[rows]
-            local = np.full(len(w.trace.names), -1, dtype=np.int64)
-            for name_id in distinct(ids).tolist():
-                local[name_id] = names.setdefault(w.trace.names[name_id], len(names))
-            kinds = b.kind[on_stream].astype(np.intp)
-            lanes.append(
-                _Items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, local[ids])
+            used, which = np.unique(ev.name_id[rows], return_inverse=True)
+            local = np.array(
+                [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()],
+                dtype=np.int64,
             )
+            kinds = b.kind[on_stream].astype(np.intp)
+            labels = local[which.reshape(-1)]
+            lanes.append(_items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels))
     lo = min(w.span_start_ns for w in works)
     hi = max(w.span_end_ns for w in works)
     width = _bucket_width(lanes, lo, hi)
@@ -291,12 +314,14 @@ def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tupl
     start, end = lane.start_ns[index], lane.end_ns[index]
     bucket = ((start + end) // 2 - lo) // width
     occupied, inverse = _sorted_unique(bucket)
+    kinds = max(lane.kinds.size, 1)
     weight = np.bincount(
-        inverse * _CATEGORIES + lane.category[index],
+        inverse * kinds + lane.code[index],
         weights=(end - start).astype(np.float64),
-        minlength=occupied.size * _CATEGORIES,
-    ).reshape(occupied.size, _CATEGORIES)
-    dominant = weight.argmax(axis=1)
+        minlength=occupied.size * kinds,
+    ).reshape(occupied.size, kinds)
+    # The lowest category on a tie, as over every category: the lane's own are in order.
+    dominant = lane.kinds[weight.argmax(axis=1)] if lane.kinds.size else weight.argmax(axis=1)
     new_run = np.ones(occupied.size, dtype=bool)
     new_run[1:] = (occupied[1:] != occupied[:-1] + 1) | (dominant[1:] != dominant[:-1])
     run_id = np.cumsum(new_run) - 1
@@ -338,19 +363,20 @@ def _lane(items: _Items, lo: int, width: int) -> Lane:
         has = labels >= 0
         found, at = np.unique(owners[has], return_index=True)
         located[found] = labels[has][at]
+    i64 = np.int64
     return Lane(
         device=items.device,
         stream=items.stream,
-        start_ns=items.start_ns[long].tolist(),
-        end_ns=items.end_ns[long].tolist(),
-        category=items.category[long].tolist(),
-        label=items.label[long].tolist(),
-        run_start_ns=first.tolist(),
-        run_end_ns=last.tolist(),
-        run_category=dominant.tolist(),
-        run_count=np.bincount(run, minlength=runs).tolist(),
-        run_busy_ns=busy.astype(np.int64).tolist(),
-        run_label=located.tolist(),
+        start_ns=items.start_ns[long].astype(i64),
+        end_ns=items.end_ns[long].astype(i64),
+        category=items.category[long].astype(i64),
+        label=items.label[long].astype(i64),
+        run_start_ns=first,
+        run_end_ns=last,
+        run_category=dominant.astype(i64),
+        run_count=np.bincount(run, minlength=runs).astype(i64),
+        run_busy_ns=busy.astype(i64),
+        run_label=located,
     )
 
 
@@ -390,10 +416,10 @@ def kernel_time(
         inside = work.rows[(starts >= window[0]) & (starts < window[1])]
         # Per name first (integer sums), then merged by stable name: one regex per name, not
         # per kernel.
-        ids = ev.name_id[inside]
-        per_id = np.bincount(ids, weights=ev.dur_ns[inside], minlength=len(work.trace.names))
-        for name_id in distinct(ids).tolist():
+        used, which = np.unique(ev.name_id[inside], return_inverse=True)
+        per_name = np.bincount(which.reshape(-1), weights=ev.dur_ns[inside], minlength=used.size)
+        for name_id, ns in zip(used.tolist(), per_name.tolist(), strict=True):
             name = stable_name(work.trace.names[name_id])
-            totals[name] = totals.get(name, 0.0) + float(per_id[name_id]) / units
+            totals[name] = totals.get(name, 0.0) + ns / units
     devices = max(len(works), 1)
     return ("step" if count else "s"), {name: ns / devices for name, ns in totals.items()}

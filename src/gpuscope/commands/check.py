@@ -29,7 +29,9 @@ EXIT_INCONCLUSIVE = 3
 @click.argument("target")
 @click.option("--max-idle-pct", type=PERCENT, help="Fail when the GPU is idle more than this.")
 @click.option(
-    "--max-cost-usd-per-gpu-hour", type=PRICE, help="Fail when the waste costs more than this."
+    "--max-cost-usd-per-gpu-hour",
+    type=PRICE,
+    help="Fail when fixing every finding is predicted to save more than this per GPU-hour.",
 )
 @click.option("--baseline", help="Trace, folder or saved run id to compare step time with.")
 @click.option(

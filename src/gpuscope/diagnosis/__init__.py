@@ -157,6 +157,7 @@ def diagnose_timelines(
     works: list[DeviceWork] = []
     evidence: list[DeviceEvidence] = []
     hosts: dict[int, HostIndex] = {}
+    startups: dict[int, list[Phase]] = {}  # per trace: the start-up phases left in its window
     startup: list[StartupEvidence] = []
     kinds: list[KindStat] = []
     traces: list[Trace] = []
@@ -172,6 +173,7 @@ def diagnose_timelines(
             phases = [p for p in phases if p.end_ns > window.start_ns]
         traces.append(trace)
         hosts[id(trace)] = host
+        startups[id(trace)] = phases
         ids = trace.device_ids
         # The views read the analysed window's ranges: the trace as cut, when it was.
         scopes = host_scopes(trace) if ids else None
@@ -190,14 +192,17 @@ def diagnose_timelines(
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
     all_fixes = None
+    saving_usd: float | None = None
     if options.predict:
-        from gpuscope.diagnosis.predict import predict  # noqa: PLC0415
+        from gpuscope.diagnosis.predict import predict, priced  # noqa: PLC0415
 
         found, all_fixes = predict(
-            found, traces, evidence, hosts, participants, ranks, gpu_hour_usd, gpus
+            found, traces, evidence, hosts, startups, participants, ranks, gpu_hour_usd, gpus
         )
-    # The verdict prices the findings as predicted: its waste is the sum of their dollars.
-    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus)
+        saving_usd = priced(found, all_fixes, gpu_hour_usd)
+    # The headline's dollars are what fixing everything is predicted to save (the all-fixes
+    # replay, priced), never the findings' dollars added up: their savings overlap.
+    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus, saving_usd)
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
         found, judged = revise(found, judged, kinds, startup, span, options.whole)
@@ -293,17 +298,7 @@ def _device_report(
 
 
 def _evidence(trace: Trace, report: DeviceReport, work: DeviceWork) -> DeviceEvidence:
-    return DeviceEvidence(
-        rank=report.rank,
-        device=report.device,
-        work=work,
-        temporal=report.temporal,
-        overlap=report.overlap,
-        idle=report.idle,
-        bounds=report.bounds,
-        facts=report.facts,
-        steps=len(trace.steps),
-    )
+    return DeviceEvidence(report, work, steps=len(trace.steps))
 
 
 def _input_summary(trace: Trace) -> InputSummary:

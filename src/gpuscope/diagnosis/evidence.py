@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
@@ -11,19 +11,45 @@ from gpuscope.analyses.bounds import KernelBounds
 from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.facts import GpuFacts
 
+if TYPE_CHECKING:
+    from gpuscope.diagnosis import DeviceReport
+
 
 class DeviceEvidence(msgspec.Struct, frozen=True):
-    """Everything the findings need from one device."""
+    """Everything the findings need from one device: its report, and what the report does not
+    keep (the classified device work, which holds the trace, and the trace's step count)."""
 
-    rank: int | None
-    device: int
+    report: DeviceReport
     work: DeviceWork
-    temporal: TemporalBreakdown
-    overlap: Overlap
-    idle: IdleAttribution
-    bounds: KernelBounds
-    facts: GpuFacts | None
     steps: int
+
+    @property
+    def rank(self) -> int | None:
+        return self.report.rank
+
+    @property
+    def device(self) -> int:
+        return self.report.device
+
+    @property
+    def temporal(self) -> TemporalBreakdown:
+        return self.report.temporal
+
+    @property
+    def overlap(self) -> Overlap:
+        return self.report.overlap
+
+    @property
+    def idle(self) -> IdleAttribution:
+        return self.report.idle
+
+    @property
+    def bounds(self) -> KernelBounds:
+        return self.report.bounds
+
+    @property
+    def facts(self) -> GpuFacts | None:
+        return self.report.facts
 
 
 #: (pattern, cause, lost_ns, events, locations, evidence, saving_ns): ``saving_ns`` is what fixing

@@ -9,7 +9,9 @@ capped at the compute time. Their sum is therefore at most the window. With seve
 ``straggler`` or ``collective_wait`` and taken out of ``exposed_communication``.
 
 Cost: a finding that wastes a share ``s`` of device time costs ``s x price`` per GPU-hour and
-``s x price x 24 x GPUs`` per day, where GPUs is the job's world size (or devices seen).
+``s x price x 24 x GPUs`` per day, where GPUs is the job's world size (or devices seen). With
+predictions on, :mod:`gpuscope.diagnosis.predict` re-prices each finding from its fix's predicted
+saving, and the verdict's dollars are the saving of all fixes replayed together.
 """
 
 from __future__ import annotations
@@ -353,6 +355,7 @@ def verdict(
     gpu_hour_usd: float | None,
     price_source: str,
     gpus: int,
+    saving_usd_per_gpu_hour: float | None = None,
 ) -> Verdict:
     """The bound is the largest share of device time, of a partition of the window: idle time
     split by what it waits for (the host, or peers inside collectives), busy time split by what
@@ -378,12 +381,9 @@ def verdict(
     }
     idle_pct = 100.0 * idle / span
     bound = _bound(shares, 100.0 - idle_pct)
-    # What the findings would save, priced: the sum of their dollars (never the time they name).
-    wasted = (
-        sum((f.cost_usd_per_gpu_hour or 0.0 for f in found), 0.0)
-        if gpu_hour_usd is not None
-        else None
-    )
+    # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
+    # the findings' dollars added up, as their fixes overlap.
+    wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
     transfers = _transfer_split(evidence)
     return Verdict(
         bound=bound,
@@ -483,9 +483,9 @@ def _summary(
         if idle_only and bound == "host":
             text += f", {top.share_pct:.0f} percentage points of it lost because {top.title}"
         else:
-            text += f"; the costliest finding: {top.title} ({top.share_pct:.0f}% of device time)"
+            text += f"; the largest finding: {top.title} ({top.share_pct:.0f}% of device time)"
     if wasted is not None:
-        text += f"; about ${wasted:.2f} per GPU-hour wasted"
+        text += f"; fixing it all would save about ${wasted:.2f} per GPU-hour"
     return text
 
 

@@ -76,6 +76,8 @@ def _clean(value: Any) -> Any:
             return value
         return msgspec.structs.replace(value, **dict(zip(names, new, strict=True)))
     if isinstance(value, list):
+        if all(type(v) is int or type(v) is float for v in value):
+            return value  # a series of numbers (the drawn timeline, the step table): no text
         return _cleaned_items(value)
     if isinstance(value, tuple):
         items = _cleaned_items(list(value))

@@ -34,6 +34,7 @@ from gpuscope.analyses.diff import (
     FindingSummary,
     KernelChange,
     MetricDiff,
+    PredictionCheck,
     RunDiff,
     RunSummary,
 )
@@ -78,6 +79,25 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
             for c in d.predictions
         ],
     }
+
+
+def prediction_line(c: PredictionCheck) -> str:
+    """A resolved finding's prediction (made on "before") beside what "after" measured."""
+    return (
+        f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
+        f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
+        f" {c.after_step_ns / 1e6:,.2f} ms ({c.error_pct:+.1f}%)"
+    )
+
+
+def predictions_note(d: RunDiff) -> str | None:
+    """Several findings resolved at once: each prediction was made for its fix alone."""
+    if len(d.predictions) < 2:
+        return None
+    return (
+        f"each prediction is its own fix alone; this run resolved {len(d.predictions)}"
+        " of them at once"
+    )
 
 
 def dumps(d: RunDiff, before_name: str, after_name: str) -> bytes:
@@ -179,22 +199,10 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     console.print(_metrics_table(d))
     console.print(_findings(d))
     for c in d.predictions:
-        console.print(
-            Text(
-                f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
-                f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
-                f" {c.after_step_ns / 1e6:,.2f} ms ({c.error_pct:+.1f}%)",
-                style="cyan",
-            )
-        )
-    if len(d.predictions) > 1:
-        console.print(
-            Text(
-                f"(each prediction is its own fix alone; this run resolved {len(d.predictions)}"
-                " of them at once)",
-                style="dim",
-            )
-        )
+        console.print(Text(prediction_line(c), style="cyan"))
+    alone = predictions_note(d)
+    if alone is not None:
+        console.print(Text(f"({alone})", style="dim"))
     if d.kernels:
         console.print(_kernels_table(d))
 
@@ -215,7 +223,7 @@ def _label(name: str) -> str:
         ITERATIONS: "iterations/s",
         ITEMS: "items/s",
         GPU_BUSY: "GPU busy",
-        COST: "waste $/GPU-h",
+        COST: "lost $/GPU-h",
     }
     if name in labels:
         return labels[name]
@@ -366,7 +374,7 @@ def render_history(runs: list[StoredRun], console: Console, metric: str | None) 
         table.add_column(_label(metric), justify="right", min_width=9)
         table.add_column("vs prev.", justify="right", min_width=7)
     else:
-        for column in ("step time", "busy", "waste $/GPU-h"):
+        for column in ("step time", "busy", "lost $/GPU-h"):
             table.add_column(column, justify="right", min_width=len(column))
     table.add_column("top finding", overflow="ellipsis", no_wrap=True, min_width=11)
     for i, r in enumerate(runs):

@@ -38,7 +38,8 @@ def _hours(value: float) -> str:
 def _headline(s: FleetSummary) -> str:
     return (
         f"{plural(s.jobs, 'job')} ({s.failed} failed): {_hours(s.gpu_hours)} GPU-hours analysed, "
-        f"{_hours(s.wasted_gpu_hours)} GPU-hours wasted ({_usd(s.wasted_usd)})"
+        f"{_hours(s.lost_gpu_hours)} GPU-hours lost ({_usd(s.lost_usd)} of lost time);"
+        f" fixing every finding would save {_usd(s.saving_usd)} (predicted)"
     )
 
 
@@ -67,7 +68,7 @@ def _waste_table(title: str, rows: Sequence[Waste]) -> Table:
 
 def _worst_table(rows: Sequence[JobRow]) -> Table:
     table = Table(title="worst jobs", title_justify="left")
-    for name in ("job", "idle %", "bound", "top cause", "GPU-hours", "USD"):
+    for name in ("job", "idle %", "bound", "top cause", "GPU-hours lost", "USD", "saving USD"):
         table.add_column(name, justify="left" if name in ("job", "bound", "top cause") else "right")
     for j in rows:
         table.add_row(
@@ -75,8 +76,9 @@ def _worst_table(rows: Sequence[JobRow]) -> Table:
             f"{j.idle_pct:.1f}" if j.idle_pct is not None else "n/a",
             j.bound or "",
             j.top_cause or "",
-            _hours(j.wasted_gpu_hours or 0.0),
-            _usd(j.wasted_usd),
+            _hours(j.lost_gpu_hours or 0.0),
+            _usd(j.lost_usd),
+            _usd(j.saving_usd),
         )
     return table
 
@@ -169,7 +171,7 @@ def _trend_section(by_day: Sequence[Waste]) -> _Section:
     line = go.Scatter(
         x=[w.key for w in by_day], y=[w.gpu_hours for w in by_day], mode="lines+markers"
     )
-    return _Section(id_, title, "GPU-hours wasted per day.", _figure([line], "day", "GPU-h"))
+    return _Section(id_, title, "GPU-hours lost per day.", _figure([line], "day", "GPU-h"))
 
 
 def _failed_html(rows: Sequence[JobRow]) -> str:
@@ -191,12 +193,14 @@ def _worst_html(rows: Sequence[JobRow]) -> str:
     body = "".join(
         f"<tr><td class='mono'>{_path(j.path)}</td><td class='num'>"
         f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td><td>{_e(j.bound or '')}</td>"
-        f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.wasted_gpu_hours or 0.0)}</td>"
-        f"<td class='num'>{_e(_usd(j.wasted_usd))}</td></tr>"
+        f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.lost_gpu_hours or 0.0)}</td>"
+        f"<td class='num'>{_e(_usd(j.lost_usd))}</td>"
+        f"<td class='num'>{_e(_usd(j.saving_usd))}</td></tr>"
         for j in rows
     )
     head = (
         "<tr><th>job</th><th class='num'>idle %</th><th>bound</th><th>top cause</th>"
-        "<th class='num'>GPU-hours</th><th class='num'>USD</th></tr>"
+        "<th class='num'>GPU-hours lost</th><th class='num'>USD</th>"
+        "<th class='num'>saving USD (predicted)</th></tr>"
     )
     return f"<section><h2>Worst jobs</h2><table>{head}{body}</table></section>"

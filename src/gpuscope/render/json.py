@@ -107,6 +107,7 @@ def _prediction(p: Prediction | None) -> dict[str, Any] | None:
         ],
         "faster_pct": _pct(p.faster_pct),
         "saving_ns": p.saving_ns,
+        "removed_ns": p.removed_ns,
         "steps": p.steps,
         "note": p.note,
     }

@@ -5,7 +5,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpuscope.analyses.whatif import Prediction
+from gpuscope.diagnosis.findings import Finding
+
+#: The figure a report's verdict shows for ``Verdict.wasted_usd_per_gpu_hour``.
+HEADLINE_LABEL = "all fixes save per GPU-hour"
 
 
 def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you fix it") -> str:
@@ -34,3 +40,27 @@ def details(p: Prediction) -> str:
     """The assumption, and the note when the saving is below what the finding names."""
     text = f"assumes {p.assumption}"
     return f"{text}; {p.note}" if p.note else text
+
+
+def findings_title(found: Sequence[Finding]) -> str:
+    """Findings come by the time they name; with predictions, that is not what they cost (a large
+    share may be off the step's critical path and save nothing: diagnosis.predict)."""
+    if any(f.prediction is not None for f in found):
+        return "Findings, largest share of time first (what each fix saves beside it)"
+    return "Findings, costliest first"
+
+
+def money(f: Finding) -> str | None:
+    """A finding's dollars as what they are: a predicted saving, "saves nothing" (never a cost
+    of $0.00 beside a large share), or, with predictions off, the time it names priced."""
+    if f.cost_usd_per_gpu_hour is None:
+        return None
+    if f.prediction is None:
+        text = f"${f.cost_usd_per_gpu_hour:,.2f}/GPU-hour of lost time"
+    elif f.cost_usd_per_gpu_hour == 0.0:
+        return "fixing it is predicted to save no step time ($0.00)"
+    else:
+        text = f"fixing it saves ${f.cost_usd_per_gpu_hour:,.2f}/GPU-hour"
+    if f.cost_usd_per_day:
+        text += f" (${f.cost_usd_per_day:,.0f}/day)"
+    return text

@@ -105,15 +105,15 @@ def _all_fixes(p: Prediction, gpu_hour_usd: float | None) -> Text:
 
 
 def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
-    text = Text("\nFindings, costliest first\n", style="bold")
+    text = Text(f"\n{predicted.findings_title(found)}\n", style="bold")
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
         text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:
             text.append(f" · {_ms(f.lost_ns_per_step)} per step")
-        if f.cost_usd_per_gpu_hour is not None:
-            text.append(f" · ${f.cost_usd_per_gpu_hour:.2f}/GPU-hour")
-            text.append(f" (${f.cost_usd_per_day:,.0f}/day)" if f.cost_usd_per_day else "")
+        money = predicted.money(f)
+        if money is not None:
+            text.append(f" · {money}")
         text.append(f"  [{f.pattern}]\n", style="dim")
         text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
         if f.prediction is not None:

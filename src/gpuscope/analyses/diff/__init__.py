@@ -4,8 +4,9 @@ Contract:
 
 * :func:`summarize` reduces a :class:`~gpuscope.diagnosis.Diagnosis` to a :class:`RunSummary`:
   per-step series (step time, GPU busy share, each idle cause's lost time, exposed communication,
-  wasted cost per GPU-hour), per-step kernel time by stable name, and the findings. A summary is
-  what the history stores, so :func:`diff` works the same on files and on saved runs.
+  the findings' lost time priced per GPU-hour), per-step kernel time by stable name, and the
+  findings. A summary is what the history stores, so :func:`diff` works the same on files and on
+  saved runs.
 * :func:`diff` compares two summaries and returns a :class:`RunDiff`; :func:`compare` compares two
   samples of per-step values. All are pure and never print.
 * Every figure is per step (or a share), never a total over the capture window: two captures with

@@ -121,11 +121,15 @@ def check(summary: RunSummary, bounds: Bounds, baseline: RunDiff | None = None) 
     if bounds.max_cost_usd_per_gpu_hour is not None:
         cost = summary.wasted_usd_per_gpu_hour
         if cost is None:
-            unavailable.append("the waste cannot be priced: unknown device (pass --gpu-hour-usd)")
+            unavailable.append(
+                "the predicted saving cannot be priced: unknown device (pass --gpu-hour-usd)"
+                if summary.gpu_hour_usd is None
+                else "no saving is predicted: no finding's fix could be replayed"
+            )
         else:
             bound = bounds.max_cost_usd_per_gpu_hour
             shown = f"{bound:.2f}" if float(f"{bound:.2f}") == bound else f"{bound:g}"
-            line = f"waste ${decisive(cost, bound, 2)}/GPU-hour (max ${shown})"
+            line = f"predicted saving ${decisive(cost, bound, 2)}/GPU-hour (max ${shown})"
             (broken if cost > bounds.max_cost_usd_per_gpu_hour else kept).append(line)
     if bounds.max_regression_pct is not None and baseline is not None:
         before = baseline.before.per_step.get(STEP_TIME, [])

@@ -127,9 +127,13 @@ _NO_STEPS = (
 
 
 def _window_shares(diagnosis: Diagnosis) -> dict[str, float]:
+    """Over the window: the busy share, and the findings' lost time priced (what the per-step
+    series' COST is, never a predicted saving)."""
     shares = {GPU_BUSY: 100.0 - diagnosis.verdict.idle_pct}
-    if diagnosis.verdict.wasted_usd_per_gpu_hour is not None:
-        shares[COST] = diagnosis.verdict.wasted_usd_per_gpu_hour
+    price = diagnosis.verdict.gpu_hour_usd
+    if price is not None:
+        lost = sum(f.share_pct for f in diagnosis.findings if f.pattern != "startup")
+        shares[COST] = lost / 100.0 * price
     return shares
 
 

@@ -46,7 +46,7 @@ change of the steps' whole device span over their number.
 
 from __future__ import annotations
 
-from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit
+from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit, removed_ns
 from gpuscope.analyses.whatif.graph import (
     DEFAULT_LAUNCH_LATENCY_NS,
     NEG,
@@ -73,6 +73,7 @@ __all__ = [
     "Replayer",
     "apply_edit",
     "build_graph",
+    "removed_ns",
     "replay",
     "step_times",
 ]

@@ -225,3 +225,31 @@ def _pinned_rate(g: Graph) -> float | None:
     if rows.size == 0:
         return None
     return float((ev.bytes[rows] / ev.dur_ns[rows]).max() * 1e9)
+
+
+def removed_ns(g: Graph, edit: Edit) -> int:
+    """The most ``edit`` can save on this graph: the time it takes out of it, over the window.
+
+    The replay is a longest-path problem; shortening a weight by ``x`` moves no end by more than
+    ``x``, and dropping an edge moves its node by no more than it waited on that edge beyond its
+    other constraints (its slack, as recorded), plus what moved upstream. So the step ends move by
+    at most the sum of the durations, host gaps and launch delays shortened, the waiting of the
+    calls unblocked (a blocking call's recorded time less its new cost) and the recorded slack of
+    the cross-stream and launch edges dropped. A prediction above it is a replay error, whatever
+    the trace (tests check it on every corpus trace)."""
+    n = g.start.size
+    if n == 0:
+        return 0
+    cut = np.maximum(g.dur - edit.dur, 0)
+    unblocked = g.wait_dst[~edit.wait_keep]
+    recorded = g.end - g.start
+    cut[unblocked] = np.maximum(recorded[unblocked] - edit.dur[unblocked], 0)
+    total = int(cut.sum()) + int(np.maximum(g.gap - edit.gap, 0).sum())
+    prev_end = np.where(g.first, g.start, np.roll(g.end, 1))
+    kept = edit.launch_delay > NEG
+    total += int(np.maximum(g.launch_delay[kept] - edit.launch_delay[kept], 0).sum())
+    dropped = g.launch_dst[~kept]
+    total += int(np.maximum(g.start[dropped] - prev_end[dropped], 0).sum())
+    lost = g.event_dst[~edit.event_keep]
+    total += int(np.maximum(g.start[lost] - prev_end[lost], 0).sum())
+    return total

@@ -9,7 +9,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit
+from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit, removed_ns
 from gpuscope.analyses.whatif.graph import Edit, Graph
 from gpuscope.analyses.whatif.schedule import replay, step_times
 
@@ -32,6 +32,9 @@ class Prediction(msgspec.Struct, frozen=True):
     saving_ns: int  # over the steps replayed, summed over ranks (as findings' lost_ns is)
     steps: int  # steps replayed per rank
     note: str | None = None
+    #: The most the edits can save, summed over ranks (``edits.removed_ns``): ``saving_ns`` never
+    #: exceeds it; None where no bound was computed (a saved diagnosis from before it).
+    removed_ns: int | None = None
 
     @property
     def faster_pct(self) -> float:
@@ -68,6 +71,7 @@ class Replayer:
         per_rank: list[NDArray[np.float64]] = []
         skip = self.stragglers if "straggler" in causes else set()
         waiting_removed = 0
+        removed = 0
         for i, (g, inputs) in enumerate(zip(self.graphs, self.inputs, strict=True)):
             edit = Edit.none(g)
             for cause in causes:
@@ -78,6 +82,7 @@ class Replayer:
             if after.size != self.baseline[i].size or i in skip:
                 continue
             per_rank.append(self.baseline[i] - after)
+            removed += removed_ns(g, edit)
             if "straggler" in causes:
                 waiting_removed += int(
                     _step_part(g, inputs.collective_rows, inputs.straggler_cut_ns)
@@ -119,4 +124,5 @@ class Replayer:
             saving_ns=total,
             steps=max(int(m.size) for m in measured),
             note=note,
+            removed_ns=removed,
         )

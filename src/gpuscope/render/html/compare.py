@@ -23,6 +23,7 @@ from gpuscope.diagnosis import Diagnosis
 from gpuscope.names import (
     percentage_change,
 )
+from gpuscope.render import diff as diff_words
 from gpuscope.render.html.page import (
     _LAYOUT,
     HtmlOptions,
@@ -56,6 +57,7 @@ def render_diff(
             _diff_notes(change),
             _metric_table(change),
             _finding_changes(change),
+            _prediction_checks(change),
             *(_section_html(s) for s in comparison),
             _kernel_changes(change),
             _columns(_side(before, "Before"), _side(after, "After")),
@@ -95,7 +97,7 @@ def _metric_label(name: str) -> str:
         ITERATIONS: "iterations per second",
         ITEMS: "items per second",
         GPU_BUSY: "GPU busy",
-        COST: "waste per GPU-hour",
+        COST: "lost time per GPU-hour",
     }
     return labels.get(name, name.replace(LOST_PREFIX, "lost per step: "))
 
@@ -146,6 +148,20 @@ def _metric_table(change: RunDiff) -> str:
         "<table><tr><th>metric</th><th class='num'>before</th><th class='num'>after</th>"
         "<th class='num'>change</th><th class='num'>interval</th><th class='num'>p</th>"
         f"<th>outcome</th></tr>{rows}</table></section>"
+    )
+
+
+def _prediction_checks(change: RunDiff) -> str:
+    """How close the predictions made on "before" came to what "after" measured (the words of
+    the terminal diff)."""
+    if not change.predictions:
+        return ""
+    items = "".join(f"<li>{_e(diff_words.prediction_line(c))}</li>" for c in change.predictions)
+    note = diff_words.predictions_note(change)
+    tail = f"<p class='note'>{_e(note)}.</p>" if note else ""
+    return (
+        "<section id='prediction-check'><h2>Predicted on before, measured after</h2>"
+        f"<ul>{items}</ul>{tail}</section>"
     )
 
 

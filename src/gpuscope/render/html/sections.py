@@ -48,7 +48,7 @@ def _verdict(v: Verdict) -> str:
         ("bound", v.bound),
         # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
         ("GPU idle", f"{v.idle_pct:.1f}%" if math.isfinite(v.idle_pct) else "n/a (no timeline)"),
-        ("wasted per GPU-hour", _usd(v.wasted_usd_per_gpu_hour)),
+        (predicted.HEADLINE_LABEL, _usd(v.wasted_usd_per_gpu_hour)),
         ("price per GPU-hour", _usd(v.gpu_hour_usd)),
         ("GPUs", str(v.world_size)),
     ]
@@ -112,7 +112,7 @@ def _findings(
         )
     tags = f"<p class='note'>{_e(legend(f.pattern for f in found))}</p>"
     return (
-        f"<section id='findings'><h2>Findings, costliest first</h2>{together}{items}{tags}"
+        f"<section id='findings'><h2>{predicted.findings_title(found)}</h2>{together}{items}{tags}"
         "</section>"
     )
 
@@ -123,10 +123,9 @@ def _finding(
     figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
     if f.lost_ns_per_step is not None:
         figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
-    if f.cost_usd_per_gpu_hour is not None:
-        figures.append(f"${f.cost_usd_per_gpu_hour:,.2f} per GPU-hour")
-    if f.cost_usd_per_day is not None:
-        figures.append(f"${f.cost_usd_per_day:,.0f} per day")
+    money = predicted.money(f)
+    if money is not None:
+        figures.append(money)
     evidence = "".join(f"<li>{_e(x)}</li>" for x in f.evidence)
     if f.prediction is not None:
         evidence = (

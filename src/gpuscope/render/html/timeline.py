@@ -110,7 +110,11 @@ def _add_single(
 ) -> None:
     family = "idle" if lane.stream is None else "kernel"
     for start, end, category, name in zip(
-        lane.start_ns, lane.end_ns, lane.category, lane.label, strict=True
+        lane.start_ns.tolist(),
+        lane.end_ns.tolist(),
+        lane.category.tolist(),
+        lane.label.tolist(),
+        strict=True,
     ):
         bars = into.setdefault((family, category), _Bars([], [], [], []))
         bars.lane.append(y)
@@ -134,12 +138,12 @@ def _add_merged(
     what = "idle gaps" if family == "idle" else "kernels"
     width = timeline.bucket_ns
     for first, last, dominant, count, busy, located in zip(
-        lane.run_start_ns,
-        lane.run_end_ns,
-        lane.run_category,
-        lane.run_count,
-        lane.run_busy_ns,
-        lane.run_label,
+        lane.run_start_ns.tolist(),
+        lane.run_end_ns.tolist(),
+        lane.run_category.tolist(),
+        lane.run_count.tolist(),
+        lane.run_busy_ns.tolist(),
+        lane.run_label.tolist(),
         strict=True,
     ):
         bars = into.setdefault((family, dominant), _Bars([], [], [], []))

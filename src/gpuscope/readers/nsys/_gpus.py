@@ -49,10 +49,20 @@ def _device_info(
         index=index,
         name=str(name) if name else None,
         vendor="nvidia",
-        num_sms=int(sms) if sms else None,
-        total_memory_bytes=int(memory) if memory else None,
+        num_sms=_positive(sms),
+        total_memory_bytes=_positive(memory),
         compute_capability=None if major is None or minor is None else f"{major}.{minor}",
     )
+
+
+def _positive(value: Any) -> int | None:
+    """A count or size from the export: a positive integer, else unknown (a corrupt -1 or a
+    string is no GPU's memory)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if 0 < number < 2**63 else None
 
 
 def _gpu_metrics(export: _Export) -> dict[int, dict[str, Any]]:

@@ -31,6 +31,8 @@ from gpuscope.render import json as json_renderer
 from gpuscope.render import terminal
 from gpuscope.testing import generator as g
 from gpuscope.testing.groundtruth import labelled_suite
+from test_saved import _round_trip as round_trip
+from test_saved import same
 
 
 def _corpus_inputs() -> list[str]:
@@ -67,6 +69,8 @@ def test_corpus_diagnosis_keeps_the_invariants(relative: str) -> None:
         assert path.name in str(exc), exc
         return
     check_invariants(d)
+    # Issue #17: every corpus diagnosis is a value that a saved JSON document gives back equal.
+    same(d, round_trip(d))
 
 
 @pytest.mark.parametrize("case", [c.name for c in labelled_suite()])

@@ -13,31 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.cli import main
 from gpuscope.errors import InputError
 from gpuscope.generator import GeneratorConfig, generate
 from gpuscope.model import _COLUMNS, Trace
 from gpuscope.readers import _io, _scan, kineto
+from test_hostile import cli, one_error_line
 
 needs_scanner = pytest.mark.skipif(not _scan.scanner_built(), reason="the C scanner is not built")
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> Result:
-    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=True)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
-
-
-def one_error_line(result: Result) -> str:
-    assert result.exit_code == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuscope: error:"), result.stderr
-    return lines[0]
 
 
 def same_trace(a: Trace, b: Trace) -> None:

@@ -32,7 +32,7 @@ from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatErr
 from gpuscope.model import Trace
 from gpuscope.readers import _scan
 from gpuscope.readers._io import memory_budget, read_bytes
-from gpuscope.readers._scan import NotScannableError, Scan, looks_like_kineto
+from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
 from gpuscope.readers.kineto._columns import (
     _Columns,
 )
@@ -135,12 +135,7 @@ def _read_streamed(path: Path) -> Trace:
             raise _scan.too_big(path, "memory", columns.nbytes)
     if not stream.finished:
         raise _NotStreamableError
-    if stream.truncated and columns.events == 0:
-        raise CorruptInputError(path, "the file ends mid-write before its first whole event")
-    meta = _decode_meta(stream.metadata_document())
-    if not _top_level_events(stream.header, meta):
-        raise _NotStreamableError
-    return columns.finish(path, meta, lost_tail=stream.truncated)
+    return _finish(path, columns, stream, _NotStreamableError)
 
 
 def _read_scanned(path: Path, scan: Scan) -> Trace:
@@ -150,12 +145,18 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
         columns.add_scanned(scan.result())
     except UnicodeDecodeError:
         raise NotScannableError from None
-    state = scan.state
+    return _finish(path, columns, scan.state, NotScannableError)
+
+
+def _finish(path: Path, columns: _Columns, state: TextState, declined: type[Exception]) -> Trace:
+    """The end both piece-by-piece paths share: a file cut before its first whole event is
+    corrupt; the metadata around the events is decoded; events that were not the top-level
+    ``traceEvents`` list raise ``declined``, and the caller reads the file another way."""
     if state.truncated and columns.events == 0:
         raise CorruptInputError(path, "the file ends mid-write before its first whole event")
     meta = _decode_meta(state.metadata_document())
     if not _top_level_events(state.header, meta):
-        raise NotScannableError
+        raise declined
     return columns.finish(path, meta, lost_tail=state.truncated)
 
 

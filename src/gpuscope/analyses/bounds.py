@@ -580,15 +580,28 @@ def roofline_points(
     flop_sum = np.bincount(inverse[known], weights=flops[known], minlength=unique.size)
     byte_sum = np.bincount(inverse[known], weights=nbytes[known], minlength=unique.size)
     has = np.bincount(inverse[known], minlength=unique.size) > 0
+    # The costliest names' prevailing kind (most kernels) and bound (most time), tallied in one
+    # pass over their kernels rather than one pass per name.
+    costliest = np.argsort(-totals, kind="stable")[:top]
+    place = np.full(unique.size, -1, dtype=np.intp)
+    place[costliest] = np.arange(costliest.size)
+    at = place[inverse]
+    mine = at >= 0
+    kind_count = np.bincount(
+        at[mine] * len(KernelKind) + kinds[mine], minlength=costliest.size * len(KernelKind)
+    ).reshape(costliest.size, len(KernelKind))
+    bound_ns = np.bincount(
+        at[mine] * len(Bound) + bound[mine],
+        weights=dur[mine],
+        minlength=costliest.size * len(Bound),
+    ).reshape(costliest.size, len(Bound))
     points: list[RooflinePoint] = []
-    for i in np.argsort(-totals, kind="stable")[:top].tolist():
-        members = inverse == i
-        by_bound = np.bincount(bound[members], weights=dur[members], minlength=len(Bound))
+    for j, i in enumerate(costliest.tolist()):
         points.append(
             RooflinePoint(
                 name=work.trace.names[int(unique[i])],
-                kind=KernelKind(int(np.bincount(kinds[members]).argmax())).name.lower(),
-                bound=Bound(int(by_bound.argmax())).name.lower(),
+                kind=KernelKind(int(kind_count[j].argmax())).name.lower(),
+                bound=Bound(int(bound_ns[j].argmax())).name.lower(),
                 count=int(counts[i]),
                 total_ns=int(totals[i]),
                 flops=float(flop_sum[i]) if has[i] else None,

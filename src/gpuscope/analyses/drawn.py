@@ -217,6 +217,9 @@ class _Items(msgspec.Struct, frozen=True):
     label: NDArray[np.int64]  # into the names table, -1: none
     code: NDArray[np.intp]  # the category's position among the lane's own (``kinds``)
     kinds: NDArray[np.intp]  # the categories the lane has, in order
+    length_ns: I64
+    weight: NDArray[np.float64]  # the length, as bincount weighs it
+    mid_ns: I64  # the midpoint, from the timeline's origin: which bucket an item falls in
 
 
 def _items(
@@ -226,14 +229,41 @@ def _items(
     end_ns: I64,
     category: NDArray[np.generic],
     label: NDArray[np.int64],
+    lo: int,
 ) -> _Items:
     """A lane's items, with its categories numbered among its own: a lane holds a few of the
-    kinds or causes, so the runs' per-bucket tables are that much smaller."""
-    present = np.flatnonzero(np.bincount(category.astype(np.intp), minlength=_CATEGORIES))
+    kinds or causes, so the runs' per-bucket tables are that much smaller. What every bucket
+    width tried reads (length, midpoint) is worked out once."""
+    cat = category.astype(np.intp)
+    present = np.flatnonzero(np.bincount(cat, minlength=_CATEGORIES))
     position = np.zeros(_CATEGORIES, dtype=np.intp)
     position[present] = np.arange(present.size)
-    cat = category.astype(np.intp)
-    return _Items(device, stream, start_ns, end_ns, cat, label, position[cat], present)
+    length = end_ns - start_ns
+    mid = (start_ns + end_ns) // 2 - lo
+    return _Items(
+        device,
+        stream,
+        start_ns,
+        end_ns,
+        cat,
+        label,
+        position[cat],
+        present,
+        length,
+        length.astype(np.float64),
+        mid,
+    )
+
+
+def _labels(location: list[str | None], names: dict[str, int]) -> I64:
+    """Each gap's location as an index into ``names`` (-1: none), numbering new ones in order of
+    first appearance. One dictionary look-up per gap, in C (``map``): a large trace has tens of
+    thousands of gaps, most of them at a handful of locations."""
+    ids: dict[str | None, int] = dict.fromkeys(location, -1)
+    for where in ids:
+        if where is not None:
+            ids[where] = names.setdefault(where, len(names))
+    return np.fromiter(map(ids.__getitem__, location), dtype=np.int64, count=len(location))
 
 
 def timeline(
@@ -241,17 +271,12 @@ def timeline(
 ) -> Timeline:
     names: dict[str, int] = {}
     lanes: list[_Items] = []
+    lo = min(w.span_start_ns for w in works)
+    hi = max(w.span_end_ns for w in works)
     for i, (w, g, b) in enumerate(zip(works, idle, bounds, strict=True)):
         gaps = g.gaps
-        # Locations are resolved for the costliest gaps only: most are None.
-        where = np.full(len(gaps.location), -1, dtype=np.int64)
-        located = np.flatnonzero(np.asarray(gaps.location, dtype=object) != None)  # noqa: E711
-        if located.size:
-            where[located] = [
-                names.setdefault(gaps.location[k], len(names))  # type: ignore[arg-type]
-                for k in located.tolist()
-            ]
-        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where))
+        where = _labels(gaps.location, names)
+        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where, lo))
         ev = w.trace.events
         streams = ev.stream[w.rows]
         for stream in distinct(streams).tolist():
@@ -262,48 +287,57 @@ def timeline(
                 [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()],
                 dtype=np.int64,
             )
-            kinds = b.kind[on_stream].astype(np.intp)
+            kinds = b.kind[on_stream]
             labels = local[which.reshape(-1)]
-            lanes.append(_items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels))
-    lo = min(w.span_start_ns for w in works)
-    hi = max(w.span_end_ns for w in works)
-    width = _bucket_width(lanes, lo, hi)
-    return Timeline(width, list(names), [_lane(items, lo, width) for items in lanes])
+            lanes.append(
+                _items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels, lo)
+            )
+    width, runs = _bucket_width(lanes, lo, hi)
+    return Timeline(
+        width, list(names), [_lane(items, width, r) for items, r in zip(lanes, runs, strict=True)]
+    )
 
 
-def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> int:
+#: A lane's runs at one bucket width: each run's dominant category, each item's run (-1: none).
+_Runs = tuple[I64, I64]
+
+
+def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> tuple[int, list[_Runs]]:
     """The narrowest bucket that keeps the bar count within budget: finer than a pixel at full
-    zoom-out when the budget allows (detail for zooming in), coarser when it does not."""
+    zoom-out when the budget allows (detail for zooming in), coarser when it does not. Also the
+    lanes' runs at that width."""
     width = max((hi - lo) // max(16 * TIMELINE_BUCKETS, 1), 1)
-    while width < hi - lo:
+    while True:
         # At least one bar per long item and per stretch of adjacent occupied buckets (a change
         # of dominant category only adds runs): when that is over budget, so is the count.
-        if _fewest_bars(lanes, lo, width) <= MAX_TIMELINE_BARS:
-            bars = 0
-            for lane in lanes:
-                long = (lane.end_ns - lane.start_ns) >= width
-                bars += int(long.sum()) + _runs(lane, ~long, lo, width)[0].size
+        if width >= hi - lo or _fewest_bars(lanes, width) <= MAX_TIMELINE_BARS:
+            runs = [_runs(lane, lane.length_ns < width, width) for lane in lanes]
+            if width >= hi - lo:
+                break
+            bars = sum(
+                int(np.count_nonzero(lane.length_ns >= width)) + dominant.size
+                for lane, (dominant, _) in zip(lanes, runs, strict=True)
+            )
             if bars <= MAX_TIMELINE_BARS:
                 break
         width *= 2
-    return int(width)
+    return int(width), runs
 
 
-def _fewest_bars(lanes: Sequence[_Items], lo: int, width: int) -> int:
+def _fewest_bars(lanes: Sequence[_Items], width: int) -> int:
     bars = 0
     for lane in lanes:
-        long = (lane.end_ns - lane.start_ns) >= width
-        short = ~long
-        bucket = ((lane.start_ns[short] + lane.end_ns[short]) // 2 - lo) // width
+        long = lane.length_ns >= width
+        bucket = lane.mid_ns[~long] // width
         if bucket.size and not np.any(bucket[1:] < bucket[:-1]):
             stretches = 1 + int(np.count_nonzero(bucket[1:] > bucket[:-1] + 1))
         else:
             stretches = 0  # unordered: no cheap bound, count them properly
-        bars += int(long.sum()) + stretches
+        bars += int(np.count_nonzero(long)) + stretches
     return bars
 
 
-def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tuple[I64, I64]:
+def _runs(lane: _Items, members: NDArray[np.bool_], width: int) -> _Runs:
     """Runs of adjacent buckets whose short items share a dominant category.
 
     Returns each run's dominant category and each member's run (``-1`` for non-members)."""
@@ -311,13 +345,11 @@ def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tupl
     run_of = np.full(lane.start_ns.size, -1, dtype=np.int64)
     if index.size == 0:
         return np.zeros(0, dtype=np.int64), run_of
-    start, end = lane.start_ns[index], lane.end_ns[index]
-    bucket = ((start + end) // 2 - lo) // width
-    occupied, inverse = _sorted_unique(bucket)
+    occupied, inverse = _sorted_unique(lane.mid_ns[index] // width)
     kinds = max(lane.kinds.size, 1)
     weight = np.bincount(
         inverse * kinds + lane.code[index],
-        weights=(end - start).astype(np.float64),
+        weights=lane.weight[index],
         minlength=occupied.size * kinds,
     ).reshape(occupied.size, kinds)
     # The lowest category on a tie, as over every category: the lane's own are in order.
@@ -342,27 +374,20 @@ def _sorted_unique(values: I64) -> tuple[I64, I64]:
     return occupied, inverse.reshape(-1)
 
 
-def _lane(items: _Items, lo: int, width: int) -> Lane:
-    length = items.end_ns - items.start_ns
-    long = np.flatnonzero(length >= width)
-    dominant, run_of = _runs(items, length < width, lo, width)
-    runs = dominant.size
+def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
+    long = np.flatnonzero(items.length_ns >= width)
+    dominant, run_of = runs
+    count = dominant.size
     members = np.flatnonzero(run_of >= 0)
     run = run_of[members]
-    first = np.full(runs, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.zeros(runs, dtype=np.int64)
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(count, dtype=np.int64)
     np.minimum.at(first, run, items.start_ns[members])
     np.maximum.at(last, run, items.end_ns[members])
-    busy = np.bincount(run, weights=length[members].astype(np.float64), minlength=runs)
-    located = np.full(runs, -1, dtype=np.int64)
-    if items.stream is None and runs:
-        # Per run, the location of its longest member that has one: the first such member in
-        # order of decreasing length (stable, as drawn).
-        order = np.argsort(-length[members], kind="stable")
-        labels, owners = items.label[members][order], run[order]
-        has = labels >= 0
-        found, at = np.unique(owners[has], return_index=True)
-        located[found] = labels[has][at]
+    busy = np.bincount(run, weights=items.weight[members], minlength=count)
+    located = np.full(count, -1, dtype=np.int64)
+    if items.stream is None and count:
+        located = _longest_label(items, run_of, members, count)
     i64 = np.int64
     return Lane(
         device=items.device,
@@ -374,10 +399,30 @@ def _lane(items: _Items, lo: int, width: int) -> Lane:
         run_start_ns=first,
         run_end_ns=last,
         run_category=dominant.astype(i64),
-        run_count=np.bincount(run, minlength=runs).astype(i64),
+        run_count=np.bincount(run, minlength=count).astype(i64),
         run_busy_ns=busy.astype(i64),
         run_label=located,
     )
+
+
+def _longest_label(items: _Items, run_of: I64, members: I64, count: int) -> I64:
+    """Per run, the location of its longest member that has one (the first in item order
+    among equally long ones, as drawn); -1 where no member has one."""
+    located = np.full(count, -1, dtype=np.int64)
+    labelled = members[items.label[members] >= 0]
+    if labelled.size == 0:
+        return located
+    owner = run_of[labelled]
+    length = items.length_ns[labelled]
+    longest = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(longest, owner, length)
+    # Of each run's longest, the first: ``labelled`` is in item order.
+    candidates = np.flatnonzero(length == longest[owner])
+    earliest = np.full(count, labelled.size, dtype=np.int64)
+    np.minimum.at(earliest, owner[candidates], candidates)
+    has = earliest < labelled.size
+    located[has] = items.label[labelled[earliest[has]]]
+    return located
 
 
 # --- the diff's kernel time ----------------------------------------------------------------------

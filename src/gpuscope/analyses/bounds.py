@@ -573,19 +573,22 @@ def roofline_points(
     dur = ev.dur_ns[bounds.rows][keep].astype(np.float64)
     flops, nbytes = bounds.flops[keep], bounds.bytes[keep]
     kinds, bound = bounds.kind[keep], bounds.bound[keep]
-    unique, inverse = np.unique(keys, return_inverse=True)
-    totals = np.bincount(inverse, weights=dur)
-    counts = np.bincount(inverse)
+    # Tallied per name id directly (ids are small non-negative integers): no sort.
+    counts_by_id = np.bincount(keys)
+    unique = np.flatnonzero(counts_by_id)
+    ids = counts_by_id.size
+    totals = np.bincount(keys, weights=dur)[unique]
+    counts = counts_by_id[unique]
     known = ~np.isnan(flops)
-    flop_sum = np.bincount(inverse[known], weights=flops[known], minlength=unique.size)
-    byte_sum = np.bincount(inverse[known], weights=nbytes[known], minlength=unique.size)
-    has = np.bincount(inverse[known], minlength=unique.size) > 0
+    flop_sum = np.bincount(keys[known], weights=flops[known], minlength=ids)[unique]
+    byte_sum = np.bincount(keys[known], weights=nbytes[known], minlength=ids)[unique]
+    has = np.bincount(keys[known], minlength=ids)[unique] > 0
     # The costliest names' prevailing kind (most kernels) and bound (most time), tallied in one
     # pass over their kernels rather than one pass per name.
     costliest = np.argsort(-totals, kind="stable")[:top]
-    place = np.full(unique.size, -1, dtype=np.intp)
-    place[costliest] = np.arange(costliest.size)
-    at = place[inverse]
+    place = np.full(ids, -1, dtype=np.intp)
+    place[unique[costliest]] = np.arange(costliest.size)
+    at = place[keys]
     mine = at >= 0
     kind_count = np.bincount(
         at[mine] * len(KernelKind) + kinds[mine], minlength=costliest.size * len(KernelKind)

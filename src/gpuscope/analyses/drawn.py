@@ -27,6 +27,7 @@ size, so that is what is kept:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ from numpy.typing import NDArray
 from gpuscope._arrays import bucket_edges, distinct
 from gpuscope.analyses.attribution import CAUSES, IdleAttribution
 from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
-from gpuscope.analyses.intervals import Intervals, covered_ns, difference
+from gpuscope.analyses.intervals import Intervals, covered_ns, covered_per_bucket, difference
 from gpuscope.analyses.timeline import DeviceWork, StepStat, WorkClass
 from gpuscope.names import stable_name
 
@@ -123,13 +124,17 @@ class Drawn(msgspec.Struct, frozen=True):
 
 def _busy_pct(busy: Intervals, edges: I64) -> NDArray[np.float64]:
     width = np.maximum(np.diff(edges), 1).astype(np.float64)
-    return 100.0 * covered_ns(busy, edges[:-1], edges[1:]) / width
+    return 100.0 * covered_per_bucket(busy, edges) / width
 
 
-def _gaps_of(idle: IdleAttribution, code: int) -> Intervals:
+def _gaps_by_cause(idle: IdleAttribution) -> list[Intervals]:
+    """The device's idle gaps of each cause (``CAUSES`` order), each in time order: one stable
+    sort by cause rather than a pass over every gap per cause."""
     g = idle.gaps
-    mine = g.cause == code
-    return Intervals(g.start_ns[mine], g.end_ns[mine])
+    order = np.argsort(g.cause, kind="stable")
+    cut = np.searchsorted(g.cause[order], np.arange(len(CAUSES) + 1)).tolist()
+    starts, ends = g.start_ns[order], g.end_ns[order]
+    return [Intervals(starts[a:b], ends[a:b]) for a, b in pairwise(cut)]
 
 
 # --- per device --------------------------------------------------------------------------------
@@ -140,12 +145,10 @@ def device_series(
 ) -> DeviceSeries:
     lo, hi = work.span_start_ns, work.span_end_ns
     edges = bucket_edges(lo, hi, STATE_COLUMNS)
-    cause_time = [
-        covered_ns(_gaps_of(idle, code), edges[:-1], edges[1:]) for code in range(len(CAUSES))
-    ]
-    states = [covered_ns(work.busy, edges[:-1], edges[1:]), *cause_time]
+    gaps = _gaps_by_cause(idle)
+    states = [covered_per_bucket(iv, edges) for iv in (work.busy, *gaps)]
     return DeviceSeries(
-        step_causes=step_causes(work, idle, steps),
+        step_causes=step_causes(work, gaps, steps),
         states_ns=[s.tolist() for s in states],
         slices_busy_pct=_busy_pct(work.busy, bucket_edges(lo, hi, HEATMAP_SLICES)).tolist(),
         roofline_kernels=roofline_points(bounds, work, by="kernel", top=ROOFLINE_POINTS),
@@ -153,7 +156,8 @@ def device_series(
     )
 
 
-def step_causes(work: DeviceWork, idle: IdleAttribution, steps: list[StepStat]) -> StepCauses:
+def step_causes(work: DeviceWork, gaps: list[Intervals], steps: list[StepStat]) -> StepCauses:
+    """``gaps``: the device's idle gaps per cause (:func:`_gaps_by_cause`)."""
     lo = np.array([s.start_ns for s in steps], dtype=np.int64)
     hi = np.array([s.end_ns for s in steps], dtype=np.int64)
     compute = work.by_class[WorkClass.COMPUTE]
@@ -161,7 +165,7 @@ def step_causes(work: DeviceWork, idle: IdleAttribution, steps: list[StepStat]) 
     exposed = covered_ns(difference(work.by_class[WorkClass.COMMUNICATION], compute), lo, hi)
     busy = np.array([s.busy_ns for s in steps], dtype=np.int64)
     memory = np.maximum(busy - compute_ns - exposed, 0)
-    lost = {c.value: covered_ns(_gaps_of(idle, code), lo, hi) for code, c in enumerate(CAUSES)}
+    lost = {c.value: covered_ns(iv, lo, hi) for c, iv in zip(CAUSES, gaps, strict=True)}
     accounted = compute_ns + exposed + memory + sum(lost.values(), np.zeros(lo.shape, np.int64))
     return StepCauses(
         compute_ns=compute_ns.tolist(),
@@ -282,13 +286,13 @@ def timeline(
         for stream in distinct(streams).tolist():
             on_stream = np.flatnonzero(streams == stream)
             rows = w.rows[on_stream]
-            used, which = np.unique(ev.name_id[rows], return_inverse=True)
-            local = np.array(
-                [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()],
-                dtype=np.int64,
-            )
+            # Name ids are small non-negative integers: a table over them, no sort.
+            ids = ev.name_id[rows]
+            used = np.flatnonzero(np.bincount(ids))
+            local = np.zeros(used[-1] + 1 if used.size else 0, dtype=np.int64)
+            local[used] = [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()]
             kinds = b.kind[on_stream]
-            labels = local[which.reshape(-1)]
+            labels = local[ids]
             lanes.append(
                 _items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels, lo)
             )
@@ -298,88 +302,95 @@ def timeline(
     )
 
 
-#: A lane's runs at one bucket width: each run's dominant category, each item's run (-1: none).
-_Runs = tuple[I64, I64]
+class _Buckets(msgspec.Struct, frozen=True):
+    """A lane's short items (shorter than the width) at one bucket width."""
+
+    index: NDArray[np.intp]  # the short items
+    bucket: I64  # each one's bucket, counted from the lane's first occupied one
+    occupied: I64  # the occupied buckets, ascending
+
+
+class _Runs(msgspec.Struct, frozen=True):
+    """A lane's runs at one bucket width."""
+
+    buckets: _Buckets
+    category: I64  # each run's dominant category
+    first: I64  # each run's first bucket
 
 
 def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> tuple[int, list[_Runs]]:
     """The narrowest bucket that keeps the bar count within budget: finer than a pixel at full
     zoom-out when the budget allows (detail for zooming in), coarser when it does not. Also the
-    lanes' runs at that width."""
+    lanes' runs at that width.
+
+    Every long item is a bar, and every stretch of adjacent occupied buckets holds at least one
+    run (a change of dominant category only adds runs): a width over budget on either count is
+    over budget, and the runs are only counted where both allow."""
     width = max((hi - lo) // max(16 * TIMELINE_BUCKETS, 1), 1)
     while True:
-        # At least one bar per long item and per stretch of adjacent occupied buckets (a change
-        # of dominant category only adds runs): when that is over budget, so is the count.
-        if width >= hi - lo or _fewest_bars(lanes, width) <= MAX_TIMELINE_BARS:
-            runs = [_runs(lane, lane.length_ns < width, width) for lane in lanes]
-            if width >= hi - lo:
-                break
-            bars = sum(
-                int(np.count_nonzero(lane.length_ns >= width)) + dominant.size
-                for lane, (dominant, _) in zip(lanes, runs, strict=True)
-            )
-            if bars <= MAX_TIMELINE_BARS:
-                break
+        last = width >= hi - lo
+        long = sum(int(np.count_nonzero(lane.length_ns >= width)) for lane in lanes)
+        if last or long <= MAX_TIMELINE_BARS:
+            buckets = [_buckets(lane, width) for lane in lanes]
+            if last or long + sum(_stretches(b) for b in buckets) <= MAX_TIMELINE_BARS:
+                runs = [_runs(lane, b) for lane, b in zip(lanes, buckets, strict=True)]
+                if last or long + sum(r.category.size for r in runs) <= MAX_TIMELINE_BARS:
+                    return int(width), runs
         width *= 2
-    return int(width), runs
 
 
-def _fewest_bars(lanes: Sequence[_Items], width: int) -> int:
-    bars = 0
-    for lane in lanes:
-        long = lane.length_ns >= width
-        bucket = lane.mid_ns[~long] // width
-        if bucket.size and not np.any(bucket[1:] < bucket[:-1]):
-            stretches = 1 + int(np.count_nonzero(bucket[1:] > bucket[:-1] + 1))
-        else:
-            stretches = 0  # unordered: no cheap bound, count them properly
-        bars += int(np.count_nonzero(long)) + stretches
-    return bars
+def _buckets(lane: _Items, width: int) -> _Buckets:
+    index = np.flatnonzero(lane.length_ns < width)
+    bucket = lane.mid_ns[index] // width
+    if index.size == 0:
+        return _Buckets(index, bucket, bucket)
+    if np.any(bucket[1:] < bucket[:-1]):
+        bucket -= bucket.min()
+        return _Buckets(index, bucket, np.flatnonzero(np.bincount(bucket)))
+    # In order, as a stream's kernels and a device's gaps almost always are: no table needed.
+    bucket -= bucket[0]
+    new = np.empty(bucket.size, dtype=np.bool_)
+    new[0] = True
+    np.not_equal(bucket[1:], bucket[:-1], out=new[1:])
+    return _Buckets(index, bucket, bucket[new])
 
 
-def _runs(lane: _Items, members: NDArray[np.bool_], width: int) -> _Runs:
+def _stretches(b: _Buckets) -> int:
+    if b.occupied.size == 0:
+        return 0
+    return 1 + int(np.count_nonzero(b.occupied[1:] != b.occupied[:-1] + 1))
+
+
+def _runs(lane: _Items, b: _Buckets) -> _Runs:
     """Runs of adjacent buckets whose short items share a dominant category.
 
-    Returns each run's dominant category and each member's run (``-1`` for non-members)."""
-    index = np.flatnonzero(members)
-    run_of = np.full(lane.start_ns.size, -1, dtype=np.int64)
-    if index.size == 0:
-        return np.zeros(0, dtype=np.int64), run_of
-    occupied, inverse = _sorted_unique(lane.mid_ns[index] // width)
+    The weight table spans every bucket from the first occupied one to the last (a few thousand
+    at most: the job's span over the width), so no item needs its bucket's rank."""
+    if b.index.size == 0:
+        return _Runs(b, b.occupied, b.occupied)
     kinds = max(lane.kinds.size, 1)
+    span = int(b.occupied[-1]) + 1
     weight = np.bincount(
-        inverse * kinds + lane.code[index],
-        weights=lane.weight[index],
-        minlength=occupied.size * kinds,
-    ).reshape(occupied.size, kinds)
+        b.bucket * kinds + lane.code[b.index],
+        weights=lane.weight[b.index],
+        minlength=span * kinds,
+    ).reshape(span, kinds)[b.occupied]
     # The lowest category on a tie, as over every category: the lane's own are in order.
     dominant = lane.kinds[weight.argmax(axis=1)] if lane.kinds.size else weight.argmax(axis=1)
+    occupied = b.occupied
     new_run = np.ones(occupied.size, dtype=bool)
     new_run[1:] = (occupied[1:] != occupied[:-1] + 1) | (dominant[1:] != dominant[:-1])
-    run_id = np.cumsum(new_run) - 1
-    run_of[index] = run_id[inverse]
-    return dominant[new_run].astype(np.int64), run_of
-
-
-def _sorted_unique(values: I64) -> tuple[I64, I64]:
-    """``np.unique(values, return_inverse=True)``, without its sort when the values are already
-    in order: a stream's kernels run one after another and a device's idle gaps are disjoint, so
-    their buckets almost always are (this runs once per lane per bucket width tried)."""
-    if values.size and not np.any(values[1:] < values[:-1]):
-        new = np.empty(values.size, dtype=np.bool_)
-        new[0] = True
-        np.not_equal(values[1:], values[:-1], out=new[1:])
-        return values[new], np.cumsum(new) - 1
-    occupied, inverse = np.unique(values, return_inverse=True)
-    return occupied, inverse.reshape(-1)
+    return _Runs(b, dominant[new_run].astype(np.int64), occupied[new_run])
 
 
 def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
     long = np.flatnonzero(items.length_ns >= width)
-    dominant, run_of = runs
+    members, dominant = runs.buckets.index, runs.category
     count = dominant.size
-    members = np.flatnonzero(run_of >= 0)
-    run = run_of[members]
+    # Each member's run: how many runs start at or before its bucket, less one.
+    starts = np.zeros(int(runs.buckets.occupied[-1]) + 1 if count else 0, dtype=np.int64)
+    starts[runs.first] = 1
+    run = (np.cumsum(starts) - 1)[runs.buckets.bucket]
     first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.zeros(count, dtype=np.int64)
     np.minimum.at(first, run, items.start_ns[members])
@@ -387,7 +398,7 @@ def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
     busy = np.bincount(run, weights=items.weight[members], minlength=count)
     located = np.full(count, -1, dtype=np.int64)
     if items.stream is None and count:
-        located = _longest_label(items, run_of, members, count)
+        located = _longest_label(items, members, run, count)
     i64 = np.int64
     return Lane(
         device=items.device,
@@ -405,14 +416,15 @@ def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
     )
 
 
-def _longest_label(items: _Items, run_of: I64, members: I64, count: int) -> I64:
+def _longest_label(items: _Items, members: NDArray[np.intp], run: I64, count: int) -> I64:
     """Per run, the location of its longest member that has one (the first in item order
-    among equally long ones, as drawn); -1 where no member has one."""
+    among equally long ones, as drawn); -1 where no member has one. ``members`` (ascending)
+    are the items in runs, ``run`` each one's run."""
     located = np.full(count, -1, dtype=np.int64)
-    labelled = members[items.label[members] >= 0]
+    has = items.label[members] >= 0
+    labelled, owner = members[has], run[has]
     if labelled.size == 0:
         return located
-    owner = run_of[labelled]
     length = items.length_ns[labelled]
     longest = np.full(count, -1, dtype=np.int64)
     np.maximum.at(longest, owner, length)
@@ -420,8 +432,8 @@ def _longest_label(items: _Items, run_of: I64, members: I64, count: int) -> I64:
     candidates = np.flatnonzero(length == longest[owner])
     earliest = np.full(count, labelled.size, dtype=np.int64)
     np.minimum.at(earliest, owner[candidates], candidates)
-    has = earliest < labelled.size
-    located[has] = items.label[labelled[earliest[has]]]
+    found = earliest < labelled.size
+    located[found] = items.label[labelled[earliest[found]]]
     return located
 
 

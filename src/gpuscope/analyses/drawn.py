@@ -471,10 +471,11 @@ def kernel_time(
         ev = work.trace.events
         starts = ev.start_ns[work.rows]
         inside = work.rows[(starts >= window[0]) & (starts < window[1])]
-        # Per name first (integer sums), then merged by stable name: one regex per name, not
+        # Per name first (by id: no sort), then merged by stable name: one regex per name, not
         # per kernel.
-        used, which = np.unique(ev.name_id[inside], return_inverse=True)
-        per_name = np.bincount(which.reshape(-1), weights=ev.dur_ns[inside], minlength=used.size)
+        ids = ev.name_id[inside]
+        used = np.flatnonzero(np.bincount(ids))
+        per_name = np.bincount(ids, weights=ev.dur_ns[inside])[used]
         for name_id, ns in zip(used.tolist(), per_name.tolist(), strict=True):
             name = stable_name(work.trace.names[name_id])
             totals[name] = totals.get(name, 0.0) + ns / units

@@ -5,8 +5,7 @@ Contract in :mod:`gpuscope.analyses.diff`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -26,8 +25,7 @@ LOST_PREFIX = "lost_ns_per_step."
 # --- run summaries ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FindingSummary:
+class FindingSummary(msgspec.Struct, frozen=True):
     """A finding of a run; ``lost_ns_per_step`` is the mean of the per-step series when the
     cause has one (idle causes, exposed communication), else the diagnosis' own figure."""
 
@@ -40,8 +38,7 @@ class FindingSummary:
     predicted_saving_ns_per_step: float | None = None  # what-if replay of its fix
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True):
     """What a diff, a check and the history need of one run, per step."""
 
     source: str
@@ -58,10 +55,10 @@ class RunSummary:
     kernel_ns: dict[str, float]  # device time per kernel_unit, per device, by stable name
     findings: list[FindingSummary]
     no_steps_reason: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     #: Whole-capture values of the share metrics (``gpu_busy_pct``, ``cost_usd_per_gpu_hour``),
     #: compared when a side has no steps: a share does not grow with the window's length.
-    window: dict[str, float] = field(default_factory=dict)
+    window: dict[str, float] = msgspec.field(default_factory=dict)
     #: Where the steps came from: profiler steps, a repeated NVTX / record_function range, or a
     #: repeating kernel sequence (``analyses.timeline.find_steps``); None without steps.
     step_source: str | None = None

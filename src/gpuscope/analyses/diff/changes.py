@@ -69,10 +69,25 @@ class KernelChange(msgspec.Struct, frozen=True):
 
 
 class FindingChange(msgspec.Struct, frozen=True):
-    cause: str
-    title: str
+    """One cause's finding on both sides of a diff (None on a side that does not have it): a
+    view of two findings, so its cause and title are theirs (before's when both have it)."""
+
     before: FindingSummary | None
     after: FindingSummary | None
+
+    @property
+    def cause(self) -> str:
+        return self._either.cause
+
+    @property
+    def title(self) -> str:
+        return self._either.title
+
+    @property
+    def _either(self) -> FindingSummary:
+        side = self.before or self.after
+        assert side is not None, "a finding change has a finding on at least one side"
+        return side
 
 
 class PredictionCheck(msgspec.Struct, frozen=True):
@@ -250,7 +265,7 @@ def _finding_changes(
 ) -> tuple[list[FindingChange], list[FindingChange], list[FindingChange]]:
     b = {f.cause: f for f in before.findings}
     a = {f.cause: f for f in after.findings}
-    resolved = [FindingChange(c, f.title, f, None) for c, f in b.items() if c not in a]
-    new = [FindingChange(c, f.title, None, f) for c, f in a.items() if c not in b]
-    persisting = [FindingChange(c, f.title, f, a[c]) for c, f in b.items() if c in a]
+    resolved = [FindingChange(f, None) for c, f in b.items() if c not in a]
+    new = [FindingChange(None, f) for c, f in a.items() if c not in b]
+    persisting = [FindingChange(f, a[c]) for c, f in b.items() if c in a]
     return resolved, new, persisting

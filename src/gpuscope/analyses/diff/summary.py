@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.drawn import step_periods
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.diagnosis.findings import Finding
 
 STEP_TIME = "step_time_ns"
 ITERATIONS = "iterations_per_s"
@@ -26,8 +27,11 @@ LOST_PREFIX = "lost_ns_per_step."
 
 
 class FindingSummary(msgspec.Struct, frozen=True):
-    """A finding of a run; ``lost_ns_per_step`` is the mean of the per-step series when the
-    cause has one (idle causes, exposed communication), else the diagnosis' own figure."""
+    """A finding of a run, as the history stores it (:func:`summarize_finding` makes it from the
+    :class:`~gpuscope.diagnosis.findings.Finding`); ``lost_ns_per_step`` is the mean of the
+    per-step series when the cause has one (idle causes, exposed communication), else the
+    diagnosis' own figure. It keeps the figures a diff compares and drops the locations and
+    evidence, so a saved run stays small and old histories keep reading."""
 
     cause: str
     pattern: str
@@ -99,22 +103,28 @@ def summarize(diagnosis: Diagnosis) -> RunSummary:
         kernel_unit=diagnosis.kernel_unit,
         kernel_ns=dict(diagnosis.kernel_ns),
         findings=[
-            FindingSummary(
-                f.cause,
-                f.pattern,
-                f.title,
-                _mean(per_step.get(LOST_PREFIX + f.cause), f.lost_ns_per_step),
-                f.share_pct,
-                f.cost_usd_per_gpu_hour,
-                f.predicted_saving_ns_per_step,
-            )
-            for f in diagnosis.findings
+            summarize_finding(f, per_step.get(LOST_PREFIX + f.cause)) for f in diagnosis.findings
         ],
         no_steps_reason=None if steps else _NO_STEPS,
         warnings=list(diagnosis.warnings),
         window=_window_shares(diagnosis),
         step_source=next((d.steps[0].source for d in devices if d.steps), None),
         host_timed_devices=sum(any(s.timed_on == "host" for s in d.steps) for d in devices),
+    )
+
+
+def summarize_finding(f: Finding, lost_per_step: list[float] | None = None) -> FindingSummary:
+    """The one way a :class:`~gpuscope.diagnosis.findings.Finding` becomes a summary: its
+    identity and figures, with the lost time per step the mean of ``lost_per_step`` (the run's
+    per-step series of its cause) when there is one."""
+    return FindingSummary(
+        f.cause,
+        f.pattern,
+        f.title,
+        _mean(lost_per_step, f.lost_ns_per_step),
+        f.share_pct,
+        f.cost_usd_per_gpu_hour,
+        f.predicted_saving_ns_per_step,
     )
 
 

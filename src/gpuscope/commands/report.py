@@ -13,6 +13,7 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     prefetched,
+    rendered,
     whole_option,
     write_output,
 )
@@ -60,7 +61,7 @@ def report(
     prefetch = _early.begin(
         paths[0], prefetched()
     )  # the first trace's read overlaps the imports (see diagnose)
-    from gpuscope.render import html
+    from gpuscope.render import base
 
     prefetches = [prefetch, *(None for _ in paths[1:])]
     diagnoses = [
@@ -68,11 +69,11 @@ def report(
         for p, f in zip(paths, prefetches, strict=True)
     ]
     if len(diagnoses) == 1:
-        page = html.render(diagnoses[0])
+        page = rendered(base.Html(), diagnoses[0])
     else:
         from gpuscope.analyses import diff
 
         change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
-        page = html.render_diff(diagnoses[0], diagnoses[1], change=change)
-    write_output(output, page.encode())
-    click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)
+        page = rendered(base.DiffHtml(), base.Comparison(diagnoses[0], diagnoses[1], change))
+    write_output(output, page)
+    click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)

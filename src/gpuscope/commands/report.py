@@ -56,14 +56,17 @@ def report(
     """
     if len(paths) > 2:
         raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
+    from gpuscope._sniff import is_saved_diagnosis
     from gpuscope.readers import _early
 
-    prefetch = _early.begin(
-        paths[0], prefetched()
-    )  # the first trace's read overlaps the imports (see diagnose)
+    # A saved diagnosis is told from a trace by its first bytes, before any read-ahead: it is
+    # decoded, never sent to the trace reader. The first trace's read overlaps the imports (see
+    # diagnose), the console script's when it began that one.
+    first = next((p for p in paths if not is_saved_diagnosis(p)), None)
+    prefetch = _early.begin(first, prefetched()) if first is not None else None
     from gpuscope.render import base
 
-    prefetches = [prefetch, *(None for _ in paths[1:])]
+    prefetches = [prefetch if p is first else None for p in paths]
     diagnoses = [
         diagnosis_of(p, gpu_hour_usd, whole, gpu_name, prefetch=f)
         for p, f in zip(paths, prefetches, strict=True)

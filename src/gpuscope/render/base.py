@@ -2,14 +2,13 @@
 
 Contract: a renderer presents a result it is given and computes nothing (the diagnosis holds
 every series a report draws; a comparison holds its :class:`~gpuscope.analyses.diff.RunDiff`).
-The subject is one of three results:
+The subject is one of these results:
 
 * a :class:`~gpuscope.diagnosis.Diagnosis`: :class:`Terminal`, :class:`Json`, :class:`Html`
   and :class:`AnnotatedTrace` (which also needs the trace's own bytes, to add to them);
-* a :class:`Comparison` of two diagnoses: :class:`DiffTerminal`, :class:`DiffJson`,
+* a :class:`Comparison` of two runs: :class:`DiffTerminal`, :class:`DiffJson`,
   :class:`DiffHtml`;
-* a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`.
-
+* a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`;
 * :class:`SavedRuns` (the history's runs and a metric's trend): :class:`HistoryTerminal`,
   :class:`HistoryJson`;
 * a :class:`~gpuscope.analyses.scaling.ScalingReport`: :class:`ScalingTerminal`,

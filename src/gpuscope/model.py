@@ -8,6 +8,12 @@ Contract:
 * Each event has exactly one :class:`Kind`. Device-side events (kernel, memcpy, memset, sync, GPU
   annotation) carry ``device >= 0`` and ``stream >= 0``; host-side events carry ``-1`` in both.
 * "Not recorded" is explicit: ``-1`` for ids, sizes and counts, ``NaN`` for ratios; never ``0``.
+* Id columns (:data:`ID_COLUMNS`: ``stream``, ``correlation``, ``external_id``, ``link``,
+  ``python_id``, ``python_parent_id``, ``grid_blocks``, ``block_threads``) are ``int32`` when
+  every value fits, else ``int64`` (:func:`narrow`): a table of millions of events takes ~40%
+  less memory. Code reading them must not assume a width: widen (``astype(np.int64)``) before
+  arithmetic that can leave 32 bits (shifts, products, offsets). ``device`` is ``int32``; times,
+  ``bytes``, ``pid`` and ``tid`` (64-bit thread ids, nsys global ids) are ``int64``.
 * ``Events.link`` joins a launch (runtime call) and the device work it launched, both ways: for a
   device event it is the row of its runtime call, for a runtime call the row of its (first) device
   event, ``-1`` when unknown. Readers fill it from correlation ids or flow events.
@@ -28,6 +34,8 @@ from numpy.typing import NDArray
 from gpuscope._arrays import among, distinct
 
 I64 = NDArray[np.int64]
+#: An id column: ``int32`` where every value fits, else ``int64`` (see :func:`narrow`).
+Ids = NDArray[np.int32] | NDArray[np.int64]
 
 
 class Kind(IntEnum):
@@ -68,19 +76,52 @@ _COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
     "pid": (np.int64, -1),
     "tid": (np.int64, -1),
     "device": (np.int32, -1),
-    "stream": (np.int64, -1),
-    "correlation": (np.int64, -1),
-    "external_id": (np.int64, -1),
-    "link": (np.int64, -1),
+    "stream": (np.int32, -1),
+    "correlation": (np.int32, -1),
+    "external_id": (np.int32, -1),
+    "link": (np.int32, -1),
     "bytes": (np.int64, -1),
     "copy_direction": (np.uint8, 0),
     "pageable": (np.bool_, False),
-    "python_id": (np.int64, -1),
-    "python_parent_id": (np.int64, -1),
-    "grid_blocks": (np.int64, -1),
-    "block_threads": (np.int64, -1),
+    "python_id": (np.int32, -1),
+    "python_parent_id": (np.int32, -1),
+    "grid_blocks": (np.int32, -1),
+    "block_threads": (np.int32, -1),
     "occupancy_pct": (np.float32, float("nan")),
 }
+
+
+#: Columns stored in 32 bits when every value fits (ids, row indices, small counts).
+ID_COLUMNS = frozenset(
+    (
+        "stream",
+        "correlation",
+        "external_id",
+        "link",
+        "python_id",
+        "python_parent_id",
+        "grid_blocks",
+        "block_threads",
+    )
+)
+_I32 = np.iinfo(np.int32)
+
+
+def narrow(values: Any) -> Ids:
+    """An integer column as ``int32`` when every value fits (a copy only when it changes
+    width), else as ``int64``. Ids and row indices rarely pass 2^31, and half the width is half
+    the memory on a table of tens of millions of rows."""
+    column = np.asarray(values)
+    if column.size == 0 or column.dtype == np.int32:
+        same: NDArray[np.int32] = column.astype(np.int32, copy=False)
+        return same
+    if column.dtype.kind not in "iu":
+        return np.asarray(column, dtype=np.int64)
+    low, high = column.min(), column.max()
+    if low >= _I32.min and high <= _I32.max:
+        return column.astype(np.int32)
+    wide: NDArray[np.int64] = np.asarray(column, dtype=np.int64)
+    return wide
 
 
 class Events(msgspec.Struct, dict=True):
@@ -93,17 +134,17 @@ class Events(msgspec.Struct, dict=True):
     pid: I64
     tid: I64
     device: NDArray[np.int32]
-    stream: I64
-    correlation: I64
-    external_id: I64
-    link: I64
+    stream: Ids
+    correlation: Ids
+    external_id: Ids
+    link: Ids
     bytes: I64
     copy_direction: NDArray[np.uint8]
     pageable: NDArray[np.bool_]
-    python_id: I64
-    python_parent_id: I64
-    grid_blocks: I64
-    block_threads: I64
+    python_id: Ids
+    python_parent_id: Ids
+    grid_blocks: Ids
+    block_threads: Ids
     occupancy_pct: NDArray[np.float32]
     #: Sparse per-row arguments that only some events have (recorded shapes, collective sizes).
     extra: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
@@ -125,17 +166,21 @@ class Events(msgspec.Struct, dict=True):
             given = columns.get(name)
             if given is None:
                 arrays[name] = np.full(n, missing, dtype=dtype)
+            elif name in ID_COLUMNS:
+                arrays[name] = narrow(given)
             else:
                 arrays[name] = np.asarray(given, dtype=dtype)
         return cls(**arrays, extra=extra)
 
     def take(self, rows: NDArray[np.intp]) -> Events:
         """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped."""
-        remap = np.full(len(self), -1, dtype=np.int64)
-        remap[rows] = np.arange(rows.shape[0], dtype=np.int64)
+        # Row indices: 32 bits below 2^31 rows, as the link column itself (see ``narrow``).
+        index = np.int32 if len(self) <= _I32.max else np.int64
+        remap = np.full(len(self), -1, dtype=index)
+        remap[rows] = np.arange(rows.shape[0], dtype=index)
         arrays = {name: getattr(self, name)[rows] for name in _COLUMNS}
         old_link = arrays["link"]
-        arrays["link"] = np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1)
+        arrays["link"] = narrow(np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1))
         new_row = remap.tolist()
         extra = {new_row[r]: v for r, v in self.extra.items() if new_row[r] >= 0}
         return Events(**arrays, extra=extra)

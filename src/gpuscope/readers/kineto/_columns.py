@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
-from gpuscope.model import DeviceInfo, Events, Kind, Step, Trace
+from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Kind, Step, Trace, narrow
 from gpuscope.readers import _scan
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._shape import (
@@ -301,7 +301,7 @@ class _Columns:
             "device": _scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
             "stream": _scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
             "correlation": _scatter(n, linked, arg("correlation", linked)),
-            "external_id": external_id,
+            "external_id": narrow(external_id),
             "bytes": _scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
             "python_id": _scatter(n, python, arg("python_id", python)),
             "python_parent_id": _scatter(n, python, arg("python_parent_id", python)),
@@ -346,7 +346,10 @@ class _Columns:
         order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name in list(self.parts):
-            columns[name] = _joined(self.parts.pop(name))[order]
+            joined = _joined(self.parts.pop(name))
+            # Pieces of different widths join wide: narrowed again before the sorted copy.
+            columns[name] = (narrow(joined) if name in ID_COLUMNS else joined)[order]
+            del joined
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from gpuscope._arrays import distinct
-from gpuscope.model import CopyDirection, Kind
+from gpuscope.model import CopyDirection, Kind, narrow
 from gpuscope.readers.kineto._shape import (
     _EMPTY_ARGS,
     _MEMCPY_DIRECTION,
@@ -40,7 +40,10 @@ def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
 
 
 def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    column = np.full(n, -1, dtype=np.int64)
+    """An id column of ``n`` rows holding ``values`` at ``rows``, -1 elsewhere; as narrow as
+    the values allow (``model.narrow``)."""
+    values = narrow(values)
+    column = np.full(n, -1, dtype=values.dtype)
     column[rows] = values
     return column
 

@@ -66,6 +66,20 @@ from gpuscope.readers.kineto._values import (
 # --- building the model --------------------------------------------------------------------------
 
 
+#: The model's int64 columns that the scanner may hand over as int32.
+_INT64_COLUMNS = frozenset(("start_ns", "dur_ns", "pid", "tid"))
+
+
+def _ints(block: Any, rows: int) -> np.ndarray:
+    """An integer column of the scanner's: int32 where every value fitted, else int64 (its size
+    says which; see ``_kscan.c``)."""
+    view = memoryview(block)
+    values: np.ndarray = np.frombuffer(
+        view, dtype=np.int32 if view.nbytes == 4 * rows else np.int64
+    )
+    return values
+
+
 class _Columns:
     """Events turned into columns piece by piece, then assembled into one sorted table."""
 
@@ -165,7 +179,7 @@ class _Columns:
         keep = codes != _SKIP
         # The scanner hands over any time that is not a number in range; a negative duration
         # is skipped and counted here as the msgspec reader does (see _bad_times).
-        negative = keep & (np.frombuffer(memoryview(raw["dur_ns"]), dtype=np.int64) < 0)
+        negative = keep & (_ints(raw["dur_ns"], n) < 0)
         if negative.any():
             _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
             keep &= ~negative
@@ -181,14 +195,13 @@ class _Columns:
             kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
 
         # Each raw column is read once and dropped: the peak holds the table about once.
-        def column(key: str, dtype: type = np.int64) -> np.ndarray:
-            values: np.ndarray = np.frombuffer(memoryview(raw.pop(key)), dtype=dtype)
+        def column(key: str, dtype: type | None = None) -> np.ndarray:
+            block = raw.pop(key)
+            values = _ints(block, n) if dtype is None else np.frombuffer(block, dtype=dtype)
             return values if every_row else values[kept]
 
         def arg(field: str, rows: np.ndarray) -> np.ndarray:
-            values: np.ndarray = np.frombuffer(memoryview(raw.pop(field)), dtype=np.int64)[
-                kept[rows]
-            ]
+            values: np.ndarray = _ints(raw.pop(field), n)[kept[rows]]
             return values
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
@@ -212,7 +225,7 @@ class _Columns:
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": _occupancy(column("occupancy", np.float64), self.skipped),
+            "occupancy_pct": _occupancy(column("occupancy", np.float32), self.skipped),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
@@ -348,8 +361,10 @@ class _Columns:
         for name in list(self.parts):
             joined = _joined(self.parts.pop(name))
             # Pieces of different widths join wide: narrowed again before the sorted copy.
-            columns[name] = (narrow(joined) if name in ID_COLUMNS else joined)[order]
+            column = (narrow(joined) if name in ID_COLUMNS else joined)[order]
             del joined
+            # The scanner's times and thread ids come int32 when they fit; the model's are int64.
+            columns[name] = column.astype(np.int64) if name in _INT64_COLUMNS else column
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable

@@ -173,7 +173,12 @@ class Events(msgspec.Struct, dict=True):
         return cls(**arrays, extra=extra)
 
     def take(self, rows: NDArray[np.intp]) -> Events:
-        """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped."""
+        """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped.
+
+        Rows that are one ascending run (a window from some row to another) are views of this
+        table's columns, not copies: only ``link`` is new."""
+        if rows.size and rows[-1] - rows[0] == rows.size - 1 and bool(np.all(np.diff(rows) == 1)):
+            return self._slice(int(rows[0]), int(rows[-1]) + 1)
         # Row indices: 32 bits below 2^31 rows, as the link column itself (see ``narrow``).
         index = np.int32 if len(self) <= _I32.max else np.int64
         remap = np.full(len(self), -1, dtype=index)
@@ -183,6 +188,14 @@ class Events(msgspec.Struct, dict=True):
         arrays["link"] = narrow(np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1))
         new_row = remap.tolist()
         extra = {new_row[r]: v for r, v in self.extra.items() if new_row[r] >= 0}
+        return Events(**arrays, extra=extra)
+
+    def _slice(self, lo: int, hi: int) -> Events:
+        arrays = {name: getattr(self, name)[lo:hi] for name in _COLUMNS}
+        link = arrays["link"]
+        inside = (link >= lo) & (link < hi)
+        arrays["link"] = np.where(inside, link - lo, -1).astype(link.dtype)
+        extra = {r - lo: v for r, v in self.extra.items() if lo <= r < hi}
         return Events(**arrays, extra=extra)
 
     def of_kind(self, *kinds: Kind) -> NDArray[np.bool_]:

@@ -492,18 +492,26 @@ def _steps(table: Events, names: list[str]) -> list[Step]:
     """``ProfilerStep#N`` ranges on the host, whatever their category: ``user_annotation`` since
     2022, ``Operator`` (a CPU op) in 2021 traces. The device-side copies (``gpu_user_annotation``)
     are not steps: they are where a step's kernels ran, used per device by the step breakdown."""
-    rows = np.flatnonzero(table.of_kind(Kind.ANNOTATION, Kind.CPU_OP))
+    is_step = np.array(
+        [n.startswith("ProfilerStep#") and _STEP_NAME.match(n) is not None for n in names],
+        dtype=np.bool_,
+    )
+    if not is_step.any():
+        return []
+    # By name first (one lookup per row), then by kind: no Python loop over every op.
+    rows = np.flatnonzero(is_step[table.name_id])
+    rows = rows[among(table.kind[rows], (Kind.ANNOTATION, Kind.CPU_OP))]
     steps: list[Step] = []
-    step_name_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
-    for row in rows:
-        if int(table.name_id[row]) not in step_name_ids:
-            continue
-        name = names[int(table.name_id[row])]
+    for name_id, start, dur in zip(
+        table.name_id[rows].tolist(),
+        table.start_ns[rows].tolist(),
+        table.dur_ns[rows].tolist(),
+        strict=True,
+    ):
+        name = names[name_id]
         match = _STEP_NAME.match(name)
-        if match is None:
-            continue
-        start = int(table.start_ns[row])
-        steps.append(Step(name, int(match.group(1)), start, start + int(table.dur_ns[row])))
+        assert match is not None  # chosen by it above
+        steps.append(Step(name, int(match.group(1)), start, start + dur))
     return steps
 
 

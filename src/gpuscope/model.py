@@ -23,6 +23,7 @@ Readers know formats; nothing here does.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
@@ -124,6 +125,98 @@ def narrow(values: Any) -> Ids:
     return wide
 
 
+class Extras(Mapping[int, dict[str, Any]]):
+    """:attr:`Events.extra`: a read-only mapping of row -> arguments, kept as two arrays (the
+    rows, ascending, and for each the index of its dict) and the distinct dicts once. Readers
+    share one dict among equal arguments (the same shapes recur at every step): a Python dict of
+    a million rows took ~16 bytes a row of the table more than these arrays."""
+
+    __slots__ = ("_ids", "_rows", "_values")
+
+    def __init__(self, rows: Any, ids: Any, values: list[dict[str, Any]]) -> None:
+        self._rows = narrow(rows)
+        self._ids: NDArray[np.int32] = np.asarray(ids, dtype=np.int32)
+        self._values = values
+
+    @classmethod
+    def of(cls, extra: Mapping[int, dict[str, Any]]) -> Extras:
+        """``extra`` as :class:`Extras` (itself when it is one already)."""
+        if isinstance(extra, Extras):
+            return extra
+        rows = np.fromiter(extra.keys(), dtype=np.int64, count=len(extra))
+        index: dict[int, int] = {}
+        values: list[dict[str, Any]] = []
+        ids = np.empty(len(extra), dtype=np.int32)
+        for i, value in enumerate(extra.values()):
+            j = index.setdefault(id(value), len(values))
+            if j == len(values):
+                values.append(value)
+            ids[i] = j
+        order = np.argsort(rows, kind="stable")
+        return cls(rows[order], ids[order], values)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        i = int(np.searchsorted(self._rows, row))
+        if i < self._rows.size and self._rows[i] == row:
+            return self._values[int(self._ids[i])]
+        raise KeyError(row)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows.tolist())
+
+    def __len__(self) -> int:
+        return int(self._rows.size)
+
+    def items(self) -> Any:  # an ItemsView's iteration, without one lookup per row
+        values = self._values
+        return [
+            (r, values[i]) for r, i in zip(self._rows.tolist(), self._ids.tolist(), strict=True)
+        ]
+
+    def values(self) -> Any:
+        values = self._values
+        return [values[i] for i in self._ids.tolist()]
+
+    @property
+    def rows(self) -> Ids:
+        """The rows that have arguments, ascending."""
+        return self._rows
+
+    @classmethod
+    def unsorted(cls, rows: Any, ids: Any, values: list[dict[str, Any]]) -> Extras:
+        """From rows in any order (each once) and the index in ``values`` of each one's dict."""
+        order = np.argsort(rows, kind="stable")
+        return cls(np.asarray(rows)[order], np.asarray(ids)[order], values)
+
+    def lookup(self, rows: Any) -> list[dict[str, Any] | None]:
+        """The arguments of each of ``rows`` (None where it has none), in one search."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rows.size == 0:
+            return [None] * int(rows.size)
+        at = np.minimum(np.searchsorted(self._rows, rows), self._rows.size - 1)
+        found = self._rows[at] == rows
+        values = self._values
+        return [
+            values[i] if ok else None
+            for i, ok in zip(self._ids[at].tolist(), found.tolist(), strict=True)
+        ]
+
+    def remapped(self, new_row: NDArray[Any]) -> Extras:
+        """The arguments at their rows in another table: row ``r`` goes to ``new_row[r]``, and
+        is dropped where that is negative."""
+        moved = new_row[self._rows]
+        kept = moved >= 0
+        return Extras.unsorted(moved[kept], self._ids[kept], self._values)
+
+    def window(self, lo: int, hi: int) -> Extras:
+        """The arguments of rows ``lo`` to ``hi`` (excluded), at rows counted from ``lo``."""
+        a, b = np.searchsorted(self._rows, [lo, hi]).tolist()
+        return Extras(self._rows[a:b] - lo, self._ids[a:b], self._values)
+
+    def __reduce__(self) -> Any:
+        return (Extras, (self._rows, self._ids, self._values))
+
+
 class Events(msgspec.Struct, dict=True):
     """Columnar event table. Every array has the same length; rows are sorted by ``start_ns``."""
 
@@ -147,7 +240,9 @@ class Events(msgspec.Struct, dict=True):
     block_threads: Ids
     occupancy_pct: NDArray[np.float32]
     #: Sparse per-row arguments that only some events have (recorded shapes, collective sizes).
-    extra: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
+    #: An :class:`Extras` once built by :meth:`from_columns` or :meth:`take` (a plain dict where
+    #: a caller builds the struct directly).
+    extra: Mapping[int, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -158,7 +253,7 @@ class Events(msgspec.Struct, dict=True):
 
     @classmethod
     def from_columns(
-        cls, n: int, columns: dict[str, Any], extra: dict[int, dict[str, Any]]
+        cls, n: int, columns: dict[str, Any], extra: Mapping[int, dict[str, Any]]
     ) -> Events:
         """Build a table of ``n`` rows; columns not given take their "not recorded" value."""
         arrays: dict[str, Any] = {}
@@ -170,7 +265,7 @@ class Events(msgspec.Struct, dict=True):
                 arrays[name] = narrow(given)
             else:
                 arrays[name] = np.asarray(given, dtype=dtype)
-        return cls(**arrays, extra=extra)
+        return cls(**arrays, extra=Extras.of(extra))
 
     def take(self, rows: NDArray[np.intp]) -> Events:
         """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped.
@@ -186,17 +281,14 @@ class Events(msgspec.Struct, dict=True):
         arrays = {name: getattr(self, name)[rows] for name in _COLUMNS}
         old_link = arrays["link"]
         arrays["link"] = narrow(np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1))
-        new_row = remap.tolist()
-        extra = {new_row[r]: v for r, v in self.extra.items() if new_row[r] >= 0}
-        return Events(**arrays, extra=extra)
+        return Events(**arrays, extra=Extras.of(self.extra).remapped(remap))
 
     def _slice(self, lo: int, hi: int) -> Events:
         arrays = {name: getattr(self, name)[lo:hi] for name in _COLUMNS}
         link = arrays["link"]
         inside = (link >= lo) & (link < hi)
         arrays["link"] = np.where(inside, link - lo, -1).astype(link.dtype)
-        extra = {r - lo: v for r, v in self.extra.items() if lo <= r < hi}
-        return Events(**arrays, extra=extra)
+        return Events(**arrays, extra=Extras.of(self.extra).window(lo, hi))
 
     def of_kind(self, *kinds: Kind) -> NDArray[np.bool_]:
         """Boolean mask of the rows whose kind is one of ``kinds``."""

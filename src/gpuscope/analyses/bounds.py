@@ -45,7 +45,7 @@ from gpuscope._arrays import among
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
-from gpuscope.model import CopyDirection, Kind
+from gpuscope.model import CopyDirection, Extras, Kind
 
 #: Kernels shorter than this are dominated by launch and tail latency: PyTorch spends about this
 #: long on the host to dispatch and launch one kernel, so a stream of them cannot keep the GPU busy.
@@ -297,7 +297,8 @@ def _estimates(
     no_ops = np.full(n, -1, dtype=np.int64)
     if not ev.extra:
         return flops, nbytes, precision, no_ops
-    op_rows = np.array(sorted(r for r in ev.extra if ev.kind[r] == Kind.CPU_OP), dtype=np.int64)
+    extra = Extras.of(ev.extra)
+    op_rows = extra.rows[ev.kind[extra.rows] == Kind.CPU_OP].astype(np.int64)
     if op_rows.size == 0:
         return flops, nbytes, precision, no_ops
     # Kernels carry the External id of the operator that launched them.
@@ -325,9 +326,16 @@ def _estimates(
     # One estimate per operator name and recorded arguments: the readers share one dict among
     # equal arguments, and the same shapes recur at every step.
     cache: dict[tuple[int, int], Estimate | None] = {}
-    for i, op in zip(needed.tolist(), ops[needed].tolist(), strict=True):
-        args = ev.extra[op]
-        key = (int(ev.name_id[op]), id(args))
+    needed_ops = ops[needed]
+    for i, op, name_id, args in zip(
+        needed.tolist(),
+        needed_ops.tolist(),
+        ev.name_id[needed_ops].tolist(),
+        extra.lookup(needed_ops),
+        strict=True,
+    ):
+        assert args is not None  # operators are chosen among the rows with arguments
+        key = (name_id, id(args))
         if key not in cache:
             cache[key] = estimate_op(work.trace.name(op), args)
         est = cache[key]

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
-from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Kind, Step, Trace, narrow
+from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Extras, Kind, Step, Trace, narrow
 from gpuscope.readers import _scan
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._shape import (
@@ -89,7 +89,12 @@ class _Columns:
         self.index: dict[Any, int] = {}
         self._names: list[str] = []
         self.parts: dict[str, list[np.ndarray]] = {}
-        self.extra: dict[int, dict[str, Any]] = {}
+        #: Rows with kept arguments (numbered as added, before the sort) and for each the index
+        #: of its dict in ``extra_values``: arrays, not a dict of millions of rows.
+        self.extra_rows: list[np.ndarray] = []
+        self.extra_ids: list[np.ndarray] = []
+        self.extra_values: list[dict[str, Any]] = []
+        self._value_index: dict[int, int] = {}
         self.rows = 0
         self.events = 0
         self.old_schema = False
@@ -111,9 +116,12 @@ class _Columns:
             self.nbytes += len(key) * 8  # lists and strings as Python objects
         return shared
 
-    def _keep_extra(self, row: int, extra: dict[str, Any]) -> None:
-        self.extra[row] = self._shared(extra)
-        self.nbytes += 100  # the row's entry
+    def _value_id(self, shared: dict[str, Any]) -> int:
+        """The index of a shared dict in ``extra_values``."""
+        index = self._value_index.setdefault(id(shared), len(self.extra_values))
+        if index == len(self.extra_values):
+            self.extra_values.append(shared)
+        return index
 
     def add(
         self, raw_events: list[Any], flows: Callable[[], list[Any]], *, lenient: bool | None = None
@@ -197,7 +205,7 @@ class _Columns:
         # Each raw column is read once and dropped: the peak holds the table about once.
         def column(key: str, dtype: type | None = None) -> np.ndarray:
             block = raw.pop(key)
-            values = _ints(block, n) if dtype is None else np.frombuffer(block, dtype=dtype)
+            values = _ints(block, n) if dtype is None else np.frombuffer(memoryview(block), dtype=dtype)
             return values if every_row else values[kept]
 
         def arg(field: str, rows: np.ndarray) -> np.ndarray:
@@ -206,19 +214,18 @@ class _Columns:
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
-            new_row = np.cumsum(keep) - 1
-            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
+            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
             # The scanner interns the kept arguments: each distinct text is decoded once (all
             # of them, used or not, as msgspec would decode them) and its dict shared.
             ids, texts = extras
             shared = [self._shared(_extras_of(_decode_args(text))) for text in texts]
-            for row, text_id in zip(
-                rows_with_args, np.frombuffer(ids, dtype=np.int32).tolist(), strict=True
-            ):
-                extra = shared[text_id] if keep[row] else None
-                if extra:
-                    self.extra[self.rows + int(new_row[row])] = extra
-                    self.nbytes += 100
+            value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
+            text_ids = np.frombuffer(ids, dtype=np.int32)
+            used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
+            new_row = np.cumsum(keep) - 1
+            self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
+            self.extra_ids.append(value_id[text_ids[used]])
+            self.nbytes += 12 * int(used.sum())
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
@@ -267,8 +274,12 @@ class _Columns:
         ts_us = np.array(ts)
         self.float_ts |= not lenient and ts_us.dtype.kind == "f"
         n = len(rows)
-        for row, values in _extra_args(args).items():
-            self._keep_extra(self.rows + row, values)
+        kept_args = _extra_args(args)
+        if kept_args:
+            self.extra_rows.append(self.rows + np.fromiter(kept_args, np.int64, len(kept_args)))
+            ids = [self._value_id(self._shared(v)) for v in kept_args.values()]
+            self.extra_ids.append(np.array(ids, dtype=np.int32))
+            self.nbytes += 100 * len(ids)
 
         def arg(field: str, chosen: np.ndarray) -> np.ndarray:
             if field in ("grid", "block"):
@@ -370,7 +381,11 @@ class _Columns:
         columns["pageable"] = pageable
         new_row = np.empty_like(order)
         new_row[order] = np.arange(len(order))
-        extra = dict(zip(new_row[list(self.extra)].tolist(), self.extra.values(), strict=True))
+        extra = Extras.unsorted(
+            new_row[_joined(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
+            _joined(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
+            self.extra_values,
+        )
         _between_gpus(columns, extra)
         table = Events.from_columns(self.rows, columns, extra)
         link_launches(table)

@@ -17,6 +17,10 @@ Contract:
 * ``Events.link`` joins a launch (runtime call) and the device work it launched, both ways: for a
   device event it is the row of its runtime call, for a runtime call the row of its (first) device
   event, ``-1`` when unknown. Readers fill it from correlation ids or flow events.
+* ``Events.extra`` (a read-only mapping, :class:`Extras`) holds the few arguments only some
+  events have, shared among equal values: never mutate a value.
+* :meth:`Events.take` of an ascending run of rows (a window) gives views of the columns, not
+  copies: never write into a window's columns.
 
 Readers know formats; nothing here does.
 """
@@ -200,6 +204,22 @@ class Extras(Mapping[int, dict[str, Any]]):
             values[i] if ok else None
             for i, ok in zip(self._ids[at].tolist(), found.tolist(), strict=True)
         ]
+
+    def value_ids(self, rows: Any) -> NDArray[np.int32]:
+        """For each of ``rows``, the index of its arguments in :attr:`distinct` (-1: none)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rows.size == 0:
+            return np.full(rows.shape, -1, dtype=np.int32)
+        at = np.minimum(np.searchsorted(self._rows, rows), self._rows.size - 1)
+        found: NDArray[np.int32] = np.where(self._rows[at] == rows, self._ids[at], -1).astype(
+            np.int32
+        )
+        return found
+
+    @property
+    def distinct(self) -> list[dict[str, Any]]:
+        """The distinct argument dicts (shared by the rows that have equal arguments)."""
+        return self._values
 
     def remapped(self, new_row: NDArray[Any]) -> Extras:
         """The arguments at their rows in another table: row ``r`` goes to ``new_row[r]``, and

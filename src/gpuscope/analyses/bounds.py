@@ -323,24 +323,24 @@ def _estimates(
     op_flops = np.full(ops.size, np.nan)
     op_bytes = np.full(ops.size, np.nan)
     op_precision = np.full(ops.size, None, dtype=object)
-    # One estimate per operator name and recorded arguments: the readers share one dict among
-    # equal arguments, and the same shapes recur at every step.
-    cache: dict[tuple[int, int], Estimate | None] = {}
+    # One estimate per operator name and recorded arguments (the readers share one dict among
+    # equal arguments, and the same shapes recur at every step), not one per operator call.
     needed_ops = ops[needed]
-    for i, op, name_id, args in zip(
-        needed.tolist(),
-        needed_ops.tolist(),
-        ev.name_id[needed_ops].tolist(),
-        extra.lookup(needed_ops),
-        strict=True,
+    args_id = extra.value_ids(needed_ops).astype(np.int64)  # >= 0: operators have arguments
+    pair = (ev.name_id[needed_ops].astype(np.int64) << 32) | args_id
+    _, first, of_pair = np.unique(pair, return_index=True, return_inverse=True)
+    pair_flops = np.full(first.size, np.nan)
+    pair_bytes = np.full(first.size, np.nan)
+    pair_precision = np.full(first.size, None, dtype=object)
+    for j, (op, a) in enumerate(
+        zip(needed_ops[first].tolist(), args_id[first].tolist(), strict=True)
     ):
-        assert args is not None  # operators are chosen among the rows with arguments
-        key = (name_id, id(args))
-        if key not in cache:
-            cache[key] = estimate_op(work.trace.name(op), args)
-        est = cache[key]
+        est = estimate_op(work.trace.name(op), extra.distinct[a])
         if est is not None:
-            op_flops[i], op_bytes[i], op_precision[i] = est.flops, est.bytes, est.precision
+            pair_flops[j], pair_bytes[j], pair_precision[j] = est.flops, est.bytes, est.precision
+    op_flops[needed] = pair_flops[of_pair]
+    op_bytes[needed] = pair_bytes[of_pair]
+    op_precision[needed] = pair_precision[of_pair]
     total = op_total[position]
     weight = np.ones(estimated.size)
     np.divide(dur[estimated], total, out=weight, where=total > 0)
@@ -497,14 +497,26 @@ def _bounds(
     if facts is not None and facts.memory_bandwidth_bytes_per_s:
         bandwidth = facts.memory_bandwidth_bytes_per_s
         known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0) & (dur > 0))
-        for k in known.tolist():
-            peak = _peak_flops(facts, precision[k], int(kind[k]))
-            if not peak:
-                continue
-            intensity = flops[k] / nbytes[k]
-            bound[k] = Bound.COMPUTE if intensity >= peak / bandwidth else Bound.MEMORY
-            roof = min(peak, intensity * bandwidth)
-            attained[k] = (flops[k] / (dur[k] / 1e9)) / roof if roof > 0 else np.nan
+        # One peak per precision and kernel kind (a few pairs), then every kernel at once: a
+        # loop per kernel cost seconds and a Python object per kernel on millions of them.
+        labels = [precision[k] for k in known.tolist()]
+        label_code = {label: i for i, label in enumerate(dict.fromkeys(labels))}
+        pair = np.fromiter(map(label_code.__getitem__, labels), np.int64, len(labels)) * 256
+        pair += kind[known]
+        pairs, of_pair = np.unique(pair, return_inverse=True)
+        by_code = list(label_code)
+        pair_peak = np.array(
+            [_peak_flops(facts, by_code[p >> 8], p & 255) or 0.0 for p in pairs.tolist()],
+            dtype=np.float64,
+        )
+        peak = pair_peak[of_pair]
+        has_peak = peak != 0
+        k, peak = known[has_peak], peak[has_peak]
+        intensity = flops[k] / nbytes[k]
+        bound[k] = np.where(intensity >= peak / bandwidth, Bound.COMPUTE, Bound.MEMORY)
+        roof = np.minimum(peak, intensity * bandwidth)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            attained[k] = np.where(roof > 0, (flops[k] / (dur[k] / 1e9)) / roof, np.nan)
     # Shorter than a launch: launch and tail latency bound it, unless it reached a good share of
     # its roof anyway. A long kernel is not latency-bound for its grid alone: a grouped GEMM of
     # few large tiles still keeps its SMs' tensor cores busy for its whole duration.

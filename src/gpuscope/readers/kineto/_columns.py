@@ -205,7 +205,9 @@ class _Columns:
         # Each raw column is read once and dropped: the peak holds the table about once.
         def column(key: str, dtype: type | None = None) -> np.ndarray:
             block = raw.pop(key)
-            values = _ints(block, n) if dtype is None else np.frombuffer(memoryview(block), dtype=dtype)
+            values = (
+                _ints(block, n) if dtype is None else np.frombuffer(memoryview(block), dtype=dtype)
+            )
             return values if every_row else values[kept]
 
         def arg(field: str, rows: np.ndarray) -> np.ndarray:

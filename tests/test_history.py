@@ -155,3 +155,11 @@ def test_diagnose_save_then_history_and_diff_by_run_id(db: Path, tmp_path: Path)
     for name in ("idle_pct", "step_time_ns", "gpu_busy_pct", "cost_usd_per_gpu_hour"):
         assert name in unknown.output  # every valid metric, not only the first run's
     assert "lost_ns_per_step.data_loader" in unknown.output
+    # The history command runs its renderers through the one interface (render.base).
+    from gpuscope.history import History
+    from gpuscope.render.base import HistoryJson, HistoryTerminal, RenderOptions, SavedRuns
+
+    with History(readonly=True) as store:
+        saved = SavedRuns(store.runs(limit=20), "step_time_ns")
+    assert listing.output == HistoryTerminal().render(saved, RenderOptions(width=80))
+    assert json.loads(HistoryJson().render(saved, RenderOptions()))["metric"] == "step_time_ns"

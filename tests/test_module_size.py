@@ -22,3 +22,24 @@ def test_no_module_is_over_800_lines() -> None:
     over = {name: n for name, n in lengths.items() if n > MAX_LINES}
     assert set(over) - set(KNOWN_EXCEPTIONS) == set(), f"split these along their seams: {over}"
     assert set(KNOWN_EXCEPTIONS) <= set(over), "remove the exceptions that are now short enough"
+
+
+def test_records_are_msgspec_structs() -> None:
+    """One record style (issue #17): a record is a ``msgspec.Struct``, which encodes, decodes and
+    compares the same way everywhere; a ``dataclasses`` import (even just ``field``, whose
+    default a Struct would keep as a ``Field`` object) is the other style creeping back."""
+    uses = sorted(
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if any(
+            line.startswith(("from dataclasses import", "import dataclasses"))
+            for line in path.read_text("utf-8").splitlines()
+        )
+    )
+    assert uses == []
+
+
+def test_a_struct_default_is_its_value() -> None:
+    from gpuscope.render.views_html import ViewsPart
+
+    assert ViewsPart("", None).links == {}

@@ -330,3 +330,14 @@ def test_workers_follow_the_setting_the_cores_and_the_size(
     assert folder_workers(small[:2]) == 2  # never more than the files
     monkeypatch.setenv("GPUSCOPE_WORKERS", "1")
     assert folder_workers([*small, big]) == 1
+
+
+def test_a_participant_refers_to_its_device_report_instead_of_copying_it() -> None:
+    """#17: the rank analysis reads each device's report through a reference; a participant holds
+    only what the report does not (the device work, the host index, a rank for unnamed ranks)."""
+    from gpuscope.analyses.ranks import Participant
+    from gpuscope.diagnosis import DeviceReport
+
+    own = set(Participant.__struct_fields__)
+    assert own == {"report", "work", "rank", "host"}
+    assert own & set(DeviceReport.__struct_fields__) == {"rank"}

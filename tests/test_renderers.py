@@ -108,3 +108,59 @@ def test_renderers_import_no_computation_from_the_analyses() -> None:
 def test_a_comparison_is_plain_data() -> None:
     # The subjects are values: a comparison is a msgspec struct like the diagnosis it holds.
     assert issubclass(Comparison, msgspec.Struct) and issubclass(RenderOptions, msgspec.Struct)
+
+
+def test_the_commands_print_what_the_renderers_make(tmp_path: Path) -> None:
+    """The CLI picks and runs renderers through the one interface: what ``diagnose`` and ``diff``
+    print is the renderer's text at the terminal's width (COLUMNS here), and a JSON output is
+    the JSON renderer's bytes."""
+    from click.testing import CliRunner
+
+    from gpuscope.cli import main
+    from gpuscope.render.base import DiffHtml, DiffTerminal, Json, Terminal
+
+    (before_path, before), (after_path, after) = _traces(tmp_path)
+    runner = CliRunner(env={"COLUMNS": "97"})
+    options = RenderOptions(width=97)
+    shown = runner.invoke(main, ["diagnose", str(before_path)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout == Terminal().render(before, options)
+    saved = runner.invoke(main, ["diagnose", str(before_path), "--json", "-"])
+    assert saved.stdout.encode() == Json().render(before, options) + b"\n"
+    compared = runner.invoke(main, ["diff", str(before_path), str(after_path)])
+    assert compared.exit_code == 0, compared.output
+    change = diff.diff(diff.summarize(before), diff.summarize(after))
+    pair = Comparison(None, None, change, str(before_path), str(after_path))
+    assert compared.stdout == DiffTerminal().render(pair, options)
+    assert "step time" in compared.stdout
+    try:  # the HTML comparison draws both diagnoses: a pair of saved summaries cannot make one
+        DiffHtml().render(pair, options)
+        raise AssertionError("DiffHtml rendered a comparison without diagnoses")
+    except ValueError as error:
+        assert "both diagnoses" in str(error)
+
+
+def test_colour_options_reach_the_text() -> None:
+    """A command passes its terminal's colours: the same text, styled, on a colour terminal."""
+    from gpuscope.render.base import Terminal
+
+    d = _demo()
+    plain = Terminal().render(d, RenderOptions(width=100))
+    styled = Terminal().render(d, RenderOptions(width=100, color_system="standard", terminal=True))
+    assert "\x1b[" not in plain and "\x1b[" in styled
+    assert _strip_ansi(styled) == plain
+
+
+@cache
+def _demo() -> Diagnosis:
+    from importlib import resources
+
+    example = resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
+    with resources.as_file(example) as path:
+        return diagnose(load(path))
+
+
+def _strip_ansi(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)

@@ -107,6 +107,44 @@ def test_report_of_the_saved_json_is_the_report_of_the_trace(tmp_path: Path) -> 
         assert from_trace.read_bytes() == from_saved.read_bytes()
 
 
+def test_a_saved_diagnosis_is_never_sent_to_the_trace_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``report`` tells a saved diagnosis by its first bytes before any read-ahead: the trace
+    reader, the read-ahead and the scanner see only the trace, which gets the read-ahead even
+    when it comes second."""
+    from gpuscope import readers
+    from gpuscope._sniff import is_saved_diagnosis
+    from gpuscope.readers import _early, _scan
+
+    trace = tmp_path / "trace.json"
+    generate(GeneratorConfig(steps=4, inject=(SlowDataLoader(),))).write(trace)
+    saved_json = tmp_path / "saved.json"
+    runner = CliRunner()
+    assert runner.invoke(main, ["diagnose", str(trace), "--json", str(saved_json)]).exit_code == 0
+    assert is_saved_diagnosis(saved_json) and not is_saved_diagnosis(trace)
+    assert not is_saved_diagnosis(tmp_path) and not is_saved_diagnosis(tmp_path / "none")
+    seen: list[tuple[str, Path]] = []
+    for module, name in ((_early, "begin"), (_scan, "start"), (readers, "load")):
+        real = getattr(module, name)
+
+        def spy(path: Path, *args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            seen.append((_name, Path(path)))
+            return _real(path, *args, **kw)
+
+        monkeypatch.setattr(module, name, spy)
+    alone = runner.invoke(main, ["report", str(saved_json), "-o", str(tmp_path / "a.html")])
+    assert alone.exit_code == 0, alone.output
+    assert seen == []
+    pair = runner.invoke(
+        main, ["report", str(saved_json), str(trace), "-o", str(tmp_path / "b.html")]
+    )
+    assert pair.exit_code == 0, pair.output
+    assert {path for _, path in seen} == {trace}
+    assert [name for name, _ in seen][:2] == ["begin", "start"]  # read ahead, then loaded
+    assert "load" in [name for name, _ in seen]
+
+
 def test_diff_of_saved_runs_is_the_diff_of_the_traces(tmp_path: Path) -> None:
     before, after = tmp_path / "before.json", tmp_path / "after.json"
     generate(GeneratorConfig(steps=6, inject=(SlowDataLoader(),))).write(before)

@@ -115,6 +115,14 @@ def test_scale_command_writes_json_and_prints_the_table(tmp_path: Path, series: 
     split = doc["runs"][2]["per_gpu_step_ns"]
     assert all(isinstance(v, int) for v in split.values())
     assert doc["findings"][0]["cause"] == "scaling_efficiency"
+    # The command runs its renderers through the one interface (render.base): what it prints
+    # is the terminal renderer's text, what it writes the JSON renderer's bytes.
+    from gpuscope.render.base import RenderOptions, ScalingJson, ScalingTerminal
+
+    shown = CliRunner().invoke(main, ["scale", str(runs[1]), str(runs[8])])
+    alike = scaling(_jobs([runs[1], runs[8]]))
+    assert shown.stdout == ScalingTerminal().render(alike, RenderOptions(width=80))
+    assert json.loads(ScalingJson().render(alike, RenderOptions()))["runs"][1]["gpus"] == 8
     console = Console(record=True, width=100)
     render_scaling(scaling(_jobs([runs[1], runs[8]])), console)
     text = console.export_text()
@@ -235,6 +243,9 @@ def test_sweep_command_json_and_terminal(tmp_path: Path, batches: Sweep) -> None
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc["schema"] == "gpuscope/sweep-1" and doc["knee_batch"] == 16
+    from gpuscope.render.base import RenderOptions, SweepJson
+
+    assert out.read_bytes() == SweepJson().render(sweep(_jobs(files)), RenderOptions()) + b"\n"
     assert [r["batch"] for r in doc["runs"]] == [1, 2, 4, 8, 16, 32, 64, 128]
     assert doc["memory"]["freed_bytes"] > 0 and doc["findings"][0]["pattern"] == "bloated_context"
     bad = CliRunner().invoke(main, ["sweep", *map(str, files[:2]), "--batch-sizes", "1,x"])

@@ -4,6 +4,9 @@ Public API::
 
     job = gpuscope.load("trace.json.gz")      # a file, or a folder of per-rank traces
     diagnosis = gpuscope.diagnose(job)       # pure analyses, typed results
+    # Finding is the one finding type; the result types of the other entry points (a diff's
+    # RunDiff, a gate's CheckOutcome, scaling and sweep reports, the rank analysis, a fleet
+    # table) are exported here too, all msgspec Structs
     # a Diagnosis is plain data: its DeviceReports, Verdict and Findings hold no trace, and
     # `gpuscope diagnose --json` saves it whole (gpuscope.diagnosis.saved reads it back)
 """
@@ -16,9 +19,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gpuscope.analyses.diff import CheckOutcome, RunDiff, RunSummary
+    from gpuscope.analyses.ranks import RankAnalysis
+    from gpuscope.analyses.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import DeviceReport, Diagnosis, InputSummary, Options, diagnose
     from gpuscope.diagnosis.findings import Finding, Verdict
     from gpuscope.errors import GpuscopeError, InputError
+    from gpuscope.fleet import FleetTable
     from gpuscope.model import Job, Trace
     from gpuscope.readers import load
 
@@ -36,6 +43,13 @@ _HOME = {
     "Job": "gpuscope.model",
     "Trace": "gpuscope.model",
     "load": "gpuscope.readers",
+    "RunSummary": "gpuscope.analyses.diff",
+    "RunDiff": "gpuscope.analyses.diff",
+    "CheckOutcome": "gpuscope.analyses.diff",
+    "RankAnalysis": "gpuscope.analyses.ranks",
+    "ScalingReport": "gpuscope.analyses.scaling",
+    "SweepReport": "gpuscope.analyses.scaling",
+    "FleetTable": "gpuscope.fleet",
 }
 
 
@@ -49,14 +63,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CheckOutcome",
     "DeviceReport",
     "Diagnosis",
     "Finding",
+    "FleetTable",
     "GpuscopeError",
     "InputError",
     "InputSummary",
     "Job",
     "Options",
+    "RankAnalysis",
+    "RunDiff",
+    "RunSummary",
+    "ScalingReport",
+    "SweepReport",
     "Trace",
     "Verdict",
     "__version__",

@@ -51,6 +51,7 @@ from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
     from gpuscope.diagnosis import Diagnosis
+    from gpuscope.diagnosis.findings import Finding
 
 SCHEMA = "gpuscope/fleet-2"
 #: Earlier tables this version reads (their lost time renamed, no saving).
@@ -93,6 +94,8 @@ class JobRow(msgspec.Struct, frozen=True):
 
 
 class FindingRow(msgspec.Struct, frozen=True):
+    """One finding of one job, as a row of the fleet table (made by :func:`finding_row`)."""
+
     path: str
     pattern: str
     cause: str
@@ -186,6 +189,21 @@ def _local_copy(path: str) -> Iterator[str]:
         yield target
 
 
+def finding_row(path: str, f: Finding) -> FindingRow:
+    """The one way a :class:`~gpuscope.diagnosis.findings.Finding` becomes a fleet row: the
+    job's path, the finding's identity and figures, and its cause's category (flat columns, for
+    a Parquet table)."""
+    return FindingRow(
+        path,
+        f.pattern,
+        f.cause,
+        *category(f.cause),
+        int(f.lost_ns),
+        float(f.share_pct),
+        _finite(f.cost_usd_per_gpu_hour),
+    )
+
+
 def _error_row(path: str, size: int | None, mtime: int | None, message: str) -> JobRow:
     date, source = _date(None, mtime)
     return JobRow(path, size, mtime, "error", message, date=date, date_source=source)
@@ -193,19 +211,7 @@ def _error_row(path: str, size: int | None, mtime: int | None, message: str) -> 
 
 def _rows(path: str, size: int | None, mtime: int | None, d: Diagnosis) -> FleetTable:
     v = d.verdict
-    found = [
-        FindingRow(
-            path,
-            f.pattern,
-            f.cause,
-            *category(f.cause),
-            int(f.lost_ns),
-            float(f.share_pct),
-            _finite(f.cost_usd_per_gpu_hour),
-        )
-        for f in d.findings
-        if math.isfinite(f.share_pct)
-    ]
+    found = [finding_row(path, f) for f in d.findings if math.isfinite(f.share_pct)]
     lost_hours = sum(f.lost_ns for f in found) / NS_PER_HOUR
     usd = lost_hours * v.gpu_hour_usd if v.gpu_hour_usd is not None else None
     bases = [i.base_time_ns for i in d.inputs if i.base_time_ns]

@@ -126,19 +126,18 @@ class Session:
         gpu_hour_usd: float | None = None,
     ) -> dict[str, Any]:
         """Write the HTML report of ``path`` (before/after when ``compare_with`` is given)."""
-        from gpuscope.commands._common import write_output
-        from gpuscope.render import html
+        from gpuscope.commands._common import rendered, write_output
+        from gpuscope.render.base import Comparison, DiffHtml, Html
 
         d = self.diagnosis(path, gpu_hour_usd)
         if compare_with is None:
-            page = html.render(d)
+            data = rendered(Html(), d)
         else:
             from gpuscope.analyses import diff
 
             other = self.diagnosis(compare_with, gpu_hour_usd)
             change = diff.diff(diff.summarize(d), diff.summarize(other))
-            page = html.render_diff(d, other, change=change)
-        data = page.encode()
+            data = rendered(DiffHtml(), Comparison(d, other, change))
         target = Path(output).expanduser()
         write_output(target, data)
         return {"output": str(target), "bytes": len(data)}

@@ -15,7 +15,10 @@ from gpuscope.errors import InputError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from gpuscope.render.base import Renderer
+
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -144,6 +147,37 @@ def write_json(json_out: Path, document: bytes, *, inputs: tuple[Path, ...] = ()
         return True
     write_output(json_out, document + b"\n", inputs=inputs)
     return False
+
+
+def show(renderer: Renderer[S], subject: S, *, all_devices: bool = False) -> None:
+    """Print what a text renderer makes of ``subject`` on stdout: the one way a command shows a
+    result. The options carry the terminal's width and colours (those of the console every
+    command prints to, :func:`gpuscope.render.console`), so the text is what the renderer would
+    have printed to it; a reader that leaves early (``| head -1``) is a success, as there."""
+    from gpuscope.render import console
+    from gpuscope.render.base import RenderOptions
+
+    out = console()
+    options = RenderOptions(
+        width=out.width,
+        all_devices=all_devices,
+        color_system=out.color_system,
+        terminal=out.is_terminal,
+    )
+    text = renderer.render(subject, options)
+    try:
+        out.file.write(text if isinstance(text, str) else text.decode())
+        out.file.flush()
+    except BrokenPipeError:
+        out.on_broken_pipe()
+
+
+def rendered(renderer: Renderer[S], subject: S) -> bytes:
+    """What a file renderer (JSON, HTML) makes of ``subject``, as bytes to write."""
+    from gpuscope.render.base import RenderOptions
+
+    output = renderer.render(subject, RenderOptions())
+    return output.encode() if isinstance(output, str) else output
 
 
 def prefetched() -> object:

@@ -12,6 +12,8 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     prefetched,
+    rendered,
+    show,
     whole_option,
     write_json,
 )
@@ -108,7 +110,7 @@ def run_diagnose(
     prefetch = _early.begin(path, prefetched())
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
-    from gpuscope.render import terminal
+    from gpuscope.render import base
 
     options = Options(
         top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
@@ -118,13 +120,9 @@ def run_diagnose(
     # corrupt, read-only) then costs the save alone, with its own line and exit 2.
     to_stdout = False
     if json_out is not None:
-        from gpuscope.render import json as json_renderer
-
-        to_stdout = write_json(json_out, json_renderer.dumps(result))
+        to_stdout = write_json(json_out, rendered(base.Json(), result))
     if not to_stdout:
-        from gpuscope.render import console
-
-        terminal.render(result, console(), all_devices=all_devices)
+        show(base.Terminal(), result, all_devices=all_devices)
     if save:
         from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run

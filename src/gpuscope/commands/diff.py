@@ -15,6 +15,8 @@ from gpuscope.commands._common import (
     PRICE,
     input_errors_exit,
     max_memory_option,
+    rendered,
+    show,
     whole_option,
     write_json,
 )
@@ -60,16 +62,16 @@ def diff(
     """Compare two runs: step time and throughput, GPU busy, lost time per cause, cost, kernels,
     findings. Per-step medians, compared by a rank test (docs/ci-gate.md)."""
     from gpuscope.analyses.diff import diff as diff_runs
-    from gpuscope.render import diff as render
+    from gpuscope.render.base import Comparison, DiffJson, DiffTerminal
 
     old, old_name = summary_of(before, gpu_hour_usd, whole)
     new, new_name = summary_of(after, gpu_hour_usd, whole)
     result = diff_runs(old, new, top_kernels=top, items_per_step=items_per_step)
-    if json_out is not None and write_json(json_out, render.dumps(result, old_name, new_name)):
+    # A saved run is a summary: the comparison holds no diagnoses (nor needs them for text).
+    pair = Comparison(None, None, result, old_name, new_name)
+    if json_out is not None and write_json(json_out, rendered(DiffJson(), pair)):
         return
-    from gpuscope.render import console
-
-    render.render(result, console(), old_name, new_name)
+    show(DiffTerminal(), pair)
 
 
 def summary_of(

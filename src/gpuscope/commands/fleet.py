@@ -94,16 +94,15 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     """Report on a fleet table: waste by cause and ICSE category, worst jobs, utilisation, trend."""
     _require_extras(str(table), "local")
     from gpuscope import fleet as lib
-    from gpuscope.commands._common import write_output
-    from gpuscope.render import console
-    from gpuscope.render import fleet as render
+    from gpuscope.commands._common import rendered, show, write_output
+    from gpuscope.render.base import FleetHtml, FleetTerminal
 
     if not table.exists():
         click.echo(f"gpuscope: error: {table}: no such file", err=True)
         sys.exit(EXIT_BAD_INPUT)
     summary = lib.summarize(lib.read(table), worst=worst)
-    render.render_terminal(summary, console())
+    show(FleetTerminal(), summary)
     if output is not None:
-        page = render.render_html(summary)
-        write_output(output, page.encode(), inputs=(table,))
-        click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)
+        page = rendered(FleetHtml(), summary)
+        write_output(output, page, inputs=(table,))
+        click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)

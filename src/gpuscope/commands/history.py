@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, write_json
+from gpuscope.commands._common import input_errors_exit, rendered, show, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -31,12 +31,10 @@ if TYPE_CHECKING:
 @input_errors_exit
 def history(label: str | None, limit: int, metric: str | None, json_out: Path | None) -> None:
     """List saved runs (filter by label) and the trend of a metric."""
-    import msgspec
-
     from gpuscope.analyses.diff import all_metric_names, metric_names
     from gpuscope.errors import InputError
     from gpuscope.history import History
-    from gpuscope.render import diff as render
+    from gpuscope.render.base import HistoryJson, HistoryTerminal, SavedRuns
 
     with History(readonly=True) as store:
         runs = store.runs(label=label, limit=limit)
@@ -49,15 +47,10 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
     if metric and runs and all(metric not in metric_names(r.summary) for r in runs):
         known = ", ".join(all_metric_names())
         raise InputError(path, f"no run has the metric {metric!r}; known: {known}")
-    if json_out is not None:
-        data = msgspec.json.format(
-            msgspec.json.encode(render.history_document(runs, metric)), indent=1
-        )
-        if write_json(json_out, data):
-            return
-    from gpuscope.render import console
-
-    render.render_history(runs, console(), metric)
+    saved = SavedRuns(runs, metric)
+    if json_out is not None and write_json(json_out, rendered(HistoryJson(), saved)):
+        return
+    show(HistoryTerminal(), saved)
 
 
 def save_run(summary: RunSummary, source: Path, label: str | None) -> int:

@@ -13,6 +13,7 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     prefetched,
+    rendered,
     whole_option,
     write_output,
 )
@@ -55,24 +56,27 @@ def report(
     """
     if len(paths) > 2:
         raise click.UsageError("give one trace, or two to compare: BEFORE AFTER")
+    from gpuscope._sniff import is_saved_diagnosis
     from gpuscope.readers import _early
 
-    prefetch = _early.begin(
-        paths[0], prefetched()
-    )  # the first trace's read overlaps the imports (see diagnose)
-    from gpuscope.render import html
+    # A saved diagnosis is told from a trace by its first bytes, before any read-ahead: it is
+    # decoded, never sent to the trace reader. The first trace's read overlaps the imports (see
+    # diagnose), the console script's when it began that one.
+    first = next((p for p in paths if not is_saved_diagnosis(p)), None)
+    prefetch = _early.begin(first, prefetched()) if first is not None else None
+    from gpuscope.render import base
 
-    prefetches = [prefetch, *(None for _ in paths[1:])]
+    prefetches = [prefetch if p is first else None for p in paths]
     diagnoses = [
         diagnosis_of(p, gpu_hour_usd, whole, gpu_name, prefetch=f)
         for p, f in zip(paths, prefetches, strict=True)
     ]
     if len(diagnoses) == 1:
-        page = html.render(diagnoses[0])
+        page = rendered(base.Html(), diagnoses[0])
     else:
         from gpuscope.analyses import diff
 
         change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
-        page = html.render_diff(diagnoses[0], diagnoses[1], change=change)
-    write_output(output, page.encode())
-    click.echo(f"wrote {output} ({len(page.encode()) / 1e6:.1f} MB)", err=True)
+        page = rendered(base.DiffHtml(), base.Comparison(diagnoses[0], diagnoses[1], change))
+    write_output(output, page)
+    click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import PERCENT, PRICE, Number, input_errors_exit, write_json
+from gpuscope.commands._common import (
+    PERCENT,
+    PRICE,
+    Number,
+    input_errors_exit,
+    rendered,
+    show,
+    write_json,
+)
 
 
 @click.command()
@@ -54,16 +62,10 @@ def scale(
         raise click.UsageError("give at least two runs (a trace or a folder of ranks each)")
     from gpuscope.analyses.scaling import ScalingOptions, scaling
     from gpuscope.readers import load
-    from gpuscope.render import ranks as render
+    from gpuscope.render.base import ScalingJson, ScalingTerminal
 
     options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd, force)
     report = scaling([load(run) for run in runs], options)
-    if json_out is not None:
-        import msgspec
-
-        data = msgspec.json.format(msgspec.json.encode(render.scaling_document(report)), indent=1)
-        if write_json(json_out, data):
-            return
-    from gpuscope.render import console
-
-    render.render_scaling(report, console())
+    if json_out is not None and write_json(json_out, rendered(ScalingJson(), report)):
+        return
+    show(ScalingTerminal(), report)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gpuscope.commands._common import Number, input_errors_exit, write_json
+from gpuscope.commands._common import Number, input_errors_exit, rendered, show, write_json
 
 
 def _batch_list(
@@ -51,15 +51,9 @@ def sweep(
     from gpuscope.analyses.scaling import SweepOptions
     from gpuscope.analyses.scaling import sweep as run_sweep
     from gpuscope.readers import load
-    from gpuscope.render import ranks as render
+    from gpuscope.render.base import SweepJson, SweepTerminal
 
     report = run_sweep([load(run) for run in runs], SweepOptions(batch_sizes, max_latency_ms))
-    if json_out is not None:
-        import msgspec
-
-        data = msgspec.json.format(msgspec.json.encode(render.sweep_document(report)), indent=1)
-        if write_json(json_out, data):
-            return
-    from gpuscope.render import console
-
-    render.render_sweep(report, console())
+    if json_out is not None and write_json(json_out, rendered(SweepJson(), report)):
+        return
+    show(SweepTerminal(), report)

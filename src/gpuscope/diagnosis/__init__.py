@@ -241,17 +241,10 @@ def _participants(
     by_source = {t.source: t for t in job.traces}
     return [
         Participant(
-            rank=d.rank if d.rank is not None else position,
-            device=d.device,
-            source=d.source,
-            world_size=d.world_size,
+            report=d,
             work=work,
-            temporal=d.temporal,
-            overlap=d.overlap,
-            steps=d.steps,
-            idle=d.idle,
+            rank=d.rank if d.rank is not None else position,
             host=hosts.get(id(by_source[d.source])) if d.source in by_source else None,
-            facts=d.facts,
         )
         for position, (d, work) in enumerate(zip(devices, works, strict=True))
     ]

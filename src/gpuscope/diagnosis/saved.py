@@ -24,13 +24,14 @@ import msgspec
 import numpy as np
 
 import gpuscope.diagnosis as _diagnosis
+from gpuscope._sniff import DIAGNOSIS_SCHEMA, is_saved_diagnosis
 from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
 from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.errors import CorruptInputError
 
 #: The ``schema`` of the JSON document ``diagnose --json`` writes (``render.json.SCHEMA``).
-DOCUMENT_SCHEMA = "gpuscope/diagnosis-1"
+DOCUMENT_SCHEMA = DIAGNOSIS_SCHEMA
 SAVED_KEY = "diagnosis"
 
 # The diagnosis module names these types only for type checkers (their modules load when a job
@@ -82,13 +83,9 @@ def _finite(value: Any) -> Any:
 
 
 def is_saved(path: str | Path) -> bool:
-    """Whether ``path`` is a JSON document that ``gpuscope diagnose --json`` wrote."""
-    p = Path(path)
-    if not p.is_file():
-        return False
-    with p.open("rb") as f:
-        head = f.read(256)
-    return head.lstrip().startswith(b"{") and DOCUMENT_SCHEMA.encode() in head
+    """Whether ``path`` is a JSON document that ``gpuscope diagnose --json`` wrote (from its
+    first bytes: :func:`gpuscope._sniff.is_saved_diagnosis`)."""
+    return is_saved_diagnosis(path)
 
 
 def read(path: str | Path) -> Diagnosis:

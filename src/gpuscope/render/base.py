@@ -2,17 +2,25 @@
 
 Contract: a renderer presents a result it is given and computes nothing (the diagnosis holds
 every series a report draws; a comparison holds its :class:`~gpuscope.analyses.diff.RunDiff`).
-The subject is one of three results:
+The subject is one of these results:
 
 * a :class:`~gpuscope.diagnosis.Diagnosis`: :class:`Terminal`, :class:`Json`, :class:`Html`
   and :class:`AnnotatedTrace` (which also needs the trace's own bytes, to add to them);
-* a :class:`Comparison` of two diagnoses: :class:`DiffTerminal`, :class:`DiffJson`,
+* a :class:`Comparison` of two runs: :class:`DiffTerminal`, :class:`DiffJson`,
   :class:`DiffHtml`;
-* a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`.
+* a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`;
+* :class:`SavedRuns` (the history's runs and a metric's trend): :class:`HistoryTerminal`,
+  :class:`HistoryJson`;
+* a :class:`~gpuscope.analyses.scaling.ScalingReport`: :class:`ScalingTerminal`,
+  :class:`ScalingJson`; a :class:`~gpuscope.analyses.scaling.SweepReport`:
+  :class:`SweepTerminal`, :class:`SweepJson`.
 
-The command line calls the modules behind these directly (they stream to a console, take a
-path); this is the seam for code that wants any output of any result the same way, and what
-``tests/test_renderers.py`` runs every renderer through.
+The command line picks and runs every renderer through this interface
+(``gpuscope.commands._common.show`` prints a text one laid out for the terminal it prints to,
+with that terminal's width and colours in the :class:`RenderOptions`), and
+``tests/test_renderers.py`` runs every renderer through it. The one output outside it is the
+annotated trace the ``annotate`` command writes: it streams a trace of gigabytes a piece at a
+time, which a renderer returning its whole output cannot.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpuscope.analyses.diff import RunDiff
+    from gpuscope.analyses.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import Diagnosis
     from gpuscope.fleet import FleetSummary
+    from gpuscope.history import StoredRun
 
 S_contra = TypeVar("S_contra", contravariant=True)
 
@@ -36,16 +46,31 @@ class RenderOptions(msgspec.Struct, frozen=True):
     width: int = 120  # terminal columns
     all_devices: bool = False  # the terminal shows every device's panel, not the extremes
     label_chars: int = 160  # longer names are cut in chart labels
+    #: The terminal the text goes to: its colours (rich's name: "standard", "256", "truecolor";
+    #: None: none) and whether it is one. A command passes its console's, so that text made
+    #: here prints as the renderer printing to that console would.
+    color_system: str | None = None
+    terminal: bool = False
 
 
 class Comparison(msgspec.Struct, frozen=True):
-    """Two diagnoses and what changed between them (computed by ``analyses.diff``)."""
+    """Two runs and what changed between them (computed by ``analyses.diff``). The diagnoses
+    are None for a run the history saved (a summary, no diagnosis): the HTML comparison, which
+    draws them, needs both."""
 
-    before: Diagnosis
-    after: Diagnosis
+    before: Diagnosis | None
+    after: Diagnosis | None
     change: RunDiff
     before_name: str = "before"
     after_name: str = "after"
+
+
+class SavedRuns(msgspec.Struct, frozen=True):
+    """Runs the history saved, newest first, and the metric whose trend is shown (None: the
+    step time)."""
+
+    runs: list[StoredRun]
+    metric: str | None = None
 
 
 class Renderer(Protocol, Generic[S_contra]):
@@ -56,7 +81,14 @@ def _console(options: RenderOptions) -> tuple[Console, io.StringIO]:
     from rich.console import Console  # noqa: PLC0415
 
     out = io.StringIO()
-    console = Console(file=out, width=options.width, emoji=False, markup=False, color_system=None)
+    console = Console(
+        file=out,
+        width=options.width,
+        emoji=False,
+        markup=False,
+        color_system=options.color_system,  # type: ignore[arg-type]
+        force_terminal=options.terminal,
+    )
     return console, out
 
 
@@ -116,6 +148,8 @@ class DiffHtml:
     def render(self, subject: Comparison, options: RenderOptions) -> str:
         from gpuscope.render import html  # noqa: PLC0415
 
+        if subject.before is None or subject.after is None:
+            raise ValueError("an HTML comparison draws both diagnoses: a saved run has none")
         page_options = html.HtmlOptions(label_chars=options.label_chars)
         return html.render_diff(subject.before, subject.after, page_options, change=subject.change)
 
@@ -136,6 +170,58 @@ class FleetHtml:
         return fleet.render_html(subject)
 
 
+class HistoryTerminal:
+    def render(self, subject: SavedRuns, options: RenderOptions) -> str:
+        from gpuscope.render import diff  # noqa: PLC0415
+
+        console, out = _console(options)
+        diff.render_history(subject.runs, console, subject.metric)
+        return out.getvalue()
+
+
+class HistoryJson:
+    def render(self, subject: SavedRuns, options: RenderOptions) -> bytes:
+        from gpuscope.render import diff  # noqa: PLC0415
+
+        return _indented(diff.history_document(subject.runs, subject.metric))
+
+
+class ScalingTerminal:
+    def render(self, subject: ScalingReport, options: RenderOptions) -> str:
+        from gpuscope.render import ranks  # noqa: PLC0415
+
+        console, out = _console(options)
+        ranks.render_scaling(subject, console)
+        return out.getvalue()
+
+
+class ScalingJson:
+    def render(self, subject: ScalingReport, options: RenderOptions) -> bytes:
+        from gpuscope.render import ranks  # noqa: PLC0415
+
+        return _indented(ranks.scaling_document(subject))
+
+
+class SweepTerminal:
+    def render(self, subject: SweepReport, options: RenderOptions) -> str:
+        from gpuscope.render import ranks  # noqa: PLC0415
+
+        console, out = _console(options)
+        ranks.render_sweep(subject, console)
+        return out.getvalue()
+
+
+class SweepJson:
+    def render(self, subject: SweepReport, options: RenderOptions) -> bytes:
+        from gpuscope.render import ranks  # noqa: PLC0415
+
+        return _indented(ranks.sweep_document(subject))
+
+
+def _indented(document: object) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(document), indent=1)
+
+
 #: Every renderer, by the result it presents.
 DIAGNOSIS_RENDERERS: dict[str, type[Terminal | Json | Html]] = {
     "terminal": Terminal,
@@ -150,4 +236,16 @@ COMPARISON_RENDERERS: dict[str, type[DiffTerminal | DiffJson | DiffHtml]] = {
 FLEET_RENDERERS: dict[str, type[FleetTerminal | FleetHtml]] = {
     "terminal": FleetTerminal,
     "html": FleetHtml,
+}
+SCALING_RENDERERS: dict[str, type[ScalingTerminal | ScalingJson]] = {
+    "terminal": ScalingTerminal,
+    "json": ScalingJson,
+}
+SWEEP_RENDERERS: dict[str, type[SweepTerminal | SweepJson]] = {
+    "terminal": SweepTerminal,
+    "json": SweepJson,
+}
+HISTORY_RENDERERS: dict[str, type[HistoryTerminal | HistoryJson]] = {
+    "terminal": HistoryTerminal,
+    "json": HistoryJson,
 }

@@ -10,7 +10,6 @@ where it lands (``html.escape`` in the page, entity-escaped in plotly labels).
 from __future__ import annotations
 
 import html
-from dataclasses import field
 
 import msgspec
 import plotly.graph_objects as go  # type: ignore[import-untyped]
@@ -28,7 +27,7 @@ _LABEL_CHARS = 60
 class ViewsPart(msgspec.Struct, frozen=True):
     html: str  # the section: "" when no device has views
     figure: go.Figure | None
-    links: dict[str, str] = field(default_factory=dict)  # code location -> "#anchor"
+    links: dict[str, str] = msgspec.field(default_factory=dict)  # code location -> "#anchor"
 
 
 def views_part(diagnosis: Diagnosis) -> ViewsPart:

@@ -93,6 +93,7 @@ from gpuscope.analyses.diff.summary import (
     headline,
     metric_names,
     summarize,
+    summarize_finding,
 )
 from gpuscope.names import stable_name
 
@@ -140,5 +141,6 @@ __all__ = [
     "steps_to_reach",
     "steps_to_settle",
     "summarize",
+    "summarize_finding",
     "typical_steps",
 ]

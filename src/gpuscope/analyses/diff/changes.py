@@ -6,8 +6,7 @@ Contract in :mod:`gpuscope.analyses.diff`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
+import msgspec
 import numpy as np
 
 from gpuscope.analyses.attribution import CAUSES
@@ -34,8 +33,7 @@ KERNEL_CHANGE_MIN_PCT = 2.0
 # --- diffs --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MetricDiff:
+class MetricDiff(msgspec.Struct, frozen=True):
     name: str
     unit: str  # "ns", "pct", "usd_per_gpu_hour"
     better: str  # "lower" or "higher"
@@ -55,8 +53,7 @@ class MetricDiff:
         return "better" if lower == (self.better == "lower") else "worse"
 
 
-@dataclass(frozen=True)
-class KernelChange:
+class KernelChange(msgspec.Struct, frozen=True):
     name: str
     status: str  # added | removed | slower | faster
     before_ns: float  # per kernel_unit
@@ -71,16 +68,29 @@ class KernelChange:
         return 100.0 * self.change_ns / self.before_ns if self.before_ns else None
 
 
-@dataclass(frozen=True)
-class FindingChange:
-    cause: str
-    title: str
+class FindingChange(msgspec.Struct, frozen=True):
+    """One cause's finding on both sides of a diff (None on a side that does not have it): a
+    view of two findings, so its cause and title are theirs (before's when both have it)."""
+
     before: FindingSummary | None
     after: FindingSummary | None
 
+    @property
+    def cause(self) -> str:
+        return self._either.cause
 
-@dataclass(frozen=True)
-class PredictionCheck:
+    @property
+    def title(self) -> str:
+        return self._either.title
+
+    @property
+    def _either(self) -> FindingSummary:
+        side = self.before or self.after
+        assert side is not None, "a finding change has a finding on at least one side"
+        return side
+
+
+class PredictionCheck(msgspec.Struct, frozen=True):
     """A resolved finding's predicted step time (made on "before") beside "after"'s measured."""
 
     cause: str
@@ -93,8 +103,7 @@ class PredictionCheck:
         return 100.0 * (self.predicted_step_ns - self.after_step_ns) / self.after_step_ns
 
 
-@dataclass(frozen=True)
-class RunDiff:
+class RunDiff(msgspec.Struct, frozen=True):
     before: RunSummary
     after: RunSummary
     metrics: list[MetricDiff]
@@ -104,7 +113,7 @@ class RunDiff:
     new: list[FindingChange]
     persisting: list[FindingChange]
     notes: list[str]
-    predictions: list[PredictionCheck] = field(default_factory=list)
+    predictions: list[PredictionCheck] = msgspec.field(default_factory=list)
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -182,7 +191,7 @@ def _metric_diffs(
         if name == STEP_TIME and b and a:
             typical_b, typical_a, left_b, left_a = typical_steps(b, a)
             if left_b or left_a:
-                comparison = replace(
+                comparison = msgspec.structs.replace(
                     compare(typical_b, typical_a), note=_left_out_note(left_b, left_a)
                 )
         if (not b or not a) and name in before.window and name in after.window:
@@ -190,7 +199,7 @@ def _metric_diffs(
         elif (not b and before.steps) or (not a and after.steps):
             side = "before" if not b and before.steps else "after"
             reason = "the device has no price (pass --gpu-hour-usd)" if name == COST else "no data"
-            comparison = replace(comparison, note=f"not available {side}: {reason}")
+            comparison = msgspec.structs.replace(comparison, note=f"not available {side}: {reason}")
         result.append(MetricDiff(name, unit, better, b, a, comparison))
         if name == STEP_TIME:
             result += _throughput(typical_b, typical_a, items_per_step)
@@ -256,7 +265,7 @@ def _finding_changes(
 ) -> tuple[list[FindingChange], list[FindingChange], list[FindingChange]]:
     b = {f.cause: f for f in before.findings}
     a = {f.cause: f for f in after.findings}
-    resolved = [FindingChange(c, f.title, f, None) for c, f in b.items() if c not in a]
-    new = [FindingChange(c, f.title, None, f) for c, f in a.items() if c not in b]
-    persisting = [FindingChange(c, f.title, f, a[c]) for c, f in b.items() if c in a]
+    resolved = [FindingChange(f, None) for c, f in b.items() if c not in a]
+    new = [FindingChange(None, f) for c, f in a.items() if c not in b]
+    persisting = [FindingChange(f, a[c]) for c, f in b.items() if c in a]
     return resolved, new, persisting

@@ -6,8 +6,8 @@ Contract in :mod:`gpuscope.analyses.diff`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpuscope.analyses.diff.changes import RunDiff
@@ -25,25 +25,22 @@ from gpuscope.analyses.diff.summary import STEP_TIME, RunSummary
 # --- gate ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Bounds:
+class Bounds(msgspec.Struct, frozen=True):
     max_idle_pct: float | None = None
     max_cost_usd_per_gpu_hour: float | None = None
     max_regression_pct: float | None = None  # step time against the baseline
 
 
-@dataclass(frozen=True)
-class CheckOutcome:
+class CheckOutcome(msgspec.Struct, frozen=True):
     ok: bool
     reasons: list[str]  # one line per broken bound, first the most important
     passed: list[str]  # one line per bound kept
     unavailable: list[str]  # bounds that could not be checked: bad input
     #: Bounds the evidence cannot decide yet (too few steps), each saying how many would.
-    inconclusive: list[str] = field(default_factory=list)
+    inconclusive: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Regression:
+class Regression(msgspec.Struct, frozen=True):
     """The gate's view of step time against a baseline: the Hodges-Lehmann shift in % of the
     baseline's median, its one-sided lower bound at :data:`CONFIDENCE`, and the verdict."""
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import msgspec
 import numpy as np
 
 #: Confidence of the intervals and of the gate; a diff calls a change significant when the
@@ -29,8 +29,7 @@ MAX_STEPS_TO_SETTLE = 1000
 # --- statistics ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(msgspec.Struct, frozen=True):
     """Two samples of per-step values: the shift after - before, and whether it beats the noise.
 
     ``change`` is the Hodges-Lehmann shift (the median of every after - before difference), the
@@ -83,10 +82,10 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
             f" {steps_to_reach(SIGNIFICANCE_LEVEL / 2.0)} a side to reach"
             f" {100 * CONFIDENCE:g}% confidence"
         )
-        return replace(thin, note=note)
+        return msgspec.structs.replace(thin, note=note)
     p_value = mann_whitney_p(b, a)
     low, high = shift_interval(differences, b.size, a.size, SIGNIFICANCE_LEVEL / 2.0)
-    return replace(
+    return msgspec.structs.replace(
         thin, ci_low=low, ci_high=high, p_value=p_value, significant=p_value <= SIGNIFICANCE_LEVEL
     )
 

@@ -5,14 +5,14 @@ Contract in :mod:`gpuscope.analyses.diff`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.attribution import CAUSES, Cause
 from gpuscope.analyses.drawn import step_periods
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.diagnosis.findings import Finding
 
 STEP_TIME = "step_time_ns"
 ITERATIONS = "iterations_per_s"
@@ -26,10 +26,12 @@ LOST_PREFIX = "lost_ns_per_step."
 # --- run summaries ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FindingSummary:
-    """A finding of a run; ``lost_ns_per_step`` is the mean of the per-step series when the
-    cause has one (idle causes, exposed communication), else the diagnosis' own figure."""
+class FindingSummary(msgspec.Struct, frozen=True):
+    """A finding of a run, as the history stores it (:func:`summarize_finding` makes it from the
+    :class:`~gpuscope.diagnosis.findings.Finding`); ``lost_ns_per_step`` is the mean of the
+    per-step series when the cause has one (idle causes, exposed communication), else the
+    diagnosis' own figure. It keeps the figures a diff compares and drops the locations and
+    evidence, so a saved run stays small and old histories keep reading."""
 
     cause: str
     pattern: str
@@ -40,8 +42,7 @@ class FindingSummary:
     predicted_saving_ns_per_step: float | None = None  # what-if replay of its fix
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True):
     """What a diff, a check and the history need of one run, per step."""
 
     source: str
@@ -58,10 +59,10 @@ class RunSummary:
     kernel_ns: dict[str, float]  # device time per kernel_unit, per device, by stable name
     findings: list[FindingSummary]
     no_steps_reason: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     #: Whole-capture values of the share metrics (``gpu_busy_pct``, ``cost_usd_per_gpu_hour``),
     #: compared when a side has no steps: a share does not grow with the window's length.
-    window: dict[str, float] = field(default_factory=dict)
+    window: dict[str, float] = msgspec.field(default_factory=dict)
     #: Where the steps came from: profiler steps, a repeated NVTX / record_function range, or a
     #: repeating kernel sequence (``analyses.timeline.find_steps``); None without steps.
     step_source: str | None = None
@@ -102,22 +103,28 @@ def summarize(diagnosis: Diagnosis) -> RunSummary:
         kernel_unit=diagnosis.kernel_unit,
         kernel_ns=dict(diagnosis.kernel_ns),
         findings=[
-            FindingSummary(
-                f.cause,
-                f.pattern,
-                f.title,
-                _mean(per_step.get(LOST_PREFIX + f.cause), f.lost_ns_per_step),
-                f.share_pct,
-                f.cost_usd_per_gpu_hour,
-                f.predicted_saving_ns_per_step,
-            )
-            for f in diagnosis.findings
+            summarize_finding(f, per_step.get(LOST_PREFIX + f.cause)) for f in diagnosis.findings
         ],
         no_steps_reason=None if steps else _NO_STEPS,
         warnings=list(diagnosis.warnings),
         window=_window_shares(diagnosis),
         step_source=next((d.steps[0].source for d in devices if d.steps), None),
         host_timed_devices=sum(any(s.timed_on == "host" for s in d.steps) for d in devices),
+    )
+
+
+def summarize_finding(f: Finding, lost_per_step: list[float] | None = None) -> FindingSummary:
+    """The one way a :class:`~gpuscope.diagnosis.findings.Finding` becomes a summary: its
+    identity and figures, with the lost time per step the mean of ``lost_per_step`` (the run's
+    per-step series of its cause) when there is one."""
+    return FindingSummary(
+        f.cause,
+        f.pattern,
+        f.title,
+        _mean(lost_per_step, f.lost_ns_per_step),
+        f.share_pct,
+        f.cost_usd_per_gpu_hour,
+        f.predicted_saving_ns_per_step,
     )
 
 

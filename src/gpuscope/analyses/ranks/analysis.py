@@ -49,7 +49,7 @@ def analyse_ranks(participants: list[Participant]) -> RankAnalysis:
     present, missing, presence_notes = _presence(participants)
     bandwidth, bandwidth_note = _bandwidth(participants, tables, groups)
     return RankAnalysis(
-        world_size=max((p.world_size or 0 for p in participants), default=0) or None,
+        world_size=max((p.report.world_size or 0 for p in participants), default=0) or None,
         present=present,
         missing=missing,
         notes=presence_notes + notes,
@@ -75,7 +75,7 @@ def _rank_stat(
     exposed_wait: I64,
     last_arrivals: int,
 ) -> RankStat:
-    t = p.temporal
+    t = p.report.temporal
     return RankStat(
         rank=p.rank,
         device=p.device,
@@ -86,12 +86,12 @@ def _rank_stat(
         idle_ns=t.idle_ns,
         compute_ns=t.compute_ns,
         communication_ns=t.communication_ns,
-        exposed_communication_ns=p.overlap.exposed_ns,
+        exposed_communication_ns=p.report.overlap.exposed_ns,
         collectives=len(table),
         collective_wait_ns=None if wait is None else int(wait.sum()),
         exposed_wait_ns=None if wait is None else int(exposed_wait.sum()),
         last_arrivals=last_arrivals,
-        steps=step_communication(p.work, p.steps, table),
+        steps=step_communication(p.work, p.report.steps, table),
     )
 
 

@@ -2,12 +2,13 @@
 
 Contract: :func:`collectives` lists a device's communication kernels with their kind, process
 group, message bytes and trace rows (see the package docstring for how a group is named);
-:class:`Participant` is what the rank analysis takes per device.
+:class:`Participant` is what the rank analysis takes per device: a reference to the device's
+result (:class:`DeviceResult`) plus what the result does not hold.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -79,20 +80,43 @@ _NO_ARGS: dict[str, Any] = {}
 # --- inputs -------------------------------------------------------------------------------------
 
 
-class Participant(msgspec.Struct, frozen=True):
-    """One rank's device, with what the per-device analyses found on it."""
+class DeviceResult(Protocol):
+    """What the per-device analyses found on one device, as the rank analysis reads it.
 
-    rank: int
-    device: int
-    source: str
-    world_size: int | None
+    :class:`gpuscope.diagnosis.DeviceReport` is one (structurally: the diagnosis imports this
+    package, so this package names the report's shape instead of importing it)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def world_size(self) -> int | None: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def facts(self) -> GpuFacts | None: ...
+    @property
+    def temporal(self) -> TemporalBreakdown: ...
+    @property
+    def overlap(self) -> Overlap: ...
+    @property
+    def steps(self) -> list[StepStat]: ...
+    @property
+    def idle(self) -> IdleAttribution: ...
+
+
+class Participant(msgspec.Struct, frozen=True):
+    """One rank's device: its per-device result, and what that result does not hold: the
+    classified device work (which holds the trace, alive only while the diagnosis runs), the
+    rank (numbered in file order when the trace names none) and its trace's host index."""
+
+    report: DeviceResult
     work: DeviceWork
-    temporal: TemporalBreakdown
-    overlap: Overlap
-    steps: list[StepStat] = msgspec.field(default_factory=list)
-    idle: IdleAttribution | None = None
+    rank: int
     host: HostIndex | None = None
-    facts: GpuFacts | None = None
+
+    @property
+    def device(self) -> int:
+        return self.report.device
 
 
 # --- collectives of one device ------------------------------------------------------------------

@@ -33,7 +33,7 @@ class _Group(msgspec.Struct):
 
 def _presence(participants: list[Participant]) -> tuple[list[int], list[int], list[str]]:
     present = sorted({p.rank for p in participants})
-    world = max((p.world_size or 0 for p in participants), default=0)
+    world = max((p.report.world_size or 0 for p in participants), default=0)
     missing = [r for r in range(world) if r not in set(present)] if world else []
     notes: list[str] = []
     if missing:

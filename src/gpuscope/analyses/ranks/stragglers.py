@@ -108,13 +108,12 @@ def _straggler_stat(
         name = work.trace.name(row)
         by_name[name] = by_name.get(name, 0) + ns
     causes: dict[str, int] = {}
-    if p.idle is not None:
-        gaps = p.idle.gaps
-        idle_inside = covered_ns(windows, gaps.start_ns, gaps.end_ns)
-        for code, ns in zip(gaps.cause.tolist(), idle_inside.tolist(), strict=True):
-            if ns > 0:
-                cause = CAUSES[code].value
-                causes[cause] = causes.get(cause, 0) + ns
+    gaps = p.report.idle.gaps
+    idle_inside = covered_ns(windows, gaps.start_ns, gaps.end_ns)
+    for code, ns in zip(gaps.cause.tolist(), idle_inside.tolist(), strict=True):
+        if ns > 0:
+            cause = CAUSES[code].value
+            causes[cause] = causes.get(cause, 0) + ns
     busy = int(covered_ns(work.busy, windows.start_ns, windows.end_ns).sum())
     return StragglerStat(
         rank=p.rank,

@@ -38,9 +38,9 @@ def _bandwidth(
     totals, unsized = _bandwidth_totals(participants, tables, groups)
     peak = next(
         (
-            p.facts.interconnect_bytes_per_s / 2
+            p.report.facts.interconnect_bytes_per_s / 2
             for p in participants
-            if p.facts and p.facts.interconnect_bytes_per_s
+            if p.report.facts and p.report.facts.interconnect_bytes_per_s
         ),
         None,
     )
@@ -83,7 +83,7 @@ def _bandwidth_totals(
         ).max(axis=0)
         sized = np.flatnonzero(sizes > 0)
         unsized += g.count - int(sized.size)
-        declared = participants[g.members[0]].world_size or 1
+        declared = participants[g.members[0]].report.world_size or 1
         at = g.positions[0, sized]
         recorded_sizes = first.group_size[at].tolist()
         columns = (at.tolist(), sizes[sized].tolist(), transfer[sized].tolist(), recorded_sizes)
@@ -107,8 +107,8 @@ def _exposure(
 ) -> ExposureSummary:
     """Exposure per collective, less the time it spent waiting for a late rank (reported apart):
     what overlapping or merging collectives can still gain."""
-    comm = sum(p.overlap.communication_ns for p in participants)
-    exposed_total = sum(p.overlap.exposed_ns for p in participants)
+    comm = sum(p.report.overlap.communication_ns for p in participants)
+    exposed_total = sum(p.report.overlap.exposed_ns for p in participants)
     fully, fully_ns, small, small_ns, count = 0, 0, 0, 0, 0
     sized = [int(b) for t in tables for b in t.message_bytes.tolist() if b > 0]
     by_size = len(sized) >= sum(len(t) for t in tables) / 2 and bool(sized)

@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.errors import InputError
 from gpuscope.generator import GeneratorConfig, generate
-from gpuscope.model import _COLUMNS, Trace
+from gpuscope.model import _COLUMNS, Trace, narrow
 from gpuscope.readers import _io, _scan, kineto
 from test_hostile import cli, one_error_line
 
@@ -190,7 +191,8 @@ def test_an_input_over_the_memory_budget_is_one_line(
     if not scanner:
         without_scanner(monkeypatch)
     path = tmp_path / "t.json.gz"
-    path.write_bytes(generate(GeneratorConfig(seed=2, steps=16)).to_bytes(compress=True))
+    # 17,600 events: past the 1 MB floor of the columns' share even at 77 bytes a row.
+    path.write_bytes(generate(GeneratorConfig(seed=2, steps=32)).to_bytes(compress=True))
     try:
         line = one_error_line(cli("diagnose", str(path), "--max-memory", "1K"))
         assert "too big for the memory budget of 1 kB" in line and "--max-memory" in line, line
@@ -247,3 +249,97 @@ def test_annotate_copies_the_trace_in_pieces(
     written = out.open("rb").read()
     written = gzip.decompress(written) if out.name.endswith(".gz") else written
     assert json.loads(written) == expected
+
+
+# --- narrow columns -------------------------------------------------------------------------------
+
+
+def test_narrow_keeps_32_bits_only_when_every_value_fits() -> None:
+    fits = np.array([-1, 0, 2**31 - 1], dtype=np.int64)
+    assert narrow(fits).dtype == np.int32
+    assert narrow(fits).tolist() == fits.tolist()
+    for wide in ([-1, 2**31], [-(2**31) - 1, 5], [0, 2**62]):
+        column = narrow(np.array(wide, dtype=np.int64))
+        assert column.dtype == np.int64
+        assert column.tolist() == wide
+    assert narrow(np.array([], dtype=np.int64)).dtype == np.int32
+
+
+def kernel_and_launch(i: int, big: int) -> list[dict[str, Any]]:
+    """A launch and its kernel, whose ids are ``big`` plus ``i`` (``big`` 0: small ids)."""
+    ids = {"correlation": big + i, "External id": big + i}
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": big + 1,
+         "ts": 98 + 10 * i, "dur": 1, "args": ids},
+        {"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 0, "tid": 7,
+         "ts": 100 + 10 * i, "dur": 5,
+         "args": {**ids, "device": 0, "stream": big + 7, "grid": [big + 4, 1, 1],
+                  "block": [128, 1, 1], "est. achieved occupancy %": 100.00000001 if i else 50}},
+        {"ph": "X", "cat": "python_function", "name": "f.py(1): f", "pid": 1, "tid": big + 1,
+         "ts": 97 + 10 * i, "dur": 4,
+         "args": {"Python id": big + 2 * i, "Python parent id": big + 2 * i - 1}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_ids_past_32_bits_read_exactly_in_64(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    """Columns are int32 while their values fit, int64 from the first that does not: a trace
+    whose ids pass 2^31 only after its first events (the scanner then widens the column it has
+    filled) reads the same ids as one that is small throughout, shifted."""
+    if scanner and not _scan.scanner_built():
+        pytest.skip("the C scanner is not built")
+    if not scanner:
+        without_scanner(monkeypatch)
+    big = 2**40
+    early = [e for i in range(67) for e in kernel_and_launch(i, 0)]
+    small_events = early + [e for i in range(100, 300) for e in kernel_and_launch(i, 0)]
+    # The same events, but past 32 bits from the 202nd on: the columns widen mid-way.
+    mixed_events = early + [e for i in range(100, 300) for e in kernel_and_launch(i, big)]
+    small = kineto.read_file(write_trace(tmp_path / "small.json", small_events))
+    mixed = kineto.read_file(write_trace(tmp_path / "mixed.json.gz", mixed_events))
+    reference = kineto.read(
+        tmp_path / "mixed.json.gz", json.dumps({"traceEvents": mixed_events}).encode()
+    )
+    same_trace(mixed, reference)
+    ev_small, ev = small.events, mixed.events
+    late = ev.start_ns >= (97 + 10 * 100) * 1000  # ns: the first event of the big ids
+    for name in ("correlation", "external_id", "stream", "python_id", "python_parent_id", "tid"):
+        assert getattr(ev, name).dtype == np.int64, name
+        assert getattr(ev_small, name).dtype == (np.int64 if name == "tid" else np.int32), name
+        wide, narrow_ = getattr(ev, name), getattr(ev_small, name).astype(np.int64)
+        shifted = late & (narrow_ >= 0) & ((ev.kind != 0) | (name != "tid"))
+        assert np.array_equal(wide[shifted], narrow_[shifted] + big), name
+        assert np.array_equal(wide[~shifted], narrow_[~shifted]), name
+    assert ev.grid_blocks.dtype == np.int64 and ev_small.grid_blocks.dtype == np.int32
+    # Launches link to their kernels whatever the width of the ids.
+    assert np.array_equal(ev.link, ev_small.link)
+    # An occupancy a hair over 100% is out of range either way: counted, not rounded into range.
+    assert np.isnan(ev.occupancy_pct[ev.kind == 0][1:]).all()
+    assert any("occupancy" in w for w in mixed.warnings)
+
+
+def write_trace(path: Path, events: list[dict[str, Any]]) -> Path:
+    text = json.dumps({"traceEvents": events}).encode()
+    path.write_bytes(gzip.compress(text) if path.name.endswith(".gz") else text)
+    return path
+
+
+def test_a_window_of_contiguous_rows_shares_the_table() -> None:
+    trace = kineto.read(Path("g.json"), generate(GeneratorConfig(seed=3, steps=3)).to_bytes())
+    ev = trace.events
+    n = len(ev)
+    rows = np.arange(n // 3, n, dtype=np.intp)
+    window = ev.take(rows)
+    for name in ("start_ns", "dur_ns", "kind", "name_id", "pid", "correlation"):
+        assert np.shares_memory(getattr(window, name), getattr(ev, name)), name
+    # The same rows taken as a copy (one row out of order forces it) link the same way.
+    shuffled = rows.copy()
+    shuffled[[0, 1]] = shuffled[[1, 0]]
+    copied = ev.take(shuffled)
+    assert not np.shares_memory(copied.start_ns, ev.start_ns)
+    assert np.array_equal(copied.link[2:], window.link[2:])
+    assert copied.extra.keys() - {0, 1} == window.extra.keys() - {0, 1}
+    linked = window.link >= 0
+    assert np.array_equal(window.link[linked] + n // 3, ev.link[rows][linked])

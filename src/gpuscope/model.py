@@ -8,15 +8,26 @@ Contract:
 * Each event has exactly one :class:`Kind`. Device-side events (kernel, memcpy, memset, sync, GPU
   annotation) carry ``device >= 0`` and ``stream >= 0``; host-side events carry ``-1`` in both.
 * "Not recorded" is explicit: ``-1`` for ids, sizes and counts, ``NaN`` for ratios; never ``0``.
+* Id columns (:data:`ID_COLUMNS`: ``stream``, ``correlation``, ``external_id``, ``link``,
+  ``python_id``, ``python_parent_id``, ``grid_blocks``, ``block_threads``) are ``int32`` when
+  every value fits, else ``int64`` (:func:`narrow`): a table of millions of events takes ~40%
+  less memory. Code reading them must not assume a width: widen (``astype(np.int64)``) before
+  arithmetic that can leave 32 bits (shifts, products, offsets). ``device`` is ``int32``; times,
+  ``bytes``, ``pid`` and ``tid`` (64-bit thread ids, nsys global ids) are ``int64``.
 * ``Events.link`` joins a launch (runtime call) and the device work it launched, both ways: for a
   device event it is the row of its runtime call, for a runtime call the row of its (first) device
   event, ``-1`` when unknown. Readers fill it from correlation ids or flow events.
+* ``Events.extra`` (a read-only mapping, :class:`Extras`) holds the few arguments only some
+  events have, shared among equal values: never mutate a value.
+* :meth:`Events.take` of an ascending run of rows (a window) gives views of the columns, not
+  copies: never write into a window's columns.
 
 Readers know formats; nothing here does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
@@ -28,6 +39,8 @@ from numpy.typing import NDArray
 from gpuscope._arrays import among, distinct
 
 I64 = NDArray[np.int64]
+#: An id column: ``int32`` where every value fits, else ``int64`` (see :func:`narrow`).
+Ids = NDArray[np.int32] | NDArray[np.int64]
 
 
 class Kind(IntEnum):
@@ -68,19 +81,160 @@ _COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
     "pid": (np.int64, -1),
     "tid": (np.int64, -1),
     "device": (np.int32, -1),
-    "stream": (np.int64, -1),
-    "correlation": (np.int64, -1),
-    "external_id": (np.int64, -1),
-    "link": (np.int64, -1),
+    "stream": (np.int32, -1),
+    "correlation": (np.int32, -1),
+    "external_id": (np.int32, -1),
+    "link": (np.int32, -1),
     "bytes": (np.int64, -1),
     "copy_direction": (np.uint8, 0),
     "pageable": (np.bool_, False),
-    "python_id": (np.int64, -1),
-    "python_parent_id": (np.int64, -1),
-    "grid_blocks": (np.int64, -1),
-    "block_threads": (np.int64, -1),
+    "python_id": (np.int32, -1),
+    "python_parent_id": (np.int32, -1),
+    "grid_blocks": (np.int32, -1),
+    "block_threads": (np.int32, -1),
     "occupancy_pct": (np.float32, float("nan")),
 }
+
+
+#: Columns stored in 32 bits when every value fits (ids, row indices, small counts).
+ID_COLUMNS = frozenset(
+    (
+        "stream",
+        "correlation",
+        "external_id",
+        "link",
+        "python_id",
+        "python_parent_id",
+        "grid_blocks",
+        "block_threads",
+    )
+)
+_I32 = np.iinfo(np.int32)
+
+
+def narrow(values: Any) -> Ids:
+    """An integer column as ``int32`` when every value fits (a copy only when it changes
+    width), else as ``int64``. Ids and row indices rarely pass 2^31, and half the width is half
+    the memory on a table of tens of millions of rows."""
+    column = np.asarray(values)
+    if column.size == 0 or column.dtype == np.int32:
+        same: NDArray[np.int32] = column.astype(np.int32, copy=False)
+        return same
+    if column.dtype.kind not in "iu":
+        return np.asarray(column, dtype=np.int64)
+    low, high = column.min(), column.max()
+    if low >= _I32.min and high <= _I32.max:
+        return column.astype(np.int32)
+    wide: NDArray[np.int64] = np.asarray(column, dtype=np.int64)
+    return wide
+
+
+class Extras(Mapping[int, dict[str, Any]]):
+    """:attr:`Events.extra`: a read-only mapping of row -> arguments, kept as two arrays (the
+    rows, ascending, and for each the index of its dict) and the distinct dicts once. Readers
+    share one dict among equal arguments (the same shapes recur at every step): a Python dict of
+    a million rows took ~16 bytes a row of the table more than these arrays."""
+
+    __slots__ = ("_ids", "_rows", "_values")
+
+    def __init__(self, rows: Any, ids: Any, values: list[dict[str, Any]]) -> None:
+        self._rows = narrow(rows)
+        self._ids: NDArray[np.int32] = np.asarray(ids, dtype=np.int32)
+        self._values = values
+
+    @classmethod
+    def of(cls, extra: Mapping[int, dict[str, Any]]) -> Extras:
+        """``extra`` as :class:`Extras` (itself when it is one already)."""
+        if isinstance(extra, Extras):
+            return extra
+        rows = np.fromiter(extra.keys(), dtype=np.int64, count=len(extra))
+        index: dict[int, int] = {}
+        values: list[dict[str, Any]] = []
+        ids = np.empty(len(extra), dtype=np.int32)
+        for i, value in enumerate(extra.values()):
+            j = index.setdefault(id(value), len(values))
+            if j == len(values):
+                values.append(value)
+            ids[i] = j
+        order = np.argsort(rows, kind="stable")
+        return cls(rows[order], ids[order], values)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        i = int(np.searchsorted(self._rows, row))
+        if i < self._rows.size and self._rows[i] == row:
+            return self._values[int(self._ids[i])]
+        raise KeyError(row)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows.tolist())
+
+    def __len__(self) -> int:
+        return int(self._rows.size)
+
+    def items(self) -> Any:  # an ItemsView's iteration, without one lookup per row
+        values = self._values
+        return [
+            (r, values[i]) for r, i in zip(self._rows.tolist(), self._ids.tolist(), strict=True)
+        ]
+
+    def values(self) -> Any:
+        values = self._values
+        return [values[i] for i in self._ids.tolist()]
+
+    @property
+    def rows(self) -> Ids:
+        """The rows that have arguments, ascending."""
+        return self._rows
+
+    @classmethod
+    def unsorted(cls, rows: Any, ids: Any, values: list[dict[str, Any]]) -> Extras:
+        """From rows in any order (each once) and the index in ``values`` of each one's dict."""
+        order = np.argsort(rows, kind="stable")
+        return cls(np.asarray(rows)[order], np.asarray(ids)[order], values)
+
+    def lookup(self, rows: Any) -> list[dict[str, Any] | None]:
+        """The arguments of each of ``rows`` (None where it has none), in one search."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rows.size == 0:
+            return [None] * int(rows.size)
+        at = np.minimum(np.searchsorted(self._rows, rows), self._rows.size - 1)
+        found = self._rows[at] == rows
+        values = self._values
+        return [
+            values[i] if ok else None
+            for i, ok in zip(self._ids[at].tolist(), found.tolist(), strict=True)
+        ]
+
+    def value_ids(self, rows: Any) -> NDArray[np.int32]:
+        """For each of ``rows``, the index of its arguments in :attr:`distinct` (-1: none)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rows.size == 0:
+            return np.full(rows.shape, -1, dtype=np.int32)
+        at = np.minimum(np.searchsorted(self._rows, rows), self._rows.size - 1)
+        found: NDArray[np.int32] = np.where(self._rows[at] == rows, self._ids[at], -1).astype(
+            np.int32
+        )
+        return found
+
+    @property
+    def distinct(self) -> list[dict[str, Any]]:
+        """The distinct argument dicts (shared by the rows that have equal arguments)."""
+        return self._values
+
+    def remapped(self, new_row: NDArray[Any]) -> Extras:
+        """The arguments at their rows in another table: row ``r`` goes to ``new_row[r]``, and
+        is dropped where that is negative."""
+        moved = new_row[self._rows]
+        kept = moved >= 0
+        return Extras.unsorted(moved[kept], self._ids[kept], self._values)
+
+    def window(self, lo: int, hi: int) -> Extras:
+        """The arguments of rows ``lo`` to ``hi`` (excluded), at rows counted from ``lo``."""
+        a, b = np.searchsorted(self._rows, [lo, hi]).tolist()
+        return Extras(self._rows[a:b] - lo, self._ids[a:b], self._values)
+
+    def __reduce__(self) -> Any:
+        return (Extras, (self._rows, self._ids, self._values))
 
 
 class Events(msgspec.Struct, dict=True):
@@ -93,20 +247,22 @@ class Events(msgspec.Struct, dict=True):
     pid: I64
     tid: I64
     device: NDArray[np.int32]
-    stream: I64
-    correlation: I64
-    external_id: I64
-    link: I64
+    stream: Ids
+    correlation: Ids
+    external_id: Ids
+    link: Ids
     bytes: I64
     copy_direction: NDArray[np.uint8]
     pageable: NDArray[np.bool_]
-    python_id: I64
-    python_parent_id: I64
-    grid_blocks: I64
-    block_threads: I64
+    python_id: Ids
+    python_parent_id: Ids
+    grid_blocks: Ids
+    block_threads: Ids
     occupancy_pct: NDArray[np.float32]
     #: Sparse per-row arguments that only some events have (recorded shapes, collective sizes).
-    extra: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
+    #: An :class:`Extras` once built by :meth:`from_columns` or :meth:`take` (a plain dict where
+    #: a caller builds the struct directly).
+    extra: Mapping[int, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -117,7 +273,7 @@ class Events(msgspec.Struct, dict=True):
 
     @classmethod
     def from_columns(
-        cls, n: int, columns: dict[str, Any], extra: dict[int, dict[str, Any]]
+        cls, n: int, columns: dict[str, Any], extra: Mapping[int, dict[str, Any]]
     ) -> Events:
         """Build a table of ``n`` rows; columns not given take their "not recorded" value."""
         arrays: dict[str, Any] = {}
@@ -125,20 +281,34 @@ class Events(msgspec.Struct, dict=True):
             given = columns.get(name)
             if given is None:
                 arrays[name] = np.full(n, missing, dtype=dtype)
+            elif name in ID_COLUMNS:
+                arrays[name] = narrow(given)
             else:
                 arrays[name] = np.asarray(given, dtype=dtype)
-        return cls(**arrays, extra=extra)
+        return cls(**arrays, extra=Extras.of(extra))
 
     def take(self, rows: NDArray[np.intp]) -> Events:
-        """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped."""
-        remap = np.full(len(self), -1, dtype=np.int64)
-        remap[rows] = np.arange(rows.shape[0], dtype=np.int64)
+        """A new table with ``rows`` in that order; ``link`` and ``extra`` are remapped.
+
+        Rows that are one ascending run (a window from some row to another) are views of this
+        table's columns, not copies: only ``link`` is new."""
+        if rows.size and rows[-1] - rows[0] == rows.size - 1 and bool(np.all(np.diff(rows) == 1)):
+            return self._slice(int(rows[0]), int(rows[-1]) + 1)
+        # Row indices: 32 bits below 2^31 rows, as the link column itself (see ``narrow``).
+        index = np.int32 if len(self) <= _I32.max else np.int64
+        remap = np.full(len(self), -1, dtype=index)
+        remap[rows] = np.arange(rows.shape[0], dtype=index)
         arrays = {name: getattr(self, name)[rows] for name in _COLUMNS}
         old_link = arrays["link"]
-        arrays["link"] = np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1)
-        new_row = remap.tolist()
-        extra = {new_row[r]: v for r, v in self.extra.items() if new_row[r] >= 0}
-        return Events(**arrays, extra=extra)
+        arrays["link"] = narrow(np.where(old_link >= 0, remap[np.maximum(old_link, 0)], -1))
+        return Events(**arrays, extra=Extras.of(self.extra).remapped(remap))
+
+    def _slice(self, lo: int, hi: int) -> Events:
+        arrays = {name: getattr(self, name)[lo:hi] for name in _COLUMNS}
+        link = arrays["link"]
+        inside = (link >= lo) & (link < hi)
+        arrays["link"] = np.where(inside, link - lo, -1).astype(link.dtype)
+        return Events(**arrays, extra=Extras.of(self.extra).window(lo, hi))
 
     def of_kind(self, *kinds: Kind) -> NDArray[np.bool_]:
         """Boolean mask of the rows whose kind is one of ``kinds``."""

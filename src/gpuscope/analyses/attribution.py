@@ -146,7 +146,7 @@ def attribute_idle(
         # The device work that ends each gap, and the host thread that launched it.
         starts = ev.start_ns[work.rows]
         next_work = np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)
-        launcher = ev.link[work.rows[next_work]]
+        launcher = ev.link[work.rows[next_work]].astype(np.int64)
         after_class = work.work_class[next_work]
         after_row = work.rows[next_work]
         main_pid, main_tid = host.main_thread

@@ -45,7 +45,7 @@ from gpuscope._arrays import among
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
-from gpuscope.model import CopyDirection, Kind
+from gpuscope.model import CopyDirection, Extras, Kind
 
 #: Kernels shorter than this are dominated by launch and tail latency: PyTorch spends about this
 #: long on the host to dispatch and launch one kernel, so a stream of them cannot keep the GPU busy.
@@ -297,7 +297,8 @@ def _estimates(
     no_ops = np.full(n, -1, dtype=np.int64)
     if not ev.extra:
         return flops, nbytes, precision, no_ops
-    op_rows = np.array(sorted(r for r in ev.extra if ev.kind[r] == Kind.CPU_OP), dtype=np.int64)
+    extra = Extras.of(ev.extra)
+    op_rows = extra.rows[ev.kind[extra.rows] == Kind.CPU_OP].astype(np.int64)
     if op_rows.size == 0:
         return flops, nbytes, precision, no_ops
     # Kernels carry the External id of the operator that launched them.
@@ -310,24 +311,44 @@ def _estimates(
     op_of_kernel = np.where(matched, op_rows[pos], -1)
     dur = ev.dur_ns[work.rows].astype(np.float64)
     # An op's work is shared among its kernels by duration (a GEMM and its epilogue, say).
-    op_total: dict[int, float] = {}
-    for k in np.flatnonzero(matched).tolist():
-        op = int(op_of_kernel[k])
-        op_total[op] = op_total.get(op, 0.0) + dur[k]
-    cache: dict[int, Estimate | None] = {}
-    for k in np.flatnonzero(matched).tolist():
-        op = int(op_of_kernel[k])
-        if kind[k] in (KernelKind.COMMUNICATION,):
-            continue
-        if op not in cache:
-            cache[op] = estimate_op(work.trace.name(op), ev.extra[op])
-        est = cache[op]
-        if est is None:
-            continue
-        weight = dur[k] / op_total[op] if op_total[op] > 0 else 1.0
-        flops[k] = est.flops * weight
-        nbytes[k] = est.bytes * weight
-        precision[k] = est.precision
+    # Vectorised over kernels: per-kernel Python dicts took ~60 bytes a row of the trace at the
+    # peak of a diagnosis (millions of kernels); durations are whole nanoseconds, so the sums
+    # are exact in any order.
+    kernels = np.flatnonzero(matched)
+    ops, of_op = np.unique(op_of_kernel[kernels], return_inverse=True)
+    op_total = np.bincount(of_op, weights=dur[kernels], minlength=ops.size)
+    estimated = kernels[kind[kernels] != KernelKind.COMMUNICATION]
+    position = np.searchsorted(ops, op_of_kernel[estimated])
+    needed = np.unique(position)
+    op_flops = np.full(ops.size, np.nan)
+    op_bytes = np.full(ops.size, np.nan)
+    op_precision = np.full(ops.size, None, dtype=object)
+    # One estimate per operator name and recorded arguments (the readers share one dict among
+    # equal arguments, and the same shapes recur at every step), not one per operator call.
+    needed_ops = ops[needed]
+    args_id = extra.value_ids(needed_ops).astype(np.int64)  # >= 0: operators have arguments
+    pair = (ev.name_id[needed_ops].astype(np.int64) << 32) | args_id
+    _, first, of_pair = np.unique(pair, return_index=True, return_inverse=True)
+    pair_flops = np.full(first.size, np.nan)
+    pair_bytes = np.full(first.size, np.nan)
+    pair_precision = np.full(first.size, None, dtype=object)
+    for j, (op, a) in enumerate(
+        zip(needed_ops[first].tolist(), args_id[first].tolist(), strict=True)
+    ):
+        est = estimate_op(work.trace.name(op), extra.distinct[a])
+        if est is not None:
+            pair_flops[j], pair_bytes[j], pair_precision[j] = est.flops, est.bytes, est.precision
+    op_flops[needed] = pair_flops[of_pair]
+    op_bytes[needed] = pair_bytes[of_pair]
+    op_precision[needed] = pair_precision[of_pair]
+    total = op_total[position]
+    weight = np.ones(estimated.size)
+    np.divide(dur[estimated], total, out=weight, where=total > 0)
+    flops[estimated] = op_flops[position] * weight
+    nbytes[estimated] = op_bytes[position] * weight
+    chosen = np.full(n, None, dtype=object)
+    chosen[estimated] = op_precision[position]
+    precision = chosen.tolist()
     return flops, nbytes, precision, op_of_kernel.astype(np.int64)
 
 
@@ -476,14 +497,26 @@ def _bounds(
     if facts is not None and facts.memory_bandwidth_bytes_per_s:
         bandwidth = facts.memory_bandwidth_bytes_per_s
         known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0) & (dur > 0))
-        for k in known.tolist():
-            peak = _peak_flops(facts, precision[k], int(kind[k]))
-            if not peak:
-                continue
-            intensity = flops[k] / nbytes[k]
-            bound[k] = Bound.COMPUTE if intensity >= peak / bandwidth else Bound.MEMORY
-            roof = min(peak, intensity * bandwidth)
-            attained[k] = (flops[k] / (dur[k] / 1e9)) / roof if roof > 0 else np.nan
+        # One peak per precision and kernel kind (a few pairs), then every kernel at once: a
+        # loop per kernel cost seconds and a Python object per kernel on millions of them.
+        labels = [precision[k] for k in known.tolist()]
+        label_code = {label: i for i, label in enumerate(dict.fromkeys(labels))}
+        pair = np.fromiter(map(label_code.__getitem__, labels), np.int64, len(labels)) * 256
+        pair += kind[known]
+        pairs, of_pair = np.unique(pair, return_inverse=True)
+        by_code = list(label_code)
+        pair_peak = np.array(
+            [_peak_flops(facts, by_code[p >> 8], p & 255) or 0.0 for p in pairs.tolist()],
+            dtype=np.float64,
+        )
+        peak = pair_peak[of_pair]
+        has_peak = peak != 0
+        k, peak = known[has_peak], peak[has_peak]
+        intensity = flops[k] / nbytes[k]
+        bound[k] = np.where(intensity >= peak / bandwidth, Bound.COMPUTE, Bound.MEMORY)
+        roof = np.minimum(peak, intensity * bandwidth)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            attained[k] = np.where(roof > 0, (flops[k] / (dur[k] / 1e9)) / roof, np.nan)
     # Shorter than a launch: launch and tail latency bound it, unless it reached a good share of
     # its roof anyway. A long kernel is not latency-bound for its grid alone: a grouped GEMM of
     # few large tiles still keeps its SMs' tensor cores busy for its whole duration.

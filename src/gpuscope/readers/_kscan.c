@@ -20,8 +20,13 @@
  * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows):
  *   events      how many events of any phase were read
  *   rows        how many complete ("X") events, one row each in the columns
- *   columns     dict of column name -> Block (a read-only buffer of native int32 / int64 /
- *               float64 / uint8 values, owning the scanner's memory: no copy)
+ *   columns     dict of column name -> Block (a read-only buffer of native values, owning the
+ *               scanner's memory: no copy): "cat" and "name" int32, "float_time" uint8,
+ *               "occupancy" float32 (a figure outside 0-100 reads -1 or +inf, so it stays out
+ *               of range as float32), "ts_ns" int64, every other integer column int32 while
+ *               each of its values fits, int64 from the first that does not (the Block's
+ *               size is then 8 bytes a row): most ids fit, and half the width is half the
+ *               memory of a scan of tens of millions of events
  *   cats        list of the raw (still JSON-escaped) category strings; column "cat" indexes it
  *   names       the same for event names; column "name" indexes it
  *   extra_rows  bytes of int64 rows whose args hold "Input Dims", "Collective name" or
@@ -177,8 +182,9 @@ static void packed_free(Packed *p) {
 typedef struct {
     Py_ssize_t rows, capacity;
     int32_t *cat, *name;
-    int64_t *ints[N_INT64];
-    double *occupancy;
+    void *ints[N_INT64]; /* int32_t while wide[i] is 0, int64_t once it is 1 */
+    uint8_t wide[N_INT64];
+    float *occupancy;
     uint8_t *flags; /* 1 where ts was written as a float */
     int64_t *extra_rows;
     int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
@@ -195,14 +201,52 @@ static int columns_grow(Columns *c, Py_ssize_t hint) {
     c->field = p;
     GROW(cat, int32_t)
     GROW(name, int32_t)
-    GROW(occupancy, double)
+    GROW(occupancy, float)
     GROW(flags, uint8_t)
     for (int i = 0; i < N_INT64; i++) {
-        GROW(ints[i], int64_t)
+        p = realloc(c->ints[i], (size_t)capacity * (c->wide[i] ? 8 : 4));
+        if (p == NULL) return -1;
+        c->ints[i] = p;
     }
 #undef GROW
     c->capacity = capacity;
     return 0;
+}
+
+/* Column ``i`` from int32 to int64, in place, for a value that does not fit in 32 bits. Each
+ * value moves from offset 4r to 8r, last row first: rows not yet moved are never overwritten. */
+static int columns_widen(Columns *c, int i) {
+    char *p = realloc(c->ints[i], (size_t)c->capacity * 8);
+    if (p == NULL) return -1;
+    for (Py_ssize_t r = c->rows; r-- > 0;) {
+        int32_t narrow;
+        memcpy(&narrow, p + 4 * r, 4);
+        int64_t wide = narrow;
+        memcpy(p + 8 * r, &wide, 8);
+    }
+    c->ints[i] = p;
+    c->wide[i] = 1;
+    return 0;
+}
+
+/* Store ``value`` in column ``i`` at ``row``, widening the column when it does not fit. */
+static inline int columns_put(Columns *c, int i, Py_ssize_t row, int64_t value) {
+    if (!c->wide[i]) {
+        if (value >= INT32_MIN && value <= INT32_MAX) {
+            ((int32_t *)c->ints[i])[row] = (int32_t)value;
+            return 0;
+        }
+        if (columns_widen(c, i) < 0) return -1;
+    }
+    ((int64_t *)c->ints[i])[row] = value;
+    return 0;
+}
+
+/* The bytes a row takes in the columns, at their present widths. */
+static Py_ssize_t columns_row_bytes(const Columns *c) {
+    Py_ssize_t bytes = 4 + 4 + 4 + 1;
+    for (int i = 0; i < N_INT64; i++) bytes += c->wide[i] ? 8 : 4;
+    return bytes;
 }
 
 static int extras_push(Columns *c, int64_t row, int32_t id) {
@@ -925,13 +969,10 @@ typedef struct {
 
 static const char PHASES[] = "XBEiIsftPNODCbneMRcVpSTF";
 
-/* The bytes a row takes in the columns. */
-enum { ROW_BYTES = 4 + 4 + 8 + 1 + 8 * N_INT64 };
-
 /* The memory the scan's results take so far (the columns as filled, the copied texts). */
 static Py_ssize_t scan_bytes(const Scan *s) {
     const Columns *c = &s->columns;
-    return c->rows * ROW_BYTES + c->flows.length + c->n_extras * 12 + s->extras.strings_length +
+    return c->rows * columns_row_bytes(c) + c->flows.length + c->n_extras * 12 + s->extras.strings_length +
            s->names.strings_length + s->cats.strings_length;
 }
 
@@ -1054,14 +1095,22 @@ static int read_event(Cursor *c, Scan *s) {
     col->cat[row] = cat_id;
     col->name[row] = name_id;
     col->flags[row] = (uint8_t)float_ts;
-    col->ints[C_TS][row] = ts;
-    col->ints[C_DUR][row] = dur;
-    col->ints[C_PID][row] = pid;
-    col->ints[C_TID][row] = tid;
-    for (int i = 0; i < N_INT_ARGS; i++) col->ints[C_CORRELATION + i][row] = args.ints[i];
-    col->ints[C_GRID][row] = args.grid;
-    col->ints[C_BLOCK][row] = args.block;
-    col->occupancy[row] = args.occupancy;
+    int failed = columns_put(col, C_TS, row, ts) < 0;
+    failed |= columns_put(col, C_DUR, row, dur) < 0;
+    failed |= columns_put(col, C_PID, row, pid) < 0;
+    failed |= columns_put(col, C_TID, row, tid) < 0;
+    for (int i = 0; i < N_INT_ARGS; i++)
+        failed |= columns_put(col, C_CORRELATION + i, row, args.ints[i]) < 0;
+    failed |= columns_put(col, C_GRID, row, args.grid) < 0;
+    failed |= columns_put(col, C_BLOCK, row, args.block) < 0;
+    if (failed) return BAD;
+    /* float32, as the model keeps it; a figure out of range stays out of range (it is counted
+     * and dropped on the Python side), where rounding could bring 100.00000001 down to 100. */
+    double occupancy = args.occupancy;
+    col->occupancy[row] = isnan(occupancy)   ? NAN
+                          : occupancy < 0    ? -1.0f
+                          : occupancy > 100 ? INFINITY
+                                             : (float)occupancy;
     if (args.extra) {
         int32_t id = intern_kept(s, &args);
         if (id < 0 || extras_push(col, row, id) < 0) return BAD;
@@ -1667,10 +1716,10 @@ static PyObject *columns_result(Scan *s) {
     if (columns == NULL) goto finally;
     int failed = put_column(columns, "cat", col->cat, n * 4) < 0;
     failed |= put_column(columns, "name", col->name, n * 4) < 0;
-    failed |= put_column(columns, "occupancy", col->occupancy, n * 8) < 0;
+    failed |= put_column(columns, "occupancy", col->occupancy, n * 4) < 0;
     failed |= put_column(columns, "float_time", col->flags, n) < 0;
     for (int i = 0; i < N_INT64; i++) {
-        failed |= put_column(columns, INT64_NAMES[i], col->ints[i], n * 8) < 0;
+        failed |= put_column(columns, INT64_NAMES[i], col->ints[i], n * (col->wide[i] ? 8 : 4)) < 0;
         col->ints[i] = NULL;
     }
     col->cat = col->name = NULL;
@@ -1807,7 +1856,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 4
+#define KSCAN_VERSION 5
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

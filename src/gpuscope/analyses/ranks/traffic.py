@@ -155,7 +155,7 @@ def _locate(p: Participant, t: CollectiveTable, exposed: I64, into: dict[str, li
     order = np.argsort(-exposed, kind="stable")[:256]
     order = order[exposed[order] > 0]
     rows = t.rows[order]
-    launcher = ev.link[rows]
+    launcher = ev.link[rows].astype(np.int64)
     # Launched work: where its launch was issued (resolved together); else the work's own name.
     where = [p.work.trace.names[i] for i in ev.name_id[rows].tolist()]
     launched = np.flatnonzero(launcher >= 0)

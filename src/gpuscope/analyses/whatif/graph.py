@@ -135,7 +135,9 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     host_rows = hrows[top]
 
     # Device chains: per (device, stream), by start.
-    dkey = (ev.device[device].astype(np.int64) << 40) + (ev.stream[device] & ((1 << 40) - 1))
+    dkey = (ev.device[device].astype(np.int64) << 40) + (
+        ev.stream[device].astype(np.int64) & ((1 << 40) - 1)
+    )
     dorder = np.argsort(dkey, kind="stable")
     drows, dk = device[dorder], dkey[dorder]
     new_stream = np.ones(drows.size, dtype=np.bool_)

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
-from gpuscope.model import DeviceInfo, Events, Kind, Step, Trace
+from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Extras, Kind, Step, Trace, narrow
 from gpuscope.readers import _scan
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._shape import (
@@ -66,6 +66,20 @@ from gpuscope.readers.kineto._values import (
 # --- building the model --------------------------------------------------------------------------
 
 
+#: The model's int64 columns that the scanner may hand over as int32.
+_INT64_COLUMNS = frozenset(("start_ns", "dur_ns", "pid", "tid"))
+
+
+def _ints(block: Any, rows: int) -> np.ndarray:
+    """An integer column of the scanner's: int32 where every value fitted, else int64 (its size
+    says which; see ``_kscan.c``)."""
+    view = memoryview(block)
+    values: np.ndarray = np.frombuffer(
+        view, dtype=np.int32 if view.nbytes == 4 * rows else np.int64
+    )
+    return values
+
+
 class _Columns:
     """Events turned into columns piece by piece, then assembled into one sorted table."""
 
@@ -75,7 +89,12 @@ class _Columns:
         self.index: dict[Any, int] = {}
         self._names: list[str] = []
         self.parts: dict[str, list[np.ndarray]] = {}
-        self.extra: dict[int, dict[str, Any]] = {}
+        #: Rows with kept arguments (numbered as added, before the sort) and for each the index
+        #: of its dict in ``extra_values``: arrays, not a dict of millions of rows.
+        self.extra_rows: list[np.ndarray] = []
+        self.extra_ids: list[np.ndarray] = []
+        self.extra_values: list[dict[str, Any]] = []
+        self._value_index: dict[int, int] = {}
         self.rows = 0
         self.events = 0
         self.old_schema = False
@@ -97,9 +116,12 @@ class _Columns:
             self.nbytes += len(key) * 8  # lists and strings as Python objects
         return shared
 
-    def _keep_extra(self, row: int, extra: dict[str, Any]) -> None:
-        self.extra[row] = self._shared(extra)
-        self.nbytes += 100  # the row's entry
+    def _value_id(self, shared: dict[str, Any]) -> int:
+        """The index of a shared dict in ``extra_values``."""
+        index = self._value_index.setdefault(id(shared), len(self.extra_values))
+        if index == len(self.extra_values):
+            self.extra_values.append(shared)
+        return index
 
     def add(
         self, raw_events: list[Any], flows: Callable[[], list[Any]], *, lenient: bool | None = None
@@ -165,7 +187,7 @@ class _Columns:
         keep = codes != _SKIP
         # The scanner hands over any time that is not a number in range; a negative duration
         # is skipped and counted here as the msgspec reader does (see _bad_times).
-        negative = keep & (np.frombuffer(memoryview(raw["dur_ns"]), dtype=np.int64) < 0)
+        negative = keep & (_ints(raw["dur_ns"], n) < 0)
         if negative.any():
             _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
             keep &= ~negative
@@ -181,38 +203,38 @@ class _Columns:
             kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
 
         # Each raw column is read once and dropped: the peak holds the table about once.
-        def column(key: str, dtype: type = np.int64) -> np.ndarray:
-            values: np.ndarray = np.frombuffer(memoryview(raw.pop(key)), dtype=dtype)
+        def column(key: str, dtype: type | None = None) -> np.ndarray:
+            block = raw.pop(key)
+            values = (
+                _ints(block, n) if dtype is None else np.frombuffer(memoryview(block), dtype=dtype)
+            )
             return values if every_row else values[kept]
 
         def arg(field: str, rows: np.ndarray) -> np.ndarray:
-            values: np.ndarray = np.frombuffer(memoryview(raw.pop(field)), dtype=np.int64)[
-                kept[rows]
-            ]
+            values: np.ndarray = _ints(raw.pop(field), n)[kept[rows]]
             return values
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
-            new_row = np.cumsum(keep) - 1
-            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64).tolist()
+            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
             # The scanner interns the kept arguments: each distinct text is decoded once (all
             # of them, used or not, as msgspec would decode them) and its dict shared.
             ids, texts = extras
             shared = [self._shared(_extras_of(_decode_args(text))) for text in texts]
-            for row, text_id in zip(
-                rows_with_args, np.frombuffer(ids, dtype=np.int32).tolist(), strict=True
-            ):
-                extra = shared[text_id] if keep[row] else None
-                if extra:
-                    self.extra[self.rows + int(new_row[row])] = extra
-                    self.nbytes += 100
+            value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
+            text_ids = np.frombuffer(ids, dtype=np.int32)
+            used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
+            new_row = np.cumsum(keep) - 1
+            self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
+            self.extra_ids.append(value_id[text_ids[used]])
+            self.nbytes += 12 * int(used.sum())
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": _occupancy(column("occupancy", np.float64), self.skipped),
+            "occupancy_pct": _occupancy(column("occupancy", np.float32), self.skipped),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
@@ -254,8 +276,12 @@ class _Columns:
         ts_us = np.array(ts)
         self.float_ts |= not lenient and ts_us.dtype.kind == "f"
         n = len(rows)
-        for row, values in _extra_args(args).items():
-            self._keep_extra(self.rows + row, values)
+        kept_args = _extra_args(args)
+        if kept_args:
+            self.extra_rows.append(self.rows + np.fromiter(kept_args, np.int64, len(kept_args)))
+            ids = [self._value_id(self._shared(v)) for v in kept_args.values()]
+            self.extra_ids.append(np.array(ids, dtype=np.int32))
+            self.nbytes += 100 * len(ids)
 
         def arg(field: str, chosen: np.ndarray) -> np.ndarray:
             if field in ("grid", "block"):
@@ -301,7 +327,7 @@ class _Columns:
             "device": _scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
             "stream": _scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
             "correlation": _scatter(n, linked, arg("correlation", linked)),
-            "external_id": external_id,
+            "external_id": narrow(external_id),
             "bytes": _scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
             "python_id": _scatter(n, python, arg("python_id", python)),
             "python_parent_id": _scatter(n, python, arg("python_parent_id", python)),
@@ -346,13 +372,22 @@ class _Columns:
         order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name in list(self.parts):
-            columns[name] = _joined(self.parts.pop(name))[order]
+            joined = _joined(self.parts.pop(name))
+            # Pieces of different widths join wide: narrowed again before the sorted copy.
+            column = (narrow(joined) if name in ID_COLUMNS else joined)[order]
+            del joined
+            # The scanner's times and thread ids come int32 when they fit; the model's are int64.
+            columns[name] = column.astype(np.int64) if name in _INT64_COLUMNS else column
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable
         new_row = np.empty_like(order)
         new_row[order] = np.arange(len(order))
-        extra = dict(zip(new_row[list(self.extra)].tolist(), self.extra.values(), strict=True))
+        extra = Extras.unsorted(
+            new_row[_joined(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
+            _joined(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
+            self.extra_values,
+        )
         _between_gpus(columns, extra)
         table = Events.from_columns(self.rows, columns, extra)
         link_launches(table)
@@ -474,18 +509,26 @@ def _steps(table: Events, names: list[str]) -> list[Step]:
     """``ProfilerStep#N`` ranges on the host, whatever their category: ``user_annotation`` since
     2022, ``Operator`` (a CPU op) in 2021 traces. The device-side copies (``gpu_user_annotation``)
     are not steps: they are where a step's kernels ran, used per device by the step breakdown."""
-    rows = np.flatnonzero(table.of_kind(Kind.ANNOTATION, Kind.CPU_OP))
+    is_step = np.array(
+        [n.startswith("ProfilerStep#") and _STEP_NAME.match(n) is not None for n in names],
+        dtype=np.bool_,
+    )
+    if not is_step.any():
+        return []
+    # By name first (one lookup per row), then by kind: no Python loop over every op.
+    rows = np.flatnonzero(is_step[table.name_id])
+    rows = rows[among(table.kind[rows], (Kind.ANNOTATION, Kind.CPU_OP))]
     steps: list[Step] = []
-    step_name_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
-    for row in rows:
-        if int(table.name_id[row]) not in step_name_ids:
-            continue
-        name = names[int(table.name_id[row])]
+    for name_id, start, dur in zip(
+        table.name_id[rows].tolist(),
+        table.start_ns[rows].tolist(),
+        table.dur_ns[rows].tolist(),
+        strict=True,
+    ):
+        name = names[name_id]
         match = _STEP_NAME.match(name)
-        if match is None:
-            continue
-        start = int(table.start_ns[row])
-        steps.append(Step(name, int(match.group(1)), start, start + int(table.dur_ns[row])))
+        assert match is not None  # chosen by it above
+        steps.append(Step(name, int(match.group(1)), start, start + dur))
     return steps
 
 

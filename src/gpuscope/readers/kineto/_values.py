@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from gpuscope._arrays import distinct
-from gpuscope.model import CopyDirection, Kind
+from gpuscope.model import CopyDirection, Extras, Kind, narrow
 from gpuscope.readers.kineto._shape import (
     _EMPTY_ARGS,
     _MEMCPY_DIRECTION,
@@ -40,7 +40,10 @@ def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
 
 
 def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    column = np.full(n, -1, dtype=np.int64)
+    """An id column of ``n`` rows holding ``values`` at ``rows``, -1 elsewhere; as narrow as
+    the values allow (``model.narrow``)."""
+    values = narrow(values)
+    column = np.full(n, -1, dtype=values.dtype)
     column[rows] = values
     return column
 
@@ -238,16 +241,18 @@ def _memcpy_columns(
     )
 
 
-def _between_gpus(columns: dict[str, np.ndarray], extra: dict[int, dict[str, Any]]) -> None:
+def _between_gpus(columns: dict[str, np.ndarray], extra: Extras) -> None:
     """A copy whose recorded source and destination GPUs differ crosses the interconnect
     (NVLink, or PCIe through the host), whatever its name: CUPTI records peer copies with both
     devices, and Kineto names them ``Memcpy DtoD (Device -> Device)`` as often as ``Memcpy PtoP``.
     A device-to-device copy within one GPU (no such record, or the same device twice) stays in
     that GPU's memory: it is not an interconnect transfer."""
     direction, kinds = columns["copy_direction"], columns["kind"]
-    for row, values in extra.items():
+    copies = extra.rows[kinds[extra.rows] == Kind.MEMCPY]
+    for row, values in zip(copies.tolist(), extra.lookup(copies), strict=True):
+        assert values is not None  # a row of extra.rows
         source, destination = values.get("from_device"), values.get("to_device")
-        if kinds[row] != Kind.MEMCPY or source is None or destination is None:
+        if source is None or destination is None:
             continue
         if source != destination:
             direction[row] = CopyDirection.P2P

@@ -62,7 +62,7 @@ import numpy as np
 
 from gpuscope._arrays import distinct
 from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
-from gpuscope.model import BUSY_KINDS, DeviceInfo, Events, Job, Trace
+from gpuscope.model import BUSY_KINDS, ID_COLUMNS, DeviceInfo, Events, Job, Trace, narrow
 from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
 from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
@@ -235,6 +235,8 @@ def _no_device_work_reason(runtime: Events | None) -> str:
 def _concat(parts: list[Events]) -> Events:
     names = [name for name in Events.__struct_fields__ if name != "extra"]
     arrays: dict[str, Any] = {n: np.concatenate([getattr(p, n) for p in parts]) for n in names}
+    for name in ID_COLUMNS:  # a wide part makes the whole column wide: narrowed again if it fits
+        arrays[name] = narrow(arrays[name])
     return Events(**arrays, extra={})
 
 

@@ -613,22 +613,38 @@ def roofline_points(
     dur = ev.dur_ns[bounds.rows][keep].astype(np.float64)
     flops, nbytes = bounds.flops[keep], bounds.bytes[keep]
     kinds, bound = bounds.kind[keep], bounds.bound[keep]
-    unique, inverse = np.unique(keys, return_inverse=True)
-    totals = np.bincount(inverse, weights=dur)
-    counts = np.bincount(inverse)
+    # Tallied per name id directly (ids are small non-negative integers): no sort.
+    counts_by_id = np.bincount(keys)
+    unique = np.flatnonzero(counts_by_id)
+    ids = counts_by_id.size
+    totals = np.bincount(keys, weights=dur)[unique]
+    counts = counts_by_id[unique]
     known = ~np.isnan(flops)
-    flop_sum = np.bincount(inverse[known], weights=flops[known], minlength=unique.size)
-    byte_sum = np.bincount(inverse[known], weights=nbytes[known], minlength=unique.size)
-    has = np.bincount(inverse[known], minlength=unique.size) > 0
+    flop_sum = np.bincount(keys[known], weights=flops[known], minlength=ids)[unique]
+    byte_sum = np.bincount(keys[known], weights=nbytes[known], minlength=ids)[unique]
+    has = np.bincount(keys[known], minlength=ids)[unique] > 0
+    # The costliest names' prevailing kind (most kernels) and bound (most time), tallied in one
+    # pass over their kernels rather than one pass per name.
+    costliest = np.argsort(-totals, kind="stable")[:top]
+    place = np.full(ids, -1, dtype=np.intp)
+    place[unique[costliest]] = np.arange(costliest.size)
+    at = place[keys]
+    mine = at >= 0
+    kind_count = np.bincount(
+        at[mine] * len(KernelKind) + kinds[mine], minlength=costliest.size * len(KernelKind)
+    ).reshape(costliest.size, len(KernelKind))
+    bound_ns = np.bincount(
+        at[mine] * len(Bound) + bound[mine],
+        weights=dur[mine],
+        minlength=costliest.size * len(Bound),
+    ).reshape(costliest.size, len(Bound))
     points: list[RooflinePoint] = []
-    for i in np.argsort(-totals, kind="stable")[:top].tolist():
-        members = inverse == i
-        by_bound = np.bincount(bound[members], weights=dur[members], minlength=len(Bound))
+    for j, i in enumerate(costliest.tolist()):
         points.append(
             RooflinePoint(
                 name=work.trace.names[int(unique[i])],
-                kind=KernelKind(int(np.bincount(kinds[members]).argmax())).name.lower(),
-                bound=Bound(int(by_bound.argmax())).name.lower(),
+                kind=KernelKind(int(kind_count[j].argmax())).name.lower(),
+                bound=Bound(int(bound_ns[j].argmax())).name.lower(),
                 count=int(counts[i]),
                 total_ns=int(totals[i]),
                 flops=float(flop_sum[i]) if has[i] else None,

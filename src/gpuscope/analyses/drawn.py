@@ -27,6 +27,7 @@ size, so that is what is kept:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ from numpy.typing import NDArray
 from gpuscope._arrays import bucket_edges, distinct
 from gpuscope.analyses.attribution import CAUSES, IdleAttribution
 from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
-from gpuscope.analyses.intervals import Intervals, covered_ns, difference
+from gpuscope.analyses.intervals import Intervals, covered_ns, covered_per_bucket, difference
 from gpuscope.analyses.timeline import DeviceWork, StepStat, WorkClass
 from gpuscope.names import stable_name
 
@@ -123,13 +124,17 @@ class Drawn(msgspec.Struct, frozen=True):
 
 def _busy_pct(busy: Intervals, edges: I64) -> NDArray[np.float64]:
     width = np.maximum(np.diff(edges), 1).astype(np.float64)
-    return 100.0 * covered_ns(busy, edges[:-1], edges[1:]) / width
+    return 100.0 * covered_per_bucket(busy, edges) / width
 
 
-def _gaps_of(idle: IdleAttribution, code: int) -> Intervals:
+def _gaps_by_cause(idle: IdleAttribution) -> list[Intervals]:
+    """The device's idle gaps of each cause (``CAUSES`` order), each in time order: one stable
+    sort by cause rather than a pass over every gap per cause."""
     g = idle.gaps
-    mine = g.cause == code
-    return Intervals(g.start_ns[mine], g.end_ns[mine])
+    order = np.argsort(g.cause, kind="stable")
+    cut = np.searchsorted(g.cause[order], np.arange(len(CAUSES) + 1)).tolist()
+    starts, ends = g.start_ns[order], g.end_ns[order]
+    return [Intervals(starts[a:b], ends[a:b]) for a, b in pairwise(cut)]
 
 
 # --- per device --------------------------------------------------------------------------------
@@ -140,12 +145,10 @@ def device_series(
 ) -> DeviceSeries:
     lo, hi = work.span_start_ns, work.span_end_ns
     edges = bucket_edges(lo, hi, STATE_COLUMNS)
-    cause_time = [
-        covered_ns(_gaps_of(idle, code), edges[:-1], edges[1:]) for code in range(len(CAUSES))
-    ]
-    states = [covered_ns(work.busy, edges[:-1], edges[1:]), *cause_time]
+    gaps = _gaps_by_cause(idle)
+    states = [covered_per_bucket(iv, edges) for iv in (work.busy, *gaps)]
     return DeviceSeries(
-        step_causes=step_causes(work, idle, steps),
+        step_causes=step_causes(work, gaps, steps),
         states_ns=[s.tolist() for s in states],
         slices_busy_pct=_busy_pct(work.busy, bucket_edges(lo, hi, HEATMAP_SLICES)).tolist(),
         roofline_kernels=roofline_points(bounds, work, by="kernel", top=ROOFLINE_POINTS),
@@ -153,7 +156,8 @@ def device_series(
     )
 
 
-def step_causes(work: DeviceWork, idle: IdleAttribution, steps: list[StepStat]) -> StepCauses:
+def step_causes(work: DeviceWork, gaps: list[Intervals], steps: list[StepStat]) -> StepCauses:
+    """``gaps``: the device's idle gaps per cause (:func:`_gaps_by_cause`)."""
     lo = np.array([s.start_ns for s in steps], dtype=np.int64)
     hi = np.array([s.end_ns for s in steps], dtype=np.int64)
     compute = work.by_class[WorkClass.COMPUTE]
@@ -161,7 +165,7 @@ def step_causes(work: DeviceWork, idle: IdleAttribution, steps: list[StepStat]) 
     exposed = covered_ns(difference(work.by_class[WorkClass.COMMUNICATION], compute), lo, hi)
     busy = np.array([s.busy_ns for s in steps], dtype=np.int64)
     memory = np.maximum(busy - compute_ns - exposed, 0)
-    lost = {c.value: covered_ns(_gaps_of(idle, code), lo, hi) for code, c in enumerate(CAUSES)}
+    lost = {c.value: covered_ns(iv, lo, hi) for c, iv in zip(CAUSES, gaps, strict=True)}
     accounted = compute_ns + exposed + memory + sum(lost.values(), np.zeros(lo.shape, np.int64))
     return StepCauses(
         compute_ns=compute_ns.tolist(),
@@ -217,6 +221,9 @@ class _Items(msgspec.Struct, frozen=True):
     label: NDArray[np.int64]  # into the names table, -1: none
     code: NDArray[np.intp]  # the category's position among the lane's own (``kinds``)
     kinds: NDArray[np.intp]  # the categories the lane has, in order
+    length_ns: I64
+    weight: NDArray[np.float64]  # the length, as bincount weighs it
+    mid_ns: I64  # the midpoint, from the timeline's origin: which bucket an item falls in
 
 
 def _items(
@@ -226,14 +233,41 @@ def _items(
     end_ns: I64,
     category: NDArray[np.generic],
     label: NDArray[np.int64],
+    lo: int,
 ) -> _Items:
     """A lane's items, with its categories numbered among its own: a lane holds a few of the
-    kinds or causes, so the runs' per-bucket tables are that much smaller."""
-    present = np.flatnonzero(np.bincount(category.astype(np.intp), minlength=_CATEGORIES))
+    kinds or causes, so the runs' per-bucket tables are that much smaller. What every bucket
+    width tried reads (length, midpoint) is worked out once."""
+    cat = category.astype(np.intp)
+    present = np.flatnonzero(np.bincount(cat, minlength=_CATEGORIES))
     position = np.zeros(_CATEGORIES, dtype=np.intp)
     position[present] = np.arange(present.size)
-    cat = category.astype(np.intp)
-    return _Items(device, stream, start_ns, end_ns, cat, label, position[cat], present)
+    length = end_ns - start_ns
+    mid = (start_ns + end_ns) // 2 - lo
+    return _Items(
+        device,
+        stream,
+        start_ns,
+        end_ns,
+        cat,
+        label,
+        position[cat],
+        present,
+        length,
+        length.astype(np.float64),
+        mid,
+    )
+
+
+def _labels(location: list[str | None], names: dict[str, int]) -> I64:
+    """Each gap's location as an index into ``names`` (-1: none), numbering new ones in order of
+    first appearance. One dictionary look-up per gap, in C (``map``): a large trace has tens of
+    thousands of gaps, most of them at a handful of locations."""
+    ids: dict[str | None, int] = dict.fromkeys(location, -1)
+    for where in ids:
+        if where is not None:
+            ids[where] = names.setdefault(where, len(names))
+    return np.fromiter(map(ids.__getitem__, location), dtype=np.int64, count=len(location))
 
 
 def timeline(
@@ -241,128 +275,130 @@ def timeline(
 ) -> Timeline:
     names: dict[str, int] = {}
     lanes: list[_Items] = []
+    lo = min(w.span_start_ns for w in works)
+    hi = max(w.span_end_ns for w in works)
     for i, (w, g, b) in enumerate(zip(works, idle, bounds, strict=True)):
         gaps = g.gaps
-        # Locations are resolved for the costliest gaps only: most are None.
-        where = np.full(len(gaps.location), -1, dtype=np.int64)
-        located = np.flatnonzero(np.asarray(gaps.location, dtype=object) != None)  # noqa: E711
-        if located.size:
-            where[located] = [
-                names.setdefault(gaps.location[k], len(names))  # type: ignore[arg-type]
-                for k in located.tolist()
-            ]
-        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where))
+        where = _labels(gaps.location, names)
+        lanes.append(_items(i, None, gaps.start_ns, gaps.end_ns, gaps.cause, where, lo))
         ev = w.trace.events
         streams = ev.stream[w.rows]
         for stream in distinct(streams).tolist():
             on_stream = np.flatnonzero(streams == stream)
             rows = w.rows[on_stream]
-            used, which = np.unique(ev.name_id[rows], return_inverse=True)
-            local = np.array(
-                [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()],
-                dtype=np.int64,
+            # Name ids are small non-negative integers: a table over them, no sort.
+            ids = ev.name_id[rows]
+            used = np.flatnonzero(np.bincount(ids))
+            local = np.zeros(used[-1] + 1 if used.size else 0, dtype=np.int64)
+            local[used] = [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()]
+            kinds = b.kind[on_stream]
+            labels = local[ids]
+            lanes.append(
+                _items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels, lo)
             )
-            kinds = b.kind[on_stream].astype(np.intp)
-            labels = local[which.reshape(-1)]
-            lanes.append(_items(i, int(stream), ev.start_ns[rows], ev.end_ns[rows], kinds, labels))
-    lo = min(w.span_start_ns for w in works)
-    hi = max(w.span_end_ns for w in works)
-    width = _bucket_width(lanes, lo, hi)
-    return Timeline(width, list(names), [_lane(items, lo, width) for items in lanes])
+    width, runs = _bucket_width(lanes, lo, hi)
+    return Timeline(
+        width, list(names), [_lane(items, width, r) for items, r in zip(lanes, runs, strict=True)]
+    )
 
 
-def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> int:
+class _Buckets(msgspec.Struct, frozen=True):
+    """A lane's short items (shorter than the width) at one bucket width."""
+
+    index: NDArray[np.intp]  # the short items
+    bucket: I64  # each one's bucket, counted from the lane's first occupied one
+    occupied: I64  # the occupied buckets, ascending
+
+
+class _Runs(msgspec.Struct, frozen=True):
+    """A lane's runs at one bucket width."""
+
+    buckets: _Buckets
+    category: I64  # each run's dominant category
+    first: I64  # each run's first bucket
+
+
+def _bucket_width(lanes: Sequence[_Items], lo: int, hi: int) -> tuple[int, list[_Runs]]:
     """The narrowest bucket that keeps the bar count within budget: finer than a pixel at full
-    zoom-out when the budget allows (detail for zooming in), coarser when it does not."""
+    zoom-out when the budget allows (detail for zooming in), coarser when it does not. Also the
+    lanes' runs at that width.
+
+    Every long item is a bar, and every stretch of adjacent occupied buckets holds at least one
+    run (a change of dominant category only adds runs): a width over budget on either count is
+    over budget, and the runs are only counted where both allow."""
     width = max((hi - lo) // max(16 * TIMELINE_BUCKETS, 1), 1)
-    while width < hi - lo:
-        # At least one bar per long item and per stretch of adjacent occupied buckets (a change
-        # of dominant category only adds runs): when that is over budget, so is the count.
-        if _fewest_bars(lanes, lo, width) <= MAX_TIMELINE_BARS:
-            bars = 0
-            for lane in lanes:
-                long = (lane.end_ns - lane.start_ns) >= width
-                bars += int(long.sum()) + _runs(lane, ~long, lo, width)[0].size
-            if bars <= MAX_TIMELINE_BARS:
-                break
+    while True:
+        last = width >= hi - lo
+        long = sum(int(np.count_nonzero(lane.length_ns >= width)) for lane in lanes)
+        if last or long <= MAX_TIMELINE_BARS:
+            buckets = [_buckets(lane, width) for lane in lanes]
+            if last or long + sum(_stretches(b) for b in buckets) <= MAX_TIMELINE_BARS:
+                runs = [_runs(lane, b) for lane, b in zip(lanes, buckets, strict=True)]
+                if last or long + sum(r.category.size for r in runs) <= MAX_TIMELINE_BARS:
+                    return int(width), runs
         width *= 2
-    return int(width)
 
 
-def _fewest_bars(lanes: Sequence[_Items], lo: int, width: int) -> int:
-    bars = 0
-    for lane in lanes:
-        long = (lane.end_ns - lane.start_ns) >= width
-        short = ~long
-        bucket = ((lane.start_ns[short] + lane.end_ns[short]) // 2 - lo) // width
-        if bucket.size and not np.any(bucket[1:] < bucket[:-1]):
-            stretches = 1 + int(np.count_nonzero(bucket[1:] > bucket[:-1] + 1))
-        else:
-            stretches = 0  # unordered: no cheap bound, count them properly
-        bars += int(long.sum()) + stretches
-    return bars
+def _buckets(lane: _Items, width: int) -> _Buckets:
+    index = np.flatnonzero(lane.length_ns < width)
+    bucket = lane.mid_ns[index] // width
+    if index.size == 0:
+        return _Buckets(index, bucket, bucket)
+    if np.any(bucket[1:] < bucket[:-1]):
+        bucket -= bucket.min()
+        return _Buckets(index, bucket, np.flatnonzero(np.bincount(bucket)))
+    # In order, as a stream's kernels and a device's gaps almost always are: no table needed.
+    bucket -= bucket[0]
+    new = np.empty(bucket.size, dtype=np.bool_)
+    new[0] = True
+    np.not_equal(bucket[1:], bucket[:-1], out=new[1:])
+    return _Buckets(index, bucket, bucket[new])
 
 
-def _runs(lane: _Items, members: NDArray[np.bool_], lo: int, width: int) -> tuple[I64, I64]:
+def _stretches(b: _Buckets) -> int:
+    if b.occupied.size == 0:
+        return 0
+    return 1 + int(np.count_nonzero(b.occupied[1:] != b.occupied[:-1] + 1))
+
+
+def _runs(lane: _Items, b: _Buckets) -> _Runs:
     """Runs of adjacent buckets whose short items share a dominant category.
 
-    Returns each run's dominant category and each member's run (``-1`` for non-members)."""
-    index = np.flatnonzero(members)
-    run_of = np.full(lane.start_ns.size, -1, dtype=np.int64)
-    if index.size == 0:
-        return np.zeros(0, dtype=np.int64), run_of
-    start, end = lane.start_ns[index], lane.end_ns[index]
-    bucket = ((start + end) // 2 - lo) // width
-    occupied, inverse = _sorted_unique(bucket)
+    The weight table spans every bucket from the first occupied one to the last (a few thousand
+    at most: the job's span over the width), so no item needs its bucket's rank."""
+    if b.index.size == 0:
+        return _Runs(b, b.occupied, b.occupied)
     kinds = max(lane.kinds.size, 1)
+    span = int(b.occupied[-1]) + 1
     weight = np.bincount(
-        inverse * kinds + lane.code[index],
-        weights=(end - start).astype(np.float64),
-        minlength=occupied.size * kinds,
-    ).reshape(occupied.size, kinds)
+        b.bucket * kinds + lane.code[b.index],
+        weights=lane.weight[b.index],
+        minlength=span * kinds,
+    ).reshape(span, kinds)[b.occupied]
     # The lowest category on a tie, as over every category: the lane's own are in order.
     dominant = lane.kinds[weight.argmax(axis=1)] if lane.kinds.size else weight.argmax(axis=1)
+    occupied = b.occupied
     new_run = np.ones(occupied.size, dtype=bool)
     new_run[1:] = (occupied[1:] != occupied[:-1] + 1) | (dominant[1:] != dominant[:-1])
-    run_id = np.cumsum(new_run) - 1
-    run_of[index] = run_id[inverse]
-    return dominant[new_run].astype(np.int64), run_of
+    return _Runs(b, dominant[new_run].astype(np.int64), occupied[new_run])
 
 
-def _sorted_unique(values: I64) -> tuple[I64, I64]:
-    """``np.unique(values, return_inverse=True)``, without its sort when the values are already
-    in order: a stream's kernels run one after another and a device's idle gaps are disjoint, so
-    their buckets almost always are (this runs once per lane per bucket width tried)."""
-    if values.size and not np.any(values[1:] < values[:-1]):
-        new = np.empty(values.size, dtype=np.bool_)
-        new[0] = True
-        np.not_equal(values[1:], values[:-1], out=new[1:])
-        return values[new], np.cumsum(new) - 1
-    occupied, inverse = np.unique(values, return_inverse=True)
-    return occupied, inverse.reshape(-1)
-
-
-def _lane(items: _Items, lo: int, width: int) -> Lane:
-    length = items.end_ns - items.start_ns
-    long = np.flatnonzero(length >= width)
-    dominant, run_of = _runs(items, length < width, lo, width)
-    runs = dominant.size
-    members = np.flatnonzero(run_of >= 0)
-    run = run_of[members]
-    first = np.full(runs, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.zeros(runs, dtype=np.int64)
+def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
+    long = np.flatnonzero(items.length_ns >= width)
+    members, dominant = runs.buckets.index, runs.category
+    count = dominant.size
+    # Each member's run: how many runs start at or before its bucket, less one.
+    starts = np.zeros(int(runs.buckets.occupied[-1]) + 1 if count else 0, dtype=np.int64)
+    starts[runs.first] = 1
+    run = (np.cumsum(starts) - 1)[runs.buckets.bucket]
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(count, dtype=np.int64)
     np.minimum.at(first, run, items.start_ns[members])
     np.maximum.at(last, run, items.end_ns[members])
-    busy = np.bincount(run, weights=length[members].astype(np.float64), minlength=runs)
-    located = np.full(runs, -1, dtype=np.int64)
-    if items.stream is None and runs:
-        # Per run, the location of its longest member that has one: the first such member in
-        # order of decreasing length (stable, as drawn).
-        order = np.argsort(-length[members], kind="stable")
-        labels, owners = items.label[members][order], run[order]
-        has = labels >= 0
-        found, at = np.unique(owners[has], return_index=True)
-        located[found] = labels[has][at]
+    busy = np.bincount(run, weights=items.weight[members], minlength=count)
+    located = np.full(count, -1, dtype=np.int64)
+    if items.stream is None and count:
+        located = _longest_label(items, members, run, count)
     i64 = np.int64
     return Lane(
         device=items.device,
@@ -374,10 +410,31 @@ def _lane(items: _Items, lo: int, width: int) -> Lane:
         run_start_ns=first,
         run_end_ns=last,
         run_category=dominant.astype(i64),
-        run_count=np.bincount(run, minlength=runs).astype(i64),
+        run_count=np.bincount(run, minlength=count).astype(i64),
         run_busy_ns=busy.astype(i64),
         run_label=located,
     )
+
+
+def _longest_label(items: _Items, members: NDArray[np.intp], run: I64, count: int) -> I64:
+    """Per run, the location of its longest member that has one (the first in item order
+    among equally long ones, as drawn); -1 where no member has one. ``members`` (ascending)
+    are the items in runs, ``run`` each one's run."""
+    located = np.full(count, -1, dtype=np.int64)
+    has = items.label[members] >= 0
+    labelled, owner = members[has], run[has]
+    if labelled.size == 0:
+        return located
+    length = items.length_ns[labelled]
+    longest = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(longest, owner, length)
+    # Of each run's longest, the first: ``labelled`` is in item order.
+    candidates = np.flatnonzero(length == longest[owner])
+    earliest = np.full(count, labelled.size, dtype=np.int64)
+    np.minimum.at(earliest, owner[candidates], candidates)
+    found = earliest < labelled.size
+    located[found] = items.label[labelled[earliest[found]]]
+    return located
 
 
 # --- the diff's kernel time ----------------------------------------------------------------------
@@ -414,10 +471,11 @@ def kernel_time(
         ev = work.trace.events
         starts = ev.start_ns[work.rows]
         inside = work.rows[(starts >= window[0]) & (starts < window[1])]
-        # Per name first (integer sums), then merged by stable name: one regex per name, not
+        # Per name first (by id: no sort), then merged by stable name: one regex per name, not
         # per kernel.
-        used, which = np.unique(ev.name_id[inside], return_inverse=True)
-        per_name = np.bincount(which.reshape(-1), weights=ev.dur_ns[inside], minlength=used.size)
+        ids = ev.name_id[inside]
+        used = np.flatnonzero(np.bincount(ids))
+        per_name = np.bincount(ids, weights=ev.dur_ns[inside])[used]
         for name_id, ns in zip(used.tolist(), per_name.tolist(), strict=True):
             name = stable_name(work.trace.names[name_id])
             totals[name] = totals.get(name, 0.0) + ns / units

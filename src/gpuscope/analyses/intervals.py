@@ -157,14 +157,24 @@ def clip(iv: Intervals, lo_ns: int, hi_ns: int) -> Intervals:
 
 def covered_ns(iv: Intervals, lo_ns: I64, hi_ns: I64) -> I64:
     """For each window ``[lo_ns[i], hi_ns[i])``, the time ``iv`` covers inside it (vectorised)."""
-    return _covered_before(iv, hi_ns) - _covered_before(iv, lo_ns)
+    prefix = _prefix(iv)
+    return _covered_before(iv, hi_ns, prefix) - _covered_before(iv, lo_ns, prefix)
 
 
-def _covered_before(iv: Intervals, t_ns: I64) -> I64:
+def covered_per_bucket(iv: Intervals, edges_ns: I64) -> I64:
+    """The time ``iv`` covers in each bucket ``[edges_ns[i], edges_ns[i + 1])``: :func:`covered_ns`
+    of consecutive windows, each edge searched once."""
+    return np.diff(_covered_before(iv, edges_ns, _prefix(iv)))
+
+
+def _prefix(iv: Intervals) -> I64:
+    """The time the intervals before each one cover (one more: all of them)."""
+    return np.concatenate([[0], np.cumsum(iv.end_ns - iv.start_ns)]).astype(np.int64)
+
+
+def _covered_before(iv: Intervals, t_ns: I64, prefix: I64) -> I64:
     if len(iv) == 0:
         return np.zeros(t_ns.shape, dtype=np.int64)
-    lengths = iv.end_ns - iv.start_ns
-    prefix = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     # Index of the last interval starting at or before t.
     i = np.searchsorted(iv.start_ns, t_ns, side="right") - 1
     j = np.maximum(i, 0)

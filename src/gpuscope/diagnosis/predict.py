@@ -141,7 +141,14 @@ def _outside(trace: Trace, host: HostIndex, phases: list[Phase]) -> NDArray[np.u
         np.array([p.start_ns for p in phases], dtype=np.int64),
         np.array([p.end_ns for p in phases], dtype=np.int64),
     )
-    inside = covered_ns(iv, ev.start_ns, np.maximum(ev.end_ns, ev.start_ns + 1)) > 0
+    if len(iv) == 0:
+        return host.activity
+    # An event overlaps a phase when the first phase ending after the event starts begins
+    # before the event ends (an instant lasts 1 ns): one search per event, no prefix sums.
+    after = np.minimum(np.searchsorted(iv.end_ns, ev.start_ns, side="right"), len(iv) - 1)
+    inside = (iv.end_ns[after] > ev.start_ns) & (
+        iv.start_ns[after] < np.maximum(ev.end_ns, ev.start_ns + 1)
+    )
     activity = host.activity.copy()
     activity[inside] = HostActivity.NONE
     return activity

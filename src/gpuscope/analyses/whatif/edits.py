@@ -240,16 +240,20 @@ def removed_ns(g: Graph, edit: Edit) -> int:
     n = g.start.size
     if n == 0:
         return 0
-    cut = np.maximum(g.dur - edit.dur, 0)
+    # In place: these run over every node of the graph, once per prediction.
+    cut = np.subtract(g.dur, edit.dur)
+    np.maximum(cut, 0, out=cut)
     unblocked = g.wait_dst[~edit.wait_keep]
-    recorded = g.end - g.start
-    cut[unblocked] = np.maximum(recorded[unblocked] - edit.dur[unblocked], 0)
-    total = int(cut.sum()) + int(np.maximum(g.gap - edit.gap, 0).sum())
-    prev_end = np.where(g.first, g.start, np.roll(g.end, 1))
+    recorded = g.end[unblocked] - g.start[unblocked]
+    cut[unblocked] = np.maximum(recorded - edit.dur[unblocked], 0)
+    gap = np.subtract(g.gap, edit.gap)
+    np.maximum(gap, 0, out=gap)
+    total = int(cut.sum()) + int(gap.sum())
     kept = edit.launch_delay > NEG
     total += int(np.maximum(g.launch_delay[kept] - edit.launch_delay[kept], 0).sum())
-    dropped = g.launch_dst[~kept]
-    total += int(np.maximum(g.start[dropped] - prev_end[dropped], 0).sum())
-    lost = g.event_dst[~edit.event_keep]
-    total += int(np.maximum(g.start[lost] - prev_end[lost], 0).sum())
+    # The slack of a dropped edge: how long its node waited after the end of the node before it
+    # on its chain (its own start for a chain's first node), read at those nodes only.
+    for waited in (g.launch_dst[~kept], g.event_dst[~edit.event_keep]):
+        prev_end = np.where(g.first[waited], g.start[waited], g.end[waited - 1])
+        total += int(np.maximum(g.start[waited] - prev_end, 0).sum())
     return total

@@ -307,12 +307,19 @@ def test_ids_past_32_bits_read_exactly_in_64(
     late = ev.start_ns >= (97 + 10 * 100) * 1000  # ns: the first event of the big ids
     for name in ("correlation", "external_id", "stream", "python_id", "python_parent_id", "tid"):
         assert getattr(ev, name).dtype == np.int64, name
-        assert getattr(ev_small, name).dtype == (np.int64 if name == "tid" else np.int32), name
+        assert getattr(ev_small, name).dtype == np.int32, name
         wide, narrow_ = getattr(ev, name), getattr(ev_small, name).astype(np.int64)
         shifted = late & (narrow_ >= 0) & ((ev.kind != 0) | (name != "tid"))
         assert np.array_equal(wide[shifted], narrow_[shifted] + big), name
         assert np.array_equal(wide[~shifted], narrow_[~shifted]), name
     assert ev.grid_blocks.dtype == np.int64 and ev_small.grid_blocks.dtype == np.int32
+    # A copy of 3 GiB: sizes widen too, exactly.
+    args = {"device": 0, "stream": 7, "bytes": 3 << 30}
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+            "tid": 7, "ts": 5000, "dur": 9, "args": args}  # fmt: skip
+    sized = kineto.read_file(write_trace(tmp_path / "copy.json.gz", [*small_events, copy])).events
+    assert sized.bytes.dtype == np.int64 and ev_small.bytes.dtype == np.int32
+    assert sized.bytes.max() == 3 << 30
     # Launches link to their kernels whatever the width of the ids.
     assert np.array_equal(ev.link, ev_small.link)
     # An occupancy a hair over 100% is out of range either way: counted, not rounded into range.

@@ -8,12 +8,14 @@ Contract:
 * Each event has exactly one :class:`Kind`. Device-side events (kernel, memcpy, memset, sync, GPU
   annotation) carry ``device >= 0`` and ``stream >= 0``; host-side events carry ``-1`` in both.
 * "Not recorded" is explicit: ``-1`` for ids, sizes and counts, ``NaN`` for ratios; never ``0``.
-* Id columns (:data:`ID_COLUMNS`: ``stream``, ``correlation``, ``external_id``, ``link``,
-  ``python_id``, ``python_parent_id``, ``grid_blocks``, ``block_threads``) are ``int32`` when
-  every value fits, else ``int64`` (:func:`narrow`): a table of millions of events takes ~40%
-  less memory. Code reading them must not assume a width: widen (``astype(np.int64)``) before
-  arithmetic that can leave 32 bits (shifts, products, offsets). ``device`` is ``int32``; times,
-  ``bytes``, ``pid`` and ``tid`` (64-bit thread ids, nsys global ids) are ``int64``.
+* Id columns (:data:`ID_COLUMNS`: ``pid``, ``tid``, ``stream``, ``correlation``,
+  ``external_id``, ``link``, ``python_id``, ``python_parent_id``, ``grid_blocks``,
+  ``block_threads``) and ``bytes`` are ``int32`` when every value fits, else ``int64``
+  (:func:`narrow`; a Kineto trace's 64-bit thread ids keep ``tid`` wide, one copy of 2 GiB
+  keeps ``bytes`` wide): a table of millions of events takes ~40% less memory. Code reading them
+  must not assume a width: widen (``astype(np.int64)``) before arithmetic that can leave 32 bits
+  (shifts, products, offsets, masks such as ``& 0xFFFFFFFF``); numpy's sums widen by themselves.
+  ``device`` is ``int32``; times are ``int64``.
 * ``Events.link`` joins a launch (runtime call) and the device work it launched, both ways: for a
   device event it is the row of its runtime call, for a runtime call the row of its (first) device
   event, ``-1`` when unknown. Readers fill it from correlation ids or flow events.
@@ -78,14 +80,14 @@ _COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
     "name_id": (np.int32, 0),
     "start_ns": (np.int64, 0),
     "dur_ns": (np.int64, 0),
-    "pid": (np.int64, -1),
-    "tid": (np.int64, -1),
+    "pid": (np.int32, -1),
+    "tid": (np.int32, -1),
     "device": (np.int32, -1),
     "stream": (np.int32, -1),
     "correlation": (np.int32, -1),
     "external_id": (np.int32, -1),
     "link": (np.int32, -1),
-    "bytes": (np.int64, -1),
+    "bytes": (np.int32, -1),
     "copy_direction": (np.uint8, 0),
     "pageable": (np.bool_, False),
     "python_id": (np.int32, -1),
@@ -96,9 +98,11 @@ _COLUMNS: dict[str, tuple[type[np.generic], int | float | bool]] = {
 }
 
 
-#: Columns stored in 32 bits when every value fits (ids, row indices, small counts).
+#: Columns stored in 32 bits when every value fits (ids, row indices, counts, copy sizes).
 ID_COLUMNS = frozenset(
     (
+        "pid",
+        "tid",
         "stream",
         "correlation",
         "external_id",
@@ -107,6 +111,7 @@ ID_COLUMNS = frozenset(
         "python_parent_id",
         "grid_blocks",
         "block_threads",
+        "bytes",
     )
 )
 _I32 = np.iinfo(np.int32)
@@ -244,14 +249,14 @@ class Events(msgspec.Struct, dict=True):
     name_id: NDArray[np.int32]
     start_ns: I64
     dur_ns: I64
-    pid: I64
-    tid: I64
+    pid: Ids
+    tid: Ids
     device: NDArray[np.int32]
     stream: Ids
     correlation: Ids
     external_id: Ids
     link: Ids
-    bytes: I64
+    bytes: Ids
     copy_direction: NDArray[np.uint8]
     pageable: NDArray[np.bool_]
     python_id: Ids

@@ -474,6 +474,10 @@ def _peak_flops(facts: GpuFacts, precision: str | None, kind: int) -> float | No
     return facts.bf16_flops_per_s
 
 
+#: Kernels classed against the roofline at a time (see ``_bounds``).
+_ROOFLINE_BLOCK = 1 << 16
+
+
 def _bounds(
     work: DeviceWork,
     kind: NDArray[np.uint8],
@@ -496,27 +500,30 @@ def _bounds(
     attained = np.full(rows.size, np.nan)
     if facts is not None and facts.memory_bandwidth_bytes_per_s:
         bandwidth = facts.memory_bandwidth_bytes_per_s
-        known = np.flatnonzero(~np.isnan(flops) & (nbytes > 0) & (dur > 0))
-        # One peak per precision and kernel kind (a few pairs), then every kernel at once: a
-        # loop per kernel cost seconds and a Python object per kernel on millions of them.
-        labels = [precision[k] for k in known.tolist()]
-        label_code = {label: i for i, label in enumerate(dict.fromkeys(labels))}
-        pair = np.fromiter(map(label_code.__getitem__, labels), np.int64, len(labels)) * 256
-        pair += kind[known]
-        pairs, of_pair = np.unique(pair, return_inverse=True)
-        by_code = list(label_code)
-        pair_peak = np.array(
-            [_peak_flops(facts, by_code[p >> 8], p & 255) or 0.0 for p in pairs.tolist()],
-            dtype=np.float64,
-        )
-        peak = pair_peak[of_pair]
-        has_peak = peak != 0
-        k, peak = known[has_peak], peak[has_peak]
-        intensity = flops[k] / nbytes[k]
-        bound[k] = np.where(intensity >= peak / bandwidth, Bound.COMPUTE, Bound.MEMORY)
-        roof = np.minimum(peak, intensity * bandwidth)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            attained[k] = np.where(roof > 0, (flops[k] / (dur[k] / 1e9)) / roof, np.nan)
+        every = np.flatnonzero(~np.isnan(flops) & (nbytes > 0) & (dur > 0))
+        # One peak per precision and kernel kind (a few pairs), then the kernels vectorised a
+        # block at a time: a loop per kernel cost seconds and a Python object per kernel, and
+        # all at once a dozen temporary arrays of millions of kernels at a diagnosis's peak.
+        for first in range(0, every.size, _ROOFLINE_BLOCK):
+            known = every[first : first + _ROOFLINE_BLOCK]
+            labels = [precision[k] for k in known.tolist()]
+            label_code = {label: i for i, label in enumerate(dict.fromkeys(labels))}
+            pair = np.fromiter(map(label_code.__getitem__, labels), np.int64, len(labels)) * 256
+            pair += kind[known]
+            pairs, of_pair = np.unique(pair, return_inverse=True)
+            by_code = list(label_code)
+            pair_peak = np.array(
+                [_peak_flops(facts, by_code[p >> 8], p & 255) or 0.0 for p in pairs.tolist()],
+                dtype=np.float64,
+            )
+            peak = pair_peak[of_pair]
+            has_peak = peak != 0
+            k, peak = known[has_peak], peak[has_peak]
+            intensity = flops[k] / nbytes[k]
+            bound[k] = np.where(intensity >= peak / bandwidth, Bound.COMPUTE, Bound.MEMORY)
+            roof = np.minimum(peak, intensity * bandwidth)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                attained[k] = np.where(roof > 0, (flops[k] / (dur[k] / 1e9)) / roof, np.nan)
     # Shorter than a launch: launch and tail latency bound it, unless it reached a good share of
     # its roof anyway. A long kernel is not latency-bound for its grid alone: a grouped GEMM of
     # few large tiles still keeps its SMs' tensor cores busy for its whole duration.

@@ -420,7 +420,8 @@ def _main_thread(trace: Trace) -> tuple[int, int]:
         launches = np.flatnonzero(ev.kind == Kind.CPU_OP)
     if launches.size == 0:
         return (-1, -1)
-    keys = ev.pid[launches] * (1 << 32) + (ev.tid[launches] & 0xFFFFFFFF)
+    pid, tid = ev.pid[launches].astype(np.int64), ev.tid[launches].astype(np.int64)
+    keys = pid * (1 << 32) + (tid & 0xFFFFFFFF)
     values, counts = np.unique(keys, return_counts=True)
     best = np.flatnonzero(keys == values[np.argmax(counts)])[0]
     row = int(launches[best])

@@ -49,7 +49,7 @@ from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import IdleAttribution
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
-from gpuscope.model import Kind, Trace
+from gpuscope.model import Ids, Kind, Trace
 
 #: Roots for device work that no range owns.
 NO_RANGE = "(no range)"
@@ -150,8 +150,9 @@ class HostScopes(msgspec.Struct, frozen=True):
         return thread * self.stride_ns + (ev.start_ns[rows] - self.origin_ns)
 
 
-def _thread_key(pid: NDArray[np.int64], tid: NDArray[np.int64]) -> NDArray[np.int64]:
-    return (pid << 32) | (tid & 0xFFFFFFFF)
+def _thread_key(pid: Ids, tid: Ids) -> NDArray[np.int64]:
+    wide_pid, wide_tid = pid.astype(np.int64), tid.astype(np.int64)  # either may be int32
+    return (wide_pid << 32) | (wide_tid & 0xFFFFFFFF)
 
 
 def host_scopes(trace: Trace) -> HostScopes:

@@ -116,7 +116,8 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         origin = 0
 
     # Host chains: per thread, top-level calls only.
-    thread_key = (ev.pid[runtime] << 32) + (ev.tid[runtime] & 0xFFFFFFFF)
+    pid, tid = ev.pid[runtime].astype(np.int64), ev.tid[runtime].astype(np.int64)
+    thread_key = (pid << 32) + (tid & 0xFFFFFFFF)
     order = np.argsort(thread_key, kind="stable")  # rows are in start order already
     hrows, hkey = runtime[order], thread_key[order]
     hstart, hend = ev.start_ns[hrows] - origin, ev.end_ns[hrows] - origin

@@ -67,7 +67,7 @@ from gpuscope.readers.kineto._values import (
 
 
 #: The model's int64 columns that the scanner may hand over as int32.
-_INT64_COLUMNS = frozenset(("start_ns", "dur_ns", "pid", "tid"))
+_INT64_COLUMNS = frozenset(("start_ns", "dur_ns"))
 
 
 def _ints(block: Any, rows: int) -> np.ndarray:
@@ -376,7 +376,7 @@ class _Columns:
             # Pieces of different widths join wide: narrowed again before the sorted copy.
             column = (narrow(joined) if name in ID_COLUMNS else joined)[order]
             del joined
-            # The scanner's times and thread ids come int32 when they fit; the model's are int64.
+            # The scanner's times come int32 when they fit; the model's are int64.
             columns[name] = column.astype(np.int64) if name in _INT64_COLUMNS else column
         direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction

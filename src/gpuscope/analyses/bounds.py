@@ -621,12 +621,8 @@ def roofline_points(
     ids = counts_by_id.size
     totals = np.bincount(keys, weights=dur)[unique]
     counts = counts_by_id[unique]
-    known = ~np.isnan(flops)
-    flop_sum = np.bincount(keys[known], weights=flops[known], minlength=ids)[unique]
-    byte_sum = np.bincount(keys[known], weights=nbytes[known], minlength=ids)[unique]
-    has = np.bincount(keys[known], minlength=ids)[unique] > 0
-    # The costliest names' prevailing kind (most kernels) and bound (most time), tallied in one
-    # pass over their kernels rather than one pass per name.
+    # The costliest names' FLOPs and bytes, prevailing kind (most kernels) and bound (most
+    # time), tallied in one pass over their kernels rather than one pass per name.
     costliest = np.argsort(-totals, kind="stable")[:top]
     place = np.full(ids, -1, dtype=np.intp)
     place[unique[costliest]] = np.arange(costliest.size)
@@ -640,6 +636,10 @@ def roofline_points(
         weights=dur[mine],
         minlength=costliest.size * len(Bound),
     ).reshape(costliest.size, len(Bound))
+    known = mine & ~np.isnan(flops)
+    flop_sum = np.bincount(at[known], weights=flops[known], minlength=costliest.size)
+    byte_sum = np.bincount(at[known], weights=nbytes[known], minlength=costliest.size)
+    has = np.bincount(at[known], minlength=costliest.size) > 0
     points: list[RooflinePoint] = []
     for j, i in enumerate(costliest.tolist()):
         points.append(
@@ -649,8 +649,8 @@ def roofline_points(
                 bound=Bound(int(bound_ns[j].argmax())).name.lower(),
                 count=int(counts[i]),
                 total_ns=int(totals[i]),
-                flops=float(flop_sum[i]) if has[i] else None,
-                bytes=float(byte_sum[i]) if has[i] else None,
+                flops=float(flop_sum[j]) if has[j] else None,
+                bytes=float(byte_sum[j]) if has[j] else None,
             )
         )
     return points

@@ -26,8 +26,9 @@ size, so that is what is kept:
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import count, pairwise
 
 import msgspec
 import numpy as np
@@ -261,13 +262,13 @@ def _items(
 
 def _labels(location: list[str | None], names: dict[str, int]) -> I64:
     """Each gap's location as an index into ``names`` (-1: none), numbering new ones in order of
-    first appearance. One dictionary look-up per gap, in C (``map``): a large trace has tens of
-    thousands of gaps, most of them at a handful of locations."""
-    ids: dict[str | None, int] = dict.fromkeys(location, -1)
-    for where in ids:
-        if where is not None:
-            ids[where] = names.setdefault(where, len(names))
-    return np.fromiter(map(ids.__getitem__, location), dtype=np.int64, count=len(location))
+    first appearance. One pass in C over the gaps (a large trace has tens of thousands, at a
+    handful of locations): a default dictionary numbers each location the first time it is
+    seen, and a small table turns those numbers into ``names``' indices."""
+    first_seen: defaultdict[str | None, int] = defaultdict(count().__next__)
+    seen = np.fromiter(map(first_seen.__getitem__, location), dtype=np.int64, count=len(location))
+    table = [-1 if where is None else names.setdefault(where, len(names)) for where in first_seen]
+    return np.array(table, dtype=np.int64)[seen]
 
 
 def timeline(

@@ -293,14 +293,12 @@ def _estimates(
     n = work.rows.size
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
-    precision: list[str | None] = [None] * n
-    no_ops = np.full(n, -1, dtype=np.int64)
-    if not ev.extra:
-        return flops, nbytes, precision, no_ops
     extra = Extras.of(ev.extra)
     op_rows = extra.rows[ev.kind[extra.rows] == Kind.CPU_OP].astype(np.int64)
     if op_rows.size == 0:
-        return flops, nbytes, precision, no_ops
+        return flops, nbytes, [None] * n, np.full(n, -1, dtype=np.int64)
+    # Temporaries are dropped as soon as they are used: on tens of millions of events each is
+    # tens of megabytes, and this was the peak of a diagnosis.
     # Kernels carry the External id of the operator that launched them.
     op_ext = ev.external_id[op_rows]
     order = np.argsort(op_ext, kind="stable")
@@ -309,6 +307,7 @@ def _estimates(
     pos = np.minimum(np.searchsorted(op_ext, kernel_ext), op_ext.size - 1)
     matched = (kernel_ext >= 0) & (op_ext[pos] == kernel_ext)
     op_of_kernel = np.where(matched, op_rows[pos], -1)
+    del op_ext, order, op_rows, kernel_ext, pos
     dur = ev.dur_ns[work.rows].astype(np.float64)
     # An op's work is shared among its kernels by duration (a GEMM and its epilogue, say).
     # Vectorised over kernels: per-kernel Python dicts took ~60 bytes a row of the trace at the
@@ -318,6 +317,7 @@ def _estimates(
     ops, of_op = np.unique(op_of_kernel[kernels], return_inverse=True)
     op_total = np.bincount(of_op, weights=dur[kernels], minlength=ops.size)
     estimated = kernels[kind[kernels] != KernelKind.COMMUNICATION]
+    del kernels, of_op, matched
     position = np.searchsorted(ops, op_of_kernel[estimated])
     needed = np.unique(position)
     op_flops = np.full(ops.size, np.nan)
@@ -341,15 +341,17 @@ def _estimates(
     op_flops[needed] = pair_flops[of_pair]
     op_bytes[needed] = pair_bytes[of_pair]
     op_precision[needed] = pair_precision[of_pair]
+    del needed, needed_ops, args_id, pair, first, of_pair, ops
     total = op_total[position]
     weight = np.ones(estimated.size)
     np.divide(dur[estimated], total, out=weight, where=total > 0)
     flops[estimated] = op_flops[position] * weight
     nbytes[estimated] = op_bytes[position] * weight
+    del total, weight, op_flops, op_bytes, op_total
     chosen = np.full(n, None, dtype=object)
     chosen[estimated] = op_precision[position]
-    precision = chosen.tolist()
-    return flops, nbytes, precision, op_of_kernel.astype(np.int64)
+    precision: list[str | None] = chosen.tolist()
+    return flops, nbytes, precision, op_of_kernel.astype(np.int64, copy=False)
 
 
 def _numel(dims: Any) -> int:

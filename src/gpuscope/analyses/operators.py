@@ -331,6 +331,9 @@ def device_views(work: DeviceWork, idle: IdleAttribution, scopes: HostScopes) ->
     known = host_rows >= 0
     t = np.zeros(host_rows.shape, dtype=np.int64)
     t[known] = scopes.clock(host_rows[known])
+    # Each temporary here is a row per piece of device work: dropped once used (on tens of
+    # millions of events they are the peak of a diagnosis).
+    del host_rows, next_launch, after
     zeros_launch, zeros_gap = np.zeros(rows.size, np.int64), np.zeros(gap_ns.size, np.int64)
     weights = _Weights(
         launches=np.concatenate([np.ones(rows.size, np.int64), zeros_gap]),
@@ -338,18 +341,21 @@ def device_views(work: DeviceWork, idle: IdleAttribution, scopes: HostScopes) ->
         kernel_ns=np.concatenate([ev.dur_ns[rows], zeros_gap]),
         idle_ns=np.concatenate([zeros_launch, gap_ns]),
     )
+    del zeros_launch, zeros_gap, launcher
     ops, modules = scopes.operators, scopes.modules
     op_node = _owner(ops, t, known)
     op_slot = np.where(op_node >= 0, op_node, np.where(known, ops.nodes, ops.nodes + 1))
     module_node = _owner(modules, t, known)
+    del t
     # No module range open: the autograd engine's thread (backward), or no range at all.
-    backward = np.zeros(t.shape, dtype=np.bool_)
+    backward = np.zeros(known.shape, dtype=np.bool_)
     if ops.nodes:
         backward[op_node >= 0] = ops.node_backward[op_node[op_node >= 0]]
     outside = np.where(backward, modules.nodes + 1, modules.nodes)
     module_slot = np.where(
         module_node >= 0, module_node, np.where(known, outside, modules.nodes + 2)
     )
+    del op_node, module_node, backward, outside, known
     module_rows, module_index = _tree_rows(
         modules, module_slot, weights, [NO_RANGE, BACKWARD, NO_LAUNCH]
     )

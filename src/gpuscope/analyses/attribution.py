@@ -251,8 +251,9 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
     given the cause of the first of :data:`RULES` that explains it (else ``unknown``)."""
     ev = work.trace.events
     # The thread's host rows (ascending), so that each selection below scans them, not the trace.
-    thread_rows = host.rows_of_thread(*thread)
-    thread_rows = thread_rows[ev.device[thread_rows] < 0]
+    # (The index keeps them in 32 bits; this gap's selection is widened for the rules below.)
+    every = host.rows_of_thread(*thread)
+    thread_rows = every[ev.device[every] < 0].astype(np.int64)
     if not np.any(ev.kind[thread_rows] == Kind.PYTHON):
         python_rows = np.flatnonzero(ev.kind == Kind.PYTHON)
         if python_rows.size:  # frames on a pseudo-thread: take them all

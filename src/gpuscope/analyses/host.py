@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
 from gpuscope.analyses.intervals import Intervals, last_containing, union
-from gpuscope.model import CopyDirection, Kind, Trace
+from gpuscope.model import CopyDirection, Ids, Kind, Trace, narrow
 
 
 class HostActivity(IntEnum):
@@ -162,35 +162,35 @@ class HostIndex(msgspec.Struct):
     trace: Trace
     activity: NDArray[np.uint8]  # HostActivity per event row (NONE for device rows)
     main_thread: tuple[int, int]
-    _frames: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = msgspec.field(
+    _frames: dict[tuple[int, int], tuple[Ids, NDArray[np.int64]]] = msgspec.field(
         default_factory=dict
     )
     _location_cache: dict[int, str] = msgspec.field(default_factory=dict)
-    _ops: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = msgspec.field(
-        default_factory=dict
-    )
+    _ops: dict[tuple[int, int], tuple[Ids, NDArray[np.int64]]] = msgspec.field(default_factory=dict)
     #: Every Python frame's row, ascending, and its parent frame's row (-1: none); built once.
-    _parents: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    _parents: tuple[Ids, Ids] | None = None
     #: Per name id: 1 when the name is a frame of the user's code, 0 when not, -1 not yet known.
     _user_name: NDArray[np.int8] | None = None
     _frame_names: dict[int, str] = msgspec.field(default_factory=dict)
-    _threads: dict[tuple[int, int], NDArray[np.int64]] = msgspec.field(default_factory=dict)
+    _threads: dict[tuple[int, int], Ids] = msgspec.field(default_factory=dict)
     #: Per thread: ops whose recorded call stack names a user frame (rows, starts, ends, frames).
     _stacks: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64], list[str]]] = (
         msgspec.field(default_factory=dict)
     )
 
-    def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> NDArray[np.int64]:
+    def thread_rows(self, pid: int, tid: int, mask: NDArray[np.bool_]) -> Ids:
         rows = self.rows_of_thread(pid, tid)
         return rows[mask[rows]]
 
-    def rows_of_thread(self, pid: int, tid: int) -> NDArray[np.int64]:
+    def rows_of_thread(self, pid: int, tid: int) -> Ids:
         """Every row of a thread, ascending; found once per thread (several devices' gaps and
-        the collectives ask about the same few threads)."""
+        the collectives ask about the same few threads). Row indices in 32 bits where they fit
+        (``narrow``): the main thread holds most of a trace's rows, and this cache lives for the
+        whole diagnosis."""
         cached = self._threads.get((pid, tid))
         if cached is None:
             ev = self.trace.events
-            cached = np.flatnonzero((ev.pid == pid) & (ev.tid == tid)).astype(np.int64)
+            cached = narrow(np.flatnonzero((ev.pid == pid) & (ev.tid == tid)))
             self._threads[(pid, tid)] = cached
         return cached
 
@@ -253,13 +253,14 @@ class HostIndex(msgspec.Struct):
         return self._frames_at(frames, frame_starts, t)
 
     def _frames_at(
-        self, frames: NDArray[np.int64], frame_starts: NDArray[np.int64], t: NDArray[np.int64]
+        self, frames: Ids, frame_starts: NDArray[np.int64], t: NDArray[np.int64]
     ) -> list[str | None]:
         ev = self.trace.events
         result: list[str | None] = [None] * t.size
         latest = np.searchsorted(frame_starts, t, side="right") - 1
         active = np.flatnonzero(latest >= 0)
-        frame, at = frames[latest[active]], t[active]
+        frame: Ids = frames[latest[active]]
+        at = t[active]
         all_frames, parent = self._parent_frames()
         # Walk out from the latest frame that started before t to one that contains t and is
         # the user's own code (not torch, not site-packages), at most 256 frames up.
@@ -318,7 +319,7 @@ class HostIndex(msgspec.Struct):
             cached = self._frame_names[name_id] = _frame_location(self.trace.names[name_id])
         return cached
 
-    def _python_frames(self, pid: int, tid: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    def _python_frames(self, pid: int, tid: int) -> tuple[Ids, NDArray[np.int64]]:
         key = (pid, tid)
         cached = self._frames.get(key)
         if cached is None:
@@ -332,9 +333,10 @@ class HostIndex(msgspec.Struct):
             self._frames[key] = cached
         return cached
 
-    def _parent_frames(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    def _parent_frames(self) -> tuple[Ids, Ids]:
         """Every Python frame's row (ascending) and the row of its parent, found by Python id
-        (the last frame carrying an id wins when ids repeat); -1 when there is none."""
+        (the last frame carrying an id wins when ids repeat); -1 when there is none. Both row
+        indices, kept in 32 bits where they fit (they live for the whole diagnosis)."""
         if self._parents is None:
             ev = self.trace.events
             frames = np.flatnonzero(ev.kind == Kind.PYTHON).astype(np.int64)
@@ -349,7 +351,7 @@ class HostIndex(msgspec.Struct):
             if unique_ids.size:
                 at = np.minimum(np.searchsorted(unique_ids, wanted), unique_ids.size - 1)
                 parent = np.where(unique_ids[at] == wanted, id_rows[at], -1).astype(np.int64)
-            self._parents = (frames, parent)
+            self._parents = (narrow(frames), narrow(parent))
         return self._parents
 
 

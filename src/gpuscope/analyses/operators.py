@@ -49,7 +49,7 @@ from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import IdleAttribution
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
-from gpuscope.model import Ids, Kind, Trace
+from gpuscope.model import Ids, Kind, Trace, narrow
 
 #: Roots for device work that no range owns.
 NO_RANGE = "(no range)"
@@ -113,8 +113,9 @@ class _Tree(msgspec.Struct, frozen=True):
 
     start: NDArray[np.int64]
     end: NDArray[np.int64]
-    parent: NDArray[np.int64]  # position of the range around each one, -1 for none
-    node: NDArray[np.int64]  # node of each range
+    # Per range, so in 32 bits where they fit (``narrow``): the trees live through the diagnosis.
+    parent: Ids  # position of the range around each one, -1 for none
+    node: Ids  # node of each range
     node_parent: NDArray[np.int64]
     node_label: NDArray[np.int64]  # index into labels
     node_depth: NDArray[np.int64]
@@ -274,8 +275,8 @@ def _tree(scopes: HostScopes, rows: NDArray[np.int64], label_of: Callable[[str],
     return _Tree(
         start=start,
         end=end,
-        parent=parent,
-        node=node,
+        parent=narrow(parent),
+        node=narrow(node),
         node_parent=np.array(node_parent, dtype=np.int64),
         node_label=np.array(node_label, dtype=np.int64),
         node_depth=np.array(node_depth, dtype=np.int64),
@@ -422,7 +423,7 @@ def _owner(tree: _Tree, t: NDArray[np.int64], known: NDArray[np.bool_]) -> NDArr
     inner = np.full(at_time.shape, -1, dtype=np.int64)
     latest = np.searchsorted(tree.start, at_time, side="right") - 1
     active = np.flatnonzero(latest >= 0)
-    here = latest[active]
+    here: Ids = latest[active]
     while active.size:
         inside = tree.end[here] >= at_time[active]
         inner[active[inside]] = here[inside]

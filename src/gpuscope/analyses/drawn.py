@@ -39,6 +39,7 @@ from gpuscope.analyses.attribution import CAUSES, IdleAttribution
 from gpuscope.analyses.bounds import KernelBounds, KernelKind, RooflinePoint, roofline_points
 from gpuscope.analyses.intervals import Intervals, covered_ns, covered_per_bucket, difference
 from gpuscope.analyses.timeline import DeviceWork, StepStat, WorkClass
+from gpuscope.model import Ids
 from gpuscope.names import stable_name
 
 I64 = NDArray[np.int64]
@@ -214,16 +215,19 @@ def drawn(
 
 
 class _Items(msgspec.Struct, frozen=True):
+    """One lane's items. Every lane's are held at once (a row or more per kernel), so the
+    per-item codes are 8 bits (fewer than 256 categories) and labels 32 bits where they fit;
+    their sums and products are taken in 64 bits (``_runs``)."""
+
     device: int
     stream: int | None
     start_ns: I64
     end_ns: I64
-    category: NDArray[np.intp]
-    label: NDArray[np.int64]  # into the names table, -1: none
-    code: NDArray[np.intp]  # the category's position among the lane's own (``kinds``)
+    category: NDArray[np.uint8]
+    label: Ids  # into the names table, -1: none
+    code: NDArray[np.uint8]  # the category's position among the lane's own (``kinds``)
     kinds: NDArray[np.intp]  # the categories the lane has, in order
     length_ns: I64
-    weight: NDArray[np.float64]  # the length, as bincount weighs it
     mid_ns: I64  # the midpoint, from the timeline's origin: which bucket an item falls in
 
 
@@ -233,15 +237,15 @@ def _items(
     start_ns: I64,
     end_ns: I64,
     category: NDArray[np.generic],
-    label: NDArray[np.int64],
+    label: Ids,
     lo: int,
 ) -> _Items:
     """A lane's items, with its categories numbered among its own: a lane holds a few of the
     kinds or causes, so the runs' per-bucket tables are that much smaller. What every bucket
     width tried reads (length, midpoint) is worked out once."""
-    cat = category.astype(np.intp)
+    cat = category.astype(np.uint8)  # kinds and causes: _CATEGORIES < 256
     present = np.flatnonzero(np.bincount(cat, minlength=_CATEGORIES))
-    position = np.zeros(_CATEGORIES, dtype=np.intp)
+    position = np.zeros(_CATEGORIES, dtype=np.uint8)
     position[present] = np.arange(present.size)
     length = end_ns - start_ns
     mid = (start_ns + end_ns) // 2 - lo
@@ -255,7 +259,6 @@ def _items(
         position[cat],
         present,
         length,
-        length.astype(np.float64),
         mid,
     )
 
@@ -290,7 +293,7 @@ def timeline(
             # Name ids are small non-negative integers: a table over them, no sort.
             ids = ev.name_id[rows]
             used = np.flatnonzero(np.bincount(ids))
-            local = np.zeros(used[-1] + 1 if used.size else 0, dtype=np.int64)
+            local = np.zeros(used[-1] + 1 if used.size else 0, dtype=np.int32)
             local[used] = [names.setdefault(w.trace.names[k], len(names)) for k in used.tolist()]
             kinds = b.kind[on_stream]
             labels = local[ids]
@@ -372,8 +375,8 @@ def _runs(lane: _Items, b: _Buckets) -> _Runs:
     kinds = max(lane.kinds.size, 1)
     span = int(b.occupied[-1]) + 1
     weight = np.bincount(
-        b.bucket * kinds + lane.code[b.index],
-        weights=lane.weight[b.index],
+        b.bucket * kinds + lane.code[b.index],  # int64: the codes widen
+        weights=lane.length_ns[b.index].astype(np.float64),
         minlength=span * kinds,
     ).reshape(span, kinds)[b.occupied]
     # The lowest category on a tie, as over every category: the lane's own are in order.
@@ -396,7 +399,7 @@ def _lane(items: _Items, width: int, runs: _Runs) -> Lane:
     last = np.zeros(count, dtype=np.int64)
     np.minimum.at(first, run, items.start_ns[members])
     np.maximum.at(last, run, items.end_ns[members])
-    busy = np.bincount(run, weights=items.weight[members], minlength=count)
+    busy = np.bincount(run, weights=items.length_ns[members].astype(np.float64), minlength=count)
     located = np.full(count, -1, dtype=np.int64)
     if items.stream is None and count:
         located = _longest_label(items, members, run, count)

@@ -45,7 +45,7 @@ from gpuscope._arrays import among
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
-from gpuscope.model import CopyDirection, Extras, Ids, Kind, narrow
+from gpuscope.model import CopyDirection, Extras, Kind
 
 #: Kernels shorter than this are dominated by launch and tail latency: PyTorch spends about this
 #: long on the host to dispatch and launch one kernel, so a stream of them cannot keep the GPU busy.
@@ -155,7 +155,7 @@ class KernelBounds(msgspec.Struct, frozen=True):
     bound: NDArray[np.uint8]  # Bound
     flops: NDArray[np.float64]  # NaN when not estimable
     bytes: NDArray[np.float64]
-    op_row: Ids  # the CPU operator that launched each kernel, -1 when unknown (int32 if it fits)
+    op_row: NDArray[np.int64]  # the CPU operator that launched each kernel, -1 when unknown
     time_ns_by_bound: dict[Bound, int]  # union of each bound's kernels
     gemm_ns: int
     fp32_gemm_ns: int  # GEMM time not on tensor cores
@@ -287,7 +287,7 @@ def exclusive_by_bound(bounds: KernelBounds, work: DeviceWork) -> dict[Bound, in
 
 def _estimates(
     work: DeviceWork, kind: NDArray[np.uint8]
-) -> tuple[NDArray[np.float64], NDArray[np.float64], list[str | None], Ids]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], list[str | None], NDArray[np.int64]]:
     """FLOPs and bytes per kernel, from the shapes of the operator that launched it."""
     ev = work.trace.events
     n = work.rows.size
@@ -351,7 +351,7 @@ def _estimates(
     chosen = np.full(n, None, dtype=object)
     chosen[estimated] = op_precision[position]
     precision: list[str | None] = chosen.tolist()
-    return flops, nbytes, precision, narrow(op_of_kernel)
+    return flops, nbytes, precision, op_of_kernel.astype(np.int64, copy=False)
 
 
 def _numel(dims: Any) -> int:

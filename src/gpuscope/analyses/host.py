@@ -162,11 +162,11 @@ class HostIndex(msgspec.Struct):
     trace: Trace
     activity: NDArray[np.uint8]  # HostActivity per event row (NONE for device rows)
     main_thread: tuple[int, int]
-    _frames: dict[tuple[int, int], tuple[Ids, NDArray[np.int64]]] = msgspec.field(
-        default_factory=dict
-    )
+    #: Per thread, its Python frames' rows and its CPU ops' rows. Their start times are
+    #: gathered per call, not kept: 8 bytes a row for the whole diagnosis, for a few lookups.
+    _frames: dict[tuple[int, int], Ids] = msgspec.field(default_factory=dict)
     _location_cache: dict[int, str] = msgspec.field(default_factory=dict)
-    _ops: dict[tuple[int, int], tuple[Ids, NDArray[np.int64]]] = msgspec.field(default_factory=dict)
+    _ops: dict[tuple[int, int], Ids] = msgspec.field(default_factory=dict)
     #: Every Python frame's row, ascending, and its parent frame's row (-1: none); built once.
     _parents: tuple[Ids, Ids] | None = None
     #: Per name id: 1 when the name is a frame of the user's code, 0 when not, -1 not yet known.
@@ -226,13 +226,11 @@ class HostIndex(msgspec.Struct):
         event's name. Only the 64 ops that started last by then are candidates."""
         ev = self.trace.events
         key = (pid, tid)
-        cached = self._ops.get(key)
-        if cached is None:
+        ops = self._ops.get(key)
+        if ops is None:
             thread = self.rows_of_thread(pid, tid)
-            op_rows = thread[ev.kind[thread] == Kind.CPU_OP]
-            cached = (op_rows, ev.start_ns[op_rows])
-            self._ops[key] = cached
-        ops, op_starts = cached
+            ops = self._ops[key] = thread[ev.kind[thread] == Kind.CPU_OP]
+        op_starts = ev.start_ns[ops]
         t = ev.start_ns[rows]
         latest = np.searchsorted(op_starts, t, side="right") - 1
         inner = last_containing(op_starts, ev.end_ns[ops], t)
@@ -321,17 +319,16 @@ class HostIndex(msgspec.Struct):
 
     def _python_frames(self, pid: int, tid: int) -> tuple[Ids, NDArray[np.int64]]:
         key = (pid, tid)
-        cached = self._frames.get(key)
-        if cached is None:
-            ev = self.trace.events
+        ev = self.trace.events
+        frames = self._frames.get(key)
+        if frames is None:
             every, _ = self._parent_frames()
             frames = every[(ev.pid[every] == pid) & (ev.tid[every] == tid)]
             if frames.size == 0:
                 # Some writers put Python frames on their own pseudo-thread: use them all.
                 frames = every
-            cached = (frames, ev.start_ns[frames])
-            self._frames[key] = cached
-        return cached
+            self._frames[key] = frames
+        return frames, ev.start_ns[frames]
 
     def _parent_frames(self) -> tuple[Ids, Ids]:
         """Every Python frame's row (ascending) and the row of its parent, found by Python id

@@ -10,21 +10,19 @@ class Block:
 
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+#: The scanner's columns for a file (see ``_kscan.c``).
+Scanned = tuple[
+    int,
+    int,
+    dict[str, Block],
+    list[bytes],
+    list[bytes],
+    bytes,
+    tuple[bytes, list[bytes]],
+    bytes,
+]
+
 def scan_file(
     fd: int, piece_bytes: int, hurry: bytearray, max_text: int, max_bytes: int, /
-) -> tuple[
-    bytes,
-    tuple[
-        int,
-        int,
-        dict[str, Block],
-        list[bytes],
-        list[bytes],
-        bytes,
-        tuple[bytes, list[bytes]],
-        bytes,
-    ],
-    bytes,
-    bool,
-]: ...
+) -> tuple[bytes, Scanned, bytes, bool]: ...
 def use_zlib_ng(library: str | None, /) -> bool: ...

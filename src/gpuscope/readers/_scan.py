@@ -75,19 +75,7 @@ KINETO_KEYS = (
 )
 
 if TYPE_CHECKING:
-    from gpuscope.readers._kscan import Block
-
-    #: The scanner's columns for a file (see ``_kscan.c``).
-    Scanned = tuple[
-        int,
-        int,
-        dict[str, Block],
-        list[bytes],
-        list[bytes],
-        bytes,
-        tuple[bytes, list[bytes]],
-        bytes,
-    ]
+    from gpuscope.readers._kscan import Scanned
 
 
 class NotScannableError(Exception):

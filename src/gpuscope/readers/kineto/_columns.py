@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Callable
 from itertools import compress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -16,7 +16,6 @@ import numpy as np
 from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
 from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Extras, Kind, Step, Trace, narrow
-from gpuscope.readers import _scan
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._shape import (
     _CATEGORY,
@@ -62,6 +61,9 @@ from gpuscope.readers.kineto._values import (
     _scatter,
     _to_ns,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.readers._kscan import Scanned
 
 # --- building the model --------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class _Columns:
             self.nbytes += 200 * len(piece_flows)
         self.rows += len(rows)
 
-    def add_scanned(self, scanned: _scan.Scanned) -> None:
+    def add_scanned(self, scanned: Scanned) -> None:
         """Add the events the C scanner read: the same columns :meth:`add` builds from decoded
         events."""
         events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned

@@ -45,6 +45,16 @@ def without_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_scan, "_kscan", None)
 
 
+@pytest.fixture(params=["scanner", "msgspec"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once with the C scanner and once with the msgspec reader."""
+    if request.param == "scanner" and not _scan.scanner_built():
+        pytest.skip("the C scanner is not built")
+    if request.param == "msgspec":
+        without_scanner(monkeypatch)
+    return str(request.param)
+
+
 # --- nothing is read whole ------------------------------------------------------------------------
 
 
@@ -156,14 +166,7 @@ def bomb(path: Path, inflated: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("scanner", [True, False])
-def test_a_gzip_bomb_stops_at_the_reported_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
-) -> None:
-    if scanner and not _scan.scanner_built():
-        pytest.skip("the C scanner is not built")
-    if not scanner:
-        without_scanner(monkeypatch)
+def test_a_gzip_bomb_stops_at_the_reported_limit(tmp_path: Path, reader: str) -> None:
     path = bomb(tmp_path / "bomb.json.gz", 24 << 20)
     assert path.stat().st_size < 64 << 10
     result = cli("diagnose", str(path), env={"GPUSCOPE_MAX_INFLATE": "4M"})
@@ -182,14 +185,7 @@ def test_the_limit_holds_when_read_whole_too(
         _io.read_bytes(path)
 
 
-@pytest.mark.parametrize("scanner", [True, False])
-def test_an_input_over_the_memory_budget_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
-) -> None:
-    if scanner and not _scan.scanner_built():
-        pytest.skip("the C scanner is not built")
-    if not scanner:
-        without_scanner(monkeypatch)
+def test_an_input_over_the_memory_budget_is_one_line(tmp_path: Path, reader: str) -> None:
     path = tmp_path / "t.json.gz"
     # 17,600 events: past the 1 MB floor of the columns' share even at 77 bytes a row.
     path.write_bytes(generate(GeneratorConfig(seed=2, steps=32)).to_bytes(compress=True))
@@ -281,17 +277,10 @@ def kernel_and_launch(i: int, big: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("scanner", [True, False])
-def test_ids_past_32_bits_read_exactly_in_64(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
-) -> None:
+def test_ids_past_32_bits_read_exactly_in_64(tmp_path: Path, reader: str) -> None:
     """Columns are int32 while their values fit, int64 from the first that does not: a trace
     whose ids pass 2^31 only after its first events (the scanner then widens the column it has
     filled) reads the same ids as one that is small throughout, shifted."""
-    if scanner and not _scan.scanner_built():
-        pytest.skip("the C scanner is not built")
-    if not scanner:
-        without_scanner(monkeypatch)
     big = 2**40
     early = [e for i in range(67) for e in kernel_and_launch(i, 0)]
     small_events = early + [e for i in range(100, 300) for e in kernel_and_launch(i, 0)]

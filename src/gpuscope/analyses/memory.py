@@ -66,6 +66,7 @@ _LIBRARY = (
     "/einops/",
 )
 _TEMPORARIES = CATEGORIES.index("temporaries")
+_ACTIVATIONS = CATEGORIES.index("activations")
 #: Lines of one function at most this far apart are one site (``nn_utils.py:5-7``).
 SITE_LINES = 5
 #: Points of the drawn timeline.
@@ -140,6 +141,10 @@ class MemoryReport(msgspec.Struct, frozen=True):
     expandable_segments: bool | None
     timeline: list[MemoryPoint]
     device_total_bytes: int | None = None
+    #: Activations alive at the peak that nothing freed later (inference keeps them only
+    #: without ``no_grad``), and whether any backward was recorded at all.
+    kept_activation_bytes: int = 0
+    backward_recorded: bool = False
 
 
 def analyse_memory(
@@ -269,6 +274,10 @@ class _Device:
             expandable_segments=expandable,
             timeline=_timeline(ev, allocated, reserved, live, matched),
             device_total_bytes=self.total,
+            kept_activation_bytes=int(live.size[(live.category == _ACTIVATIONS) & live.kept].sum()),
+            backward_recorded=any(
+                self.stacks.phase(int(x)) == "backward" for x in np.unique(ev.stack)
+            ),
         )
 
     def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_]) -> _Live:
@@ -319,7 +328,7 @@ class _Device:
         confidence = np.array(
             [self.stacks.confidence(int(s)) for s in stacks], dtype=np.int64
         ).reshape(-1)
-        return _Live(sizes, stacks, category, confidence, recorded)
+        return _Live(sizes, stacks, category, confidence, recorded, frees < 0)
 
     def _category(self, stack: int, free: int, pool: bool, recorded: bool, time_ns: int) -> int:
         """The category of one live block (see the module docstring)."""
@@ -446,6 +455,7 @@ class _Live(msgspec.Struct, frozen=True):
     category: NDArray[np.int64]
     confidence: NDArray[np.int64]  # 0 low, 1 medium, 2 high
     recorded: NDArray[np.bool_]
+    kept: NDArray[np.bool_]  # never freed while recording
 
 
 _CONFIDENCE = ("low", "medium", "high")

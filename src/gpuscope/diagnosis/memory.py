@@ -105,7 +105,7 @@ def activation_peak(report: MemoryReport) -> Finding | None:
     T x T scores and probabilities that SDPA / flash attention never materialise."""
     acts = report.categories["activations"]
     peak = report.peak_allocated_bytes
-    if not peak or acts < MAIN_SHARE * peak:
+    if not peak or acts < MAIN_SHARE * peak or _inference(report):
         return None
     sites = _sites_of(report, "activations")
     module = sites[0].chain[-1] if sites and sites[0].chain else "each transformer block"
@@ -131,6 +131,41 @@ def activation_peak(report: MemoryReport) -> Finding | None:
         evidence.append(headroom)
     return _finding(
         "activation_peak", report, acts, checkpoint_after, evidence, causes.fix("activation_peak")
+    )
+
+
+def _inference(report: MemoryReport) -> bool:
+    """A forward whose activations nothing frees, with no backward anywhere: inference."""
+    acts = report.categories["activations"]
+    return not report.backward_recorded and acts > 0 and report.kept_activation_bytes >= 0.8 * acts
+
+
+def inference_keeps_activations(report: MemoryReport) -> Finding | None:
+    """With autograd on, every forward keeps the intermediate tensors its backward would need;
+    an inference pass that never runs backward frees them only when the outputs die, so memory
+    grows layer by layer. Under ``torch.inference_mode()`` / ``no_grad()`` each layer's
+    intermediates are freed as soon as the next layer has used them: the peak is about the
+    weights plus one layer's working set."""
+    acts = report.categories["activations"]
+    peak = report.peak_allocated_bytes
+    if not peak or acts < MAIN_SHARE * peak or not _inference(report):
+        return None
+    sites = _sites_of(report, "activations")
+    largest = max((s.bytes for s in sites), default=0)
+    after = peak - acts + largest
+    return _finding(
+        "inference_keeps_activations",
+        report,
+        acts,
+        after,
+        [
+            f"{gib(report.kept_activation_bytes)} of activations kept to the peak"
+            f" ({gib(peak)}) and never freed, with no backward recorded",
+            f"largest: {_where(sites)}",
+            f"under torch.inference_mode(): peak ~{gib(after)} (the largest site's tensors"
+            " alive at once, an upper bound)",
+        ],
+        causes.fix("inference_keeps_activations"),
     )
 
 
@@ -220,6 +255,7 @@ MEMORY_RULES: list[Callable[[MemoryReport], Finding | None]] = [
     weights_exceed_memory,
     allocator_fragmentation,
     lazy_optimizer_state,
+    inference_keeps_activations,
     activation_peak,
 ]
 

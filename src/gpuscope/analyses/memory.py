@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
+import sys
 
 import msgspec
 import numpy as np
@@ -54,17 +56,14 @@ CATEGORIES = (
     "communication buffers",
     "other",
 )
-#: Path parts of library code, compared in lower case with ``\\`` read as ``/``.
-_LIBRARY = (
-    "site-packages/",
-    "dist-packages/",
-    "/torch/",
-    "/lib/python",
-    "/lib/",
-    "<frozen",
-    "torchinductor",
-    "/einops/",
+#: Packages whose frames are never the user's line: the framework and its helpers. Other
+#: installed packages (``transformers``) hold the model code, so they count as the user's.
+_FRAMEWORKS = frozenset(
+    {"torch", "torchvision", "torchaudio", "functorch", "triton", "einops", "numpy", "_pytest"}
 )
+_PACKAGES = re.compile(r"/(?:site|dist)-packages/([^/]+)/")
+_STDLIB_PATH = re.compile(r"/lib/python3[^/]*/[^/]+$|/lib/python3[^/]*/(?!site-packages)")
+_STDLIB = frozenset(sys.stdlib_module_names)
 _TEMPORARIES = CATEGORIES.index("temporaries")
 _ACTIVATIONS = CATEGORIES.index("activations")
 #: Lines of one function at most this far apart are one site (``nn_utils.py:5-7``).
@@ -83,6 +82,7 @@ class MemorySite(msgspec.Struct, frozen=True):
     category: str
     confidence: str  # high | medium | low
     phase: str  # the phase its allocations were made in
+    operator: str = ""  # the operator that allocated (traces), "" when not recorded
 
 
 class Fragmentation(msgspec.Struct, frozen=True):
@@ -226,7 +226,7 @@ class _Device:
             peak_reserved = end_reserved
         if end_alloc > peak:  # the dump holds more than any recorded moment
             p, peak, reserved_at_peak, peak_time = -1, end_alloc, end_reserved, -1
-        live = self._live_at(p, matched, held)
+        live = self._live_at(p, matched, held, peak)
         sites = _sites(live, self.stacks, rise=False)
         rise = _sites(live, self.stacks, rise=True)
         categories = {c: 0 for c in CATEGORIES}
@@ -280,7 +280,7 @@ class _Device:
             ),
         )
 
-    def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_]) -> _Live:
+    def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_], peak: int) -> _Live:
         """Every block alive at event ``p`` (-1: at the dump), with its stack, category and
         whether it was allocated during recording."""
         ev = self.ev
@@ -313,11 +313,18 @@ class _Device:
                 self.record.segments.graph_pool[blocks.segment[dump_rows]],
             ]
         )
+        # What the totals count that no block accounts for (a trace's memory allocated before
+        # recording, which it never names): one block without a stack, alive all along.
+        missing = peak - int(sizes.sum())
+        if missing > 0:
+            sizes = np.append(sizes, missing)
+            stacks = np.append(stacks, -1)
+            frees = np.append(frees, -1)
+            pool = np.append(pool, False)
         recorded = np.zeros(sizes.size, np.bool_)
         recorded[: rows.size] = True
-        times = np.concatenate(
-            [ev.time_ns[rows], np.full(orphan_alive.size + dump_rows.size, -1, np.int64)]
-        )
+        times = np.full(sizes.size, -1, np.int64)
+        times[: rows.size] = ev.time_ns[rows]
         category = np.array(
             [
                 self._category(int(s), int(f), bool(g), bool(r), int(t))
@@ -484,6 +491,13 @@ class _StackFacts:
     def phase(self, stack: int) -> str:
         return self._phase(stack)[0]
 
+    def operator(self, stack: int) -> str:
+        """The innermost operator frame (traces' stacks: file ``<op>``)."""
+        if stack < 0:
+            return ""
+        ops = (self.frames[f] for f in self.stacks[stack] if self.frames[f].file == "<op>")
+        return next((f.function for f in ops), "")
+
     def confidence(self, stack: int) -> int:
         return self._phase(stack)[1]
 
@@ -496,8 +510,19 @@ class _StackFacts:
 
 
 def _is_user(frame: MemoryFrame) -> bool:
-    path = frame.file.replace("\\", "/").lower()
-    return path.endswith(".py") and not any(part in path for part in _LIBRARY)
+    """A frame of the user's code (or of a model library such as transformers): not the
+    framework, not the standard library, not C++ (paths compared with ``\\`` read as ``/``)."""
+    path = frame.file.replace("\\", "/")
+    lower = path.lower()
+    if not lower.endswith(".py") or "<frozen" in lower or "torchinductor" in lower:
+        return False
+    package = _PACKAGES.search(lower)
+    if package is not None:
+        return package.group(1) not in _FRAMEWORKS
+    if _STDLIB_PATH.search(lower):
+        return False
+    top = lower.lstrip("/").split("/", 1)[0].removesuffix(".py")
+    return top not in _FRAMEWORKS and top not in _STDLIB
 
 
 def _stack_phase(frames: list[MemoryFrame]) -> tuple[str, int]:
@@ -558,8 +583,10 @@ def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
     chains: dict[tuple[str, str, int], tuple[int, int]] = {}
     for stack, members in per_stack.items():
         user = stacks.user_frames(stack)
-        key = (user[0].file, user[0].function) if user else ("(no user frame)", "")
-        line = user[0].line if user else 0
+        if user:
+            key, line = (user[0].file, user[0].function), user[0].line
+        else:  # a trace without Python stacks: the operator that allocated
+            key, line = (stacks.operator(stack) or "(no user frame)", ""), 0
         sizes = live.size[members]
         total = int(sizes.sum())
         cell = grouped.setdefault(key, {}).setdefault(line, [0, 0, *([0] * len(CATEGORIES)), 0, 0])
@@ -595,7 +622,7 @@ def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
             sure = sure if share > 0.8 else max(sure - 1, 0)
             found.append(
                 MemorySite(
-                    location=where if file != "(no user frame)" else file,
+                    location=where if file.endswith(".py") else file,
                     function=function,
                     chain=[
                         f"{_basename(f.file)}:{f.line} {f.function}"
@@ -606,6 +633,7 @@ def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
                     category=CATEGORIES[category],
                     confidence=_CONFIDENCE[sure],
                     phase=stacks.phase(stack),
+                    operator=stacks.operator(stack),
                 )
             )
     found.sort(key=lambda s: -s.bytes)

@@ -168,9 +168,12 @@ def diagnose_timelines(
     startup: list[StartupEvidence] = []
     kinds: list[KindStat] = []
     traces: list[Trace] = []
+    memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
     for given in job.traces:
         trace = given
         host = host_activity(trace)
+        if given.memory is not None:
+            memory_hosts.append((given, host))
         phases = startup_phases(trace, host)
         window = steady_window(trace, phases) if phases and not options.whole else None
         if window is not None:
@@ -198,6 +201,12 @@ def diagnose_timelines(
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
+    memory: list[MemoryReport] = []
+    memory_found: list[Finding] = []
+    if memory_hosts:
+        from gpuscope.diagnosis.memory import trace_memory  # noqa: PLC0415
+
+        memory, memory_found = trace_memory(memory_hosts, options)
     all_fixes = None
     saving_usd: float | None = None
     if options.predict:
@@ -213,6 +222,8 @@ def diagnose_timelines(
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
         found, judged = revise(found, judged, kinds, startup, span, options.whole)
+    # Memory findings cost bytes, not time: after the time findings, outside verdict and prices.
+    found = found + memory_found
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
     charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
     result = Diagnosis(
@@ -228,6 +239,7 @@ def diagnose_timelines(
         drawn=charts,
         kernel_unit=kernel_unit,
         kernel_ns=kernel_ns,
+        memory=memory,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
 

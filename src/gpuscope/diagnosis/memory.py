@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuscope import causes
+from gpuscope.analyses.host import HostIndex
 from gpuscope.analyses.memory import MemoryReport, MemorySite, analyse_memory
+from gpuscope.analyses.memory_trace import trace_record
 from gpuscope.diagnosis import Diagnosis, InputSummary, Options
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.facts import device_facts
-from gpuscope.model import Job
+from gpuscope.model import Job, Trace
 
 GIB = 1 << 30
 #: A category must hold this share of the peak to be the peak's story.
@@ -105,7 +107,7 @@ def activation_peak(report: MemoryReport) -> Finding | None:
     T x T scores and probabilities that SDPA / flash attention never materialise."""
     acts = report.categories["activations"]
     peak = report.peak_allocated_bytes
-    if not peak or acts < MAIN_SHARE * peak or _inference(report):
+    if not peak or acts < MAIN_SHARE * peak or not report.backward_recorded:
         return None
     sites = _sites_of(report, "activations")
     module = sites[0].chain[-1] if sites and sites[0].chain else "each transformer block"
@@ -169,8 +171,38 @@ def inference_keeps_activations(report: MemoryReport) -> Finding | None:
     )
 
 
+def attention_scores(report: MemoryReport) -> Finding | None:
+    """Attention written as ``softmax(q @ k.T) @ v`` materialises a T x T score tensor and its
+    softmax per head: their size grows with the square of the sequence length, and in inference
+    (no backward) they are the largest tensors alive. SDPA's flash and memory-efficient kernels
+    compute attention in tiles and never store them. Training's activation peak names the same
+    sites in its own finding."""
+    peak = report.peak_allocated_bytes
+    if not peak or report.backward_recorded:
+        return None
+    sites = [s for s in report.sites if _is_attention(s)]
+    size = sum(s.bytes for s in sites)
+    if size < 0.25 * peak:
+        return None
+    return _finding(
+        "attention_scores",
+        report,
+        size,
+        peak - size,
+        [
+            f"attention scores and probabilities hold {gib(size)} of the {gib(peak)} peak"
+            f" ({100 * size / peak:.0f}%) at {_where(sites)}"
+            + (f" ({', '.join(sorted({s.operator for s in sites if s.operator}))})"),
+            f"SDPA / flash attention never stores them: peak ~{gib(peak - size)}",
+            "their size grows with the square of the sequence length: a longer input than the"
+            " model expects (more frames, more tokens) multiplies them",
+        ],
+        causes.fix("attention_scores"),
+    )
+
+
 def _is_attention(site: MemorySite) -> bool:
-    words = " ".join([site.function, *site.chain]).lower()
+    words = " ".join([site.function, site.operator, *site.chain]).lower()
     return any(w in words for w in ("softmax", "attention", "attn", "scores", "bmm"))
 
 
@@ -226,7 +258,12 @@ def allocator_fragmentation(report: MemoryReport) -> Finding | None:
     frag = report.at_peak
     reserved = report.reserved_at_peak_bytes or 1
     failed = oom is not None and oom.verdict == "fragmentation"
-    if not failed and (frag.fragmented_bytes < 0.25 * reserved or frag.fragmented_bytes < GIB):
+    # Without the pieces (a trace's totals, a dump after the peak) reserved memory above the
+    # peak may be an earlier, larger peak's cache: only the pieces prove fragmentation.
+    pieces = frag.free_blocks is not None
+    if not failed and (
+        not pieces or frag.fragmented_bytes < 0.25 * reserved or frag.fragmented_bytes < GIB
+    ):
         return None
     evidence = [
         f"{gib(frag.fragmented_bytes)} reserved but unusable at the peak"
@@ -257,6 +294,7 @@ MEMORY_RULES: list[Callable[[MemoryReport], Finding | None]] = [
     lazy_optimizer_state,
     inference_keeps_activations,
     activation_peak,
+    attention_scores,
 ]
 
 
@@ -299,6 +337,24 @@ def memory_reports(job: Job, device_total_bytes: int | None = None) -> list[Memo
     headroom."""
     totals = None if device_total_bytes is None else dict.fromkeys(range(64), device_total_bytes)
     return [r for record in job.memory for r in analyse_memory(record, totals)]
+
+
+def trace_memory(
+    traces: list[tuple[Trace, HostIndex]], options: Options
+) -> tuple[list[MemoryReport], list[Finding]]:
+    """The memory reports and findings of traces that record allocator events."""
+    reports: list[MemoryReport] = []
+    for trace, host in traces:
+        record = trace_record(trace, host)
+        if record is None:
+            continue
+        totals = {d: i.total_memory_bytes for d, i in trace.devices.items() if i.total_memory_bytes}
+        if options.gpu and not totals:
+            facts = device_facts(None, gpu=options.gpu)
+            if facts is not None and facts.memory_bytes:
+                totals = dict.fromkeys(range(64), facts.memory_bytes)
+        reports += analyse_memory(record, totals)
+    return reports, memory_findings(reports)
 
 
 def diagnose_memory(job: Job, options: Options) -> Diagnosis:

@@ -17,7 +17,7 @@
  * header      the text before the ``"traceEvents"`` key
  * tail        the text after the array's ``]`` (the document's other keys)
  * cut         whether the text ended first (a gzip stream or the array cut off mid-write)
- * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows):
+ * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows, memory):
  *   events      how many events of any phase were read
  *   rows        how many complete ("X") events, one row each in the columns
  *   columns     dict of column name -> Block (a read-only buffer of native values, owning the
@@ -36,6 +36,7 @@
  *               distinct text once (the same shapes recur at every step)
  *   flows       the flow events (phases s, f, t) as one JSON array: its text, or past 16 MB
  *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
+ *   memory      the allocator's instant events (phase "i" named "[memory]") packed the same way
  *
  * Nothing returned points into ``data``.
  *
@@ -190,6 +191,7 @@ typedef struct {
     int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
     Py_ssize_t n_extras, extras_capacity, ids_capacity;
     Packed flows; /* the flow events (phases s, f, t), as one JSON array, deflated */
+    Packed memory; /* the allocator's "[memory]" instant events, the same way */
 } Columns;
 
 static int columns_grow(Columns *c, Py_ssize_t hint) {
@@ -267,6 +269,7 @@ static void columns_free(Columns *c) {
     free(c->extra_rows);
     free(c->extra_ids);
     packed_free(&c->flows);
+    packed_free(&c->memory);
 }
 
 /* ---- interning raw strings -------------------------------------------------------------- */
@@ -972,7 +975,7 @@ static const char PHASES[] = "XBEiIsftPNODCbneMRcVpSTF";
 /* The memory the scan's results take so far (the columns as filled, the copied texts). */
 static Py_ssize_t scan_bytes(const Scan *s) {
     const Columns *c = &s->columns;
-    return c->rows * columns_row_bytes(c) + c->flows.length + c->n_extras * 12 + s->extras.strings_length +
+    return c->rows * columns_row_bytes(c) + c->flows.length + c->memory.length + c->n_extras * 12 + s->extras.strings_length +
            s->names.strings_length + s->cats.strings_length;
 }
 
@@ -1075,6 +1078,10 @@ static int read_event(Cursor *c, Scan *s) {
     }
     if (phase == 's' || phase == 'f' || phase == 't')
         return packed_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
+    /* The caching allocator's events (an allocation or a free, with the totals after it): kept
+     * as text, few beside the complete events, and decoded in Python. */
+    if (phase == 'i' && name_length == 8 && memcmp(name, "[memory]", 8) == 0)
+        return packed_append(&s->columns.memory, event_start, c->p - event_start) < 0 ? BAD : OK;
     if (phase != 'X') return OK;
     if (unsupported) {
         s->error = "a complete event with a value of an unexpected type";
@@ -1707,11 +1714,26 @@ static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t si
     return r;
 }
 
+/* A packed array as bytes: plain text starts with its "[", deflated bytes with a "Z" put before
+ * them; empty bytes when nothing was packed. NULL with an exception set on failure. */
+static PyObject *packed_bytes(Packed *p) {
+    if (p->text_length == 0) return PyBytes_FromString("");
+    if (packed_put(p, "]", 1, Z_FINISH) < 0) return PyErr_NoMemory();
+    int z = p->live;
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, p->length + z);
+    if (bytes != NULL) {
+        char *out = PyBytes_AS_STRING(bytes);
+        if (z) out[0] = 'Z';
+        memcpy(out + z, p->data, (size_t)p->length);
+    }
+    return bytes;
+}
+
 static PyObject *columns_result(Scan *s) {
     Columns *col = &s->columns;
     Py_ssize_t n = col->rows;
     PyObject *result = NULL, *columns = NULL, *cats = NULL, *names = NULL, *extra_rows = NULL;
-    PyObject *extras = NULL, *flows = NULL;
+    PyObject *extras = NULL, *flows = NULL, *memory = NULL;
     columns = PyDict_New();
     if (columns == NULL) goto finally;
     int failed = put_column(columns, "cat", col->cat, n * 4) < 0;
@@ -1734,25 +1756,10 @@ static PyObject *columns_result(Scan *s) {
     extras = Py_BuildValue("(y#N)", col->extra_ids ? (const char *)col->extra_ids : "",
                            col->n_extras * 4, strings_list(&s->extras));
     if (extras == NULL) goto finally;
-    if (col->flows.text_length == 0) {
-        flows = PyBytes_FromString("");
-    } else {
-        if (packed_put(&col->flows, "]", 1, Z_FINISH) < 0) {
-            PyErr_NoMemory();
-            goto finally;
-        }
-        /* Plain text starts with its "[", deflated bytes with a "Z" put before them. */
-        int z = col->flows.live;
-        flows = PyBytes_FromStringAndSize(NULL, col->flows.length + z);
-        if (flows != NULL) {
-            char *out = PyBytes_AS_STRING(flows);
-            if (z) out[0] = 'Z';
-            memcpy(out + z, col->flows.data, (size_t)col->flows.length);
-        }
-    }
-    if (flows == NULL) goto finally;
-    result = Py_BuildValue("(nnOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
-                           flows);
+    if ((flows = packed_bytes(&col->flows)) == NULL) goto finally;
+    if ((memory = packed_bytes(&col->memory)) == NULL) goto finally;
+    result = Py_BuildValue("(nnOOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
+                           flows, memory);
 finally:
     Py_XDECREF(columns);
     Py_XDECREF(cats);
@@ -1760,6 +1767,7 @@ finally:
     Py_XDECREF(extra_rows);
     Py_XDECREF(extras);
     Py_XDECREF(flows);
+    Py_XDECREF(memory);
     return result;
 }
 
@@ -1856,7 +1864,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 5
+#define KSCAN_VERSION 6
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

@@ -20,6 +20,7 @@ Scanned = tuple[
     bytes,
     tuple[bytes, list[bytes]],
     bytes,
+    bytes,
 ]
 
 def scan_file(

@@ -33,9 +33,7 @@ from gpuscope.model import Trace
 from gpuscope.readers import _scan
 from gpuscope.readers._io import memory_budget, read_bytes
 from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
-from gpuscope.readers.kineto._columns import (
-    _Columns,
-)
+from gpuscope.readers.kineto._columns import _Columns, memory_in, memory_of
 from gpuscope.readers.kineto._pieces import (
     _JSON_STRING,
     _decode,
@@ -116,6 +114,7 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
         raise EmptyTraceError(path, "the trace holds no events")
     columns = _Columns(lenient=isinstance(document, _LenientDocument))
     columns.add(events, lambda: _flows_of(data))
+    columns.add_memory(memory_of(data))
     return columns.finish(path, document, lost_tail=lost_tail)
 
 
@@ -130,6 +129,7 @@ def _read_streamed(path: Path) -> Trace:
         except msgspec.ValidationError:  # odd values here: this piece only is read leniently
             decoded, lenient = _LENIENT_EVENTS_DECODER.decode(body), True
         columns.add(decoded, partial(_flows_in, body), lenient=lenient)
+        columns.add_memory(memory_in(body))
         del decoded
         if columns.nbytes > limit:
             raise _scan.too_big(path, "memory", columns.nbytes)

@@ -15,7 +15,18 @@ import numpy as np
 
 from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
-from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Extras, Kind, Step, Trace, narrow
+from gpuscope.model import (
+    ID_COLUMNS,
+    DeviceInfo,
+    Events,
+    Extras,
+    Kind,
+    MemoryAction,
+    MemoryEvents,
+    Step,
+    Trace,
+    narrow,
+)
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._shape import (
     _CATEGORY,
@@ -26,6 +37,9 @@ from gpuscope.readers.kineto._shape import (
     _FLOWS_DECODER,
     _KIND_OF_CATEGORY,
     _LINKED_KINDS,
+    _MAYBE_MEMORY_DECODER,
+    _MEMORY_ARGS_DECODER,
+    _MEMORY_DOCUMENT_DECODER,
     _NAME,
     _OCCUPANCY,
     _PID,
@@ -102,6 +116,9 @@ class _Columns:
         self.old_schema = False
         self.float_ts = False
         self.flows: list[Any] = []
+        #: The allocator's ``[memory]`` events on a device: (ts, order, tid, device, address,
+        #: bytes, total allocated, total reserved).
+        self.memory: list[tuple[Any, ...]] = []
         #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
         #: The memory the columns, extras and flows take so far (checked against the budget).
@@ -174,7 +191,10 @@ class _Columns:
     def add_scanned(self, scanned: Scanned) -> None:
         """Add the events the C scanner read: the same columns :meth:`add` builds from decoded
         events."""
-        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
+        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, memory = scanned
+        if memory:
+            text = zlib.decompress(memory[1:], -15) if memory[:1] == b"Z" else memory
+            self.add_memory(_MAYBE_MEMORY_DECODER.decode(text))
         self.events += events
         if n == 0:
             return
@@ -246,6 +266,44 @@ class _Columns:
             text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
             self.flows.extend(_FLOWS_DECODER.decode(text))
         self.rows += len(kept)
+
+    def add_memory(self, candidates: list[Any]) -> None:
+        """Keep the ``[memory]`` instant events of a device (``Device Type`` other than CPU):
+        the rest of ``candidates`` is any other event, decoded no further."""
+        for e in candidates:
+            if e.ph != "i" or e.name != "[memory]" or not len(e.args):
+                continue
+            try:
+                a = _MEMORY_ARGS_DECODER.decode(e.args)
+            except msgspec.DecodeError:
+                continue
+            numbers = (a.bytes, a.address, a.device, a.allocated, a.reserved)
+            if a.device_type in (0, None) or not all(_is_int(x) for x in numbers):
+                continue
+            order = a.order if _is_int(a.order) else len(self.memory)
+            tid = e.tid if _is_int(e.tid) else -1
+            self.memory.append((_num(e.ts), order, tid, *numbers))
+
+    def memory_events(self) -> MemoryEvents | None:
+        """The kept ``[memory]`` events in time order (ties by the profiler's ``Ev Idx``)."""
+        if not self.memory:
+            return None
+        rows = sorted(self.memory, key=lambda r: (r[0], r[1]))
+        ts, _, tid, size, address, device, allocated, reserved = zip(*rows, strict=True)
+        signed = np.asarray(size, dtype=np.int64)
+        return MemoryEvents.from_columns(
+            len(rows),
+            {
+                "action": np.where(signed >= 0, MemoryAction.ALLOC, MemoryAction.FREE_COMPLETED),
+                "device": np.asarray(device, dtype=np.int32),
+                "address": address,
+                "size_bytes": np.abs(signed),
+                "time_ns": _to_ns(list(ts)),
+                "tid": tid,
+                "allocated_bytes": allocated,
+                "reserved_bytes": reserved,
+            },
+        )
 
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
         """Global ids for local name ids (into the scanner's raw names), decoding and interning
@@ -409,6 +467,7 @@ class _Columns:
             events=table,
             steps=_steps(table, names),
             metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
+            memory=self.memory_events(),
         )
         if "cuda_profiler_range" in self.kind_of:
             trace.warnings.append(
@@ -423,6 +482,26 @@ class _Columns:
                 f"{self.rows:,} whole events covering {_span_ms(trace):.1f} ms, the rest is lost"
             )
         return trace
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def memory_in(body: bytes) -> list[Any]:
+    """The events of a piece of text (a JSON array) that may be ``[memory]`` events; none
+    decoded unless the text names one."""
+    return list(_MAYBE_MEMORY_DECODER.decode(body)) if b'"[memory]"' in body else []
+
+
+def memory_of(data: bytes) -> list[Any]:
+    """The same for a whole document."""
+    if b'"[memory]"' not in data:
+        return []
+    try:
+        return _MEMORY_DOCUMENT_DECODER.decode(data).traceEvents or []
+    except msgspec.DecodeError:  # a repaired, truncated document: its memory events are lost
+        return []
 
 
 def _link_by_flows(table: Events, flows: list[Any]) -> None:

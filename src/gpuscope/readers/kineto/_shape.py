@@ -89,6 +89,35 @@ class _Flow(msgspec.Struct, gc=False):
     ts: Any = 0
 
 
+class _MaybeMemory(msgspec.Struct, gc=False):
+    """Any event, decoded only as far as telling a ``[memory]`` instant event apart: its
+    arguments stay raw JSON until it is one."""
+
+    ph: Any = ""
+    name: Any = ""
+    tid: Any = None
+    ts: Any = 0
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _MemoryArgs(msgspec.Struct, gc=False):
+    """A ``[memory]`` event's arguments (PyTorch's profiler: ``Device Type`` is c10's
+    DeviceType, 0 CPU, 1 CUDA, 6 HIP; ``Bytes`` is negative for a free; the totals are after it;
+    ROCm 6 adds ``finished``)."""
+
+    bytes: Any = msgspec.field(default=None, name="Bytes")
+    address: Any = msgspec.field(default=None, name="Addr")
+    device: Any = msgspec.field(default=None, name="Device Id")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    order: Any = msgspec.field(default=None, name="Ev Idx")
+
+
+class _MemoryDocument(msgspec.Struct, gc=False):
+    traceEvents: list[_MaybeMemory] | None = None  # noqa: N815
+
+
 class _FlowDocument(msgspec.Struct, gc=False):
     traceEvents: list[_Flow] | None = None  # noqa: N815
 
@@ -133,6 +162,9 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-ty
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
 _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
+_MAYBE_MEMORY_DECODER = msgspec.json.Decoder(list[_MaybeMemory], float_hook=float)
+_MEMORY_DOCUMENT_DECODER = msgspec.json.Decoder(_MemoryDocument, float_hook=float)
+_MEMORY_ARGS_DECODER = msgspec.json.Decoder(_MemoryArgs, float_hook=float)
 _CATEGORY = attrgetter("cat")
 _NAME = attrgetter("name")
 _PID = attrgetter("pid")

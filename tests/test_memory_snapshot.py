@@ -62,8 +62,14 @@ def _snapshot() -> dict[str, Any]:
     add("alloc", base + GIB + 512 * MIB, 512 * MIB, forward)
     add("alloc", base + 2 * GIB, 100 * MIB, temp)
     add("free_completed", base + 2 * GIB, 100 * MIB, temp)
+    grad = _frames(
+        ("/venv/lib/python3.11/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward"),
+        ("/home/u/train.py", 8, "main"),
+    )
+    add("alloc", base + 2 * GIB, 8 * MIB, grad)  # backward: a gradient, into the cached block
     add("free_completed", base + GIB, 512 * MIB, forward)
     add("free_completed", base + GIB + 512 * MIB, 512 * MIB, forward)
+    add("free_completed", base + 2 * GIB, 8 * MIB, grad)
     segments = [
         {
             "device": 0,

@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.model import (
     BlockState,
     MemoryAction,
@@ -83,6 +84,7 @@ class MemorySite(msgspec.Struct, frozen=True):
     confidence: str  # high | medium | low
     phase: str  # the phase its allocations were made in
     operator: str = ""  # the operator that allocated (traces), "" when not recorded
+    largest_block_bytes: int = 0
 
 
 class Fragmentation(msgspec.Struct, frozen=True):
@@ -152,8 +154,8 @@ def analyse_memory(
 ) -> list[MemoryReport]:
     """One report per device the record holds events or segments of."""
     devices = sorted(
-        {int(d) for d in np.unique(record.events.device)}
-        | {int(d) for d in np.unique(record.segments.device)}
+        {int(d) for d in distinct(record.events.device)}
+        | {int(d) for d in distinct(record.segments.device)}
     )
     totals = device_total_bytes or {}
     return [_Device(record, d, totals.get(d)).report() for d in devices]
@@ -171,6 +173,9 @@ class _Device:
         blocks = record.blocks
         self.block_rows = np.flatnonzero(np.isin(blocks.segment, seg_rows))
         self.stacks = _StackFacts(record.frames, record.stacks)
+        self.backward = any(
+            self.stacks.phase(int(x)) == "backward" for x in distinct(self.ev.stack)
+        )
 
     def report(self) -> MemoryReport:
         ev = self.ev
@@ -275,9 +280,7 @@ class _Device:
             timeline=_timeline(ev, allocated, reserved, live, matched),
             device_total_bytes=self.total,
             kept_activation_bytes=int(live.size[(live.category == _ACTIVATIONS) & live.kept].sum()),
-            backward_recorded=any(
-                self.stacks.phase(int(x)) == "backward" for x in np.unique(ev.stack)
-            ),
+            backward_recorded=self.backward,
         )
 
     def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_], peak: int) -> _Live:
@@ -352,6 +355,8 @@ class _Device:
             "backward": "gradients" if kept else "temporaries",
             "forward": "activations",
         }.get(phase)
+        if name is None and kept and recorded and not self.backward:
+            name = "activations"  # inference with autograd on keeps what it allocates
         if name is None:
             name = "parameters" if kept and not recorded else "other"
         return CATEGORIES.index(name)
@@ -595,6 +600,7 @@ def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
         for c, b in zip(live.category[members], sizes, strict=True):
             cell[2 + int(c)] += int(b)
         cell[-1] = max(cell[-1], int(live.confidence[members].max()))
+        cell[-2] = max(cell[-2], int(sizes.max()))
         best = chains.get((*key, line))
         if best is None or total > best[1]:
             chains[(*key, line)] = (stack, total)
@@ -634,6 +640,7 @@ def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
                     confidence=_CONFIDENCE[sure],
                     phase=stacks.phase(stack),
                     operator=stacks.operator(stack),
+                    largest_block_bytes=max(c[-2] for c in cells),
                 )
             )
     found.sort(key=lambda s: -s.bytes)

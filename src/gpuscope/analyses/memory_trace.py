@@ -17,6 +17,7 @@ import re
 import numpy as np
 from msgspec.structs import replace
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.host import HostIndex
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.model import (
@@ -40,41 +41,46 @@ def trace_record(trace: Trace, host: HostIndex) -> MemoryRecord | None:
     if memory is None or not len(memory):
         return None
     ev = trace.events
+    # Per event: the innermost operator's name id and the user frame's code; each distinct
+    # (operator, user frame) pair is one stack, made once.
+    op_name = np.full(len(memory), -1, dtype=np.int64)
+    user_code = np.full(len(memory), -1, dtype=np.int64)
+    user_names: dict[str, int] = {}
+    ops = np.flatnonzero(ev.of_kind(Kind.CPU_OP, Kind.ANNOTATION))
+    for tid in distinct(memory.tid).tolist():
+        at = np.flatnonzero(memory.tid == tid)
+        times = memory.time_ns[at]
+        mine = ops[ev.tid[ops] == tid]
+        inner = last_containing(ev.start_ns[mine], ev.end_ns[mine], times)
+        found = inner >= 0
+        op_name[at[found]] = ev.name_id[mine[inner[found]]]
+        pid = _pid_of(trace, tid)
+        if pid is not None:
+            users = host.user_frames(pid, tid, times)
+            codes = [-1 if u is None else user_names.setdefault(u, len(user_names)) for u in users]
+            user_code[at] = codes
+    key = (op_name + 1) * (len(user_names) + 1) + (user_code + 1)
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    first = np.ones(ordered.size, dtype=np.bool_)
+    first[1:] = ordered[1:] != ordered[:-1]
+    keys = ordered[first]
+    stack = np.empty(key.size, dtype=np.int64)
+    stack[order] = np.cumsum(first) - 1
+    users_by_code = list(user_names)
     frames: list[MemoryFrame] = []
     frame_ids: dict[MemoryFrame, int] = {}
     stacks: list[list[int]] = []
-    stack_ids: dict[tuple[int, ...], int] = {}
-    stack = np.full(len(memory), -1, dtype=np.int32)
-
-    def frame_id(frame: MemoryFrame) -> int:
-        known = frame_ids.get(frame)
-        if known is None:
-            known = frame_ids[frame] = len(frames)
-            frames.append(frame)
-        return known
-
-    ops = np.flatnonzero(ev.of_kind(Kind.CPU_OP, Kind.ANNOTATION))
-    for tid in np.unique(memory.tid).tolist():
-        at = np.flatnonzero(memory.tid == tid)
-        times = memory.time_ns[at]
-        pid = _pid_of(trace, tid)
-        mine = ops[ev.tid[ops] == tid]
-        inner = last_containing(ev.start_ns[mine], ev.end_ns[mine], times)
-        users = host.user_frames(pid, tid, times) if pid is not None else [None] * at.size
-        for k, (row, user) in enumerate(zip(inner.tolist(), users, strict=True)):
-            ids: list[int] = []
-            if row >= 0:
-                name = trace.names[int(ev.name_id[mine[row]])]
-                ids.append(frame_id(MemoryFrame(OPERATOR_FILE, 0, name)))
-            if user is not None:
-                ids.append(frame_id(_user_frame(user)))
-            if ids:
-                key = tuple(ids)
-                number = stack_ids.get(key)
-                if number is None:
-                    number = stack_ids[key] = len(stacks)
-                    stacks.append(ids)
-                stack[at[k]] = number
+    for k in keys.tolist():
+        op, user = divmod(k, len(user_names) + 1)
+        parts = [] if op == 0 else [MemoryFrame(OPERATOR_FILE, 0, trace.names[op - 1])]
+        parts += [] if user == 0 else [_user_frame(users_by_code[user - 1])]
+        stacks.append([frame_ids.setdefault(f, len(frame_ids)) for f in parts])
+    frames = list(frame_ids)
+    stack = stack.astype(np.int32)
+    if keys.size and keys[0] == 0:  # neither an operator nor a user frame: no stack
+        stack -= 1
+        stacks.pop(0)
     return MemoryRecord(
         source=trace.source,
         format="kineto-memory",

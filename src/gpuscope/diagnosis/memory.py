@@ -153,7 +153,8 @@ def inference_keeps_activations(report: MemoryReport) -> Finding | None:
     if not peak or acts < MAIN_SHARE * peak or not _inference(report):
         return None
     sites = _sites_of(report, "activations")
-    largest = max((s.bytes for s in sites), default=0)
+    # Without autograd a layer's input and output are alive together, nothing more.
+    largest = 2 * max((s.largest_block_bytes for s in sites), default=0)
     after = peak - acts + largest
     return _finding(
         "inference_keeps_activations",
@@ -164,8 +165,8 @@ def inference_keeps_activations(report: MemoryReport) -> Finding | None:
             f"{gib(report.kept_activation_bytes)} of activations kept to the peak"
             f" ({gib(peak)}) and never freed, with no backward recorded",
             f"largest: {_where(sites)}",
-            f"under torch.inference_mode(): peak ~{gib(after)} (the largest site's tensors"
-            " alive at once, an upper bound)",
+            f"under torch.inference_mode(): peak ~{gib(after)} (the rest, plus the largest"
+            " activation twice: a layer's input and output)",
         ],
         causes.fix("inference_keeps_activations"),
     )

@@ -40,6 +40,7 @@ from gpuscope.readers.kineto._shape import (
     _MAYBE_MEMORY_DECODER,
     _MEMORY_ARGS_DECODER,
     _MEMORY_DOCUMENT_DECODER,
+    _MEMORY_EVENTS_DECODER,
     _NAME,
     _OCCUPANCY,
     _PID,
@@ -116,9 +117,8 @@ class _Columns:
         self.old_schema = False
         self.float_ts = False
         self.flows: list[Any] = []
-        #: The allocator's ``[memory]`` events on a device: (ts, order, tid, device, address,
-        #: bytes, total allocated, total reserved).
-        self.memory: list[tuple[Any, ...]] = []
+        #: The allocator's ``[memory]`` events on a device, as columns per piece.
+        self.memory: list[dict[str, np.ndarray]] = []
         #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
         #: The memory the columns, extras and flows take so far (checked against the budget).
@@ -194,7 +194,7 @@ class _Columns:
         events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, memory = scanned
         if memory:
             text = zlib.decompress(memory[1:], -15) if memory[:1] == b"Z" else memory
-            self.add_memory(_MAYBE_MEMORY_DECODER.decode(text))
+            self.add_memory_text(text)
         self.events += events
         if n == 0:
             return
@@ -268,8 +268,9 @@ class _Columns:
         self.rows += len(kept)
 
     def add_memory(self, candidates: list[Any]) -> None:
-        """Keep the ``[memory]`` instant events of a device (``Device Type`` other than CPU):
-        the rest of ``candidates`` is any other event, decoded no further."""
+        """Keep the ``[memory]`` instant events among ``candidates`` (any events, their
+        arguments still raw JSON): the pure-Python reader's way."""
+        kept = []
         for e in candidates:
             if e.ph != "i" or e.name != "[memory]" or not len(e.args):
                 continue
@@ -277,33 +278,69 @@ class _Columns:
                 a = _MEMORY_ARGS_DECODER.decode(e.args)
             except msgspec.DecodeError:
                 continue
-            numbers = (a.bytes, a.address, a.device, a.allocated, a.reserved)
-            if a.device_type in (0, None) or not all(_is_int(x) for x in numbers):
-                continue
-            order = a.order if _is_int(a.order) else len(self.memory)
-            tid = e.tid if _is_int(e.tid) else -1
-            self.memory.append((_num(e.ts), order, tid, *numbers))
+            numbers = (a.bytes, a.address, a.device, a.device_type, a.allocated, a.reserved)
+            if all(_is_int(x) for x in numbers):
+                kept.append((e.tid, e.ts, a))
+        self._keep_memory(kept)
+
+    def add_memory_text(self, text: bytes) -> None:
+        """Keep the ``[memory]`` events the C scanner packed (a JSON array of them only)."""
+        try:
+            events = _MEMORY_EVENTS_DECODER.decode(text)
+            rows = [
+                (e.ts, a.order, e.tid, a.bytes, a.address, a.device, a.allocated, a.reserved)
+                for e in events
+                if (a := e.args) is not None and a.device_type != 0 and a.device >= 0
+            ]
+            # float64 holds every figure exactly (all under 2**53: times in µs, addresses,
+            # bytes); one conversion for the whole table.
+            table = np.array(rows, dtype=np.float64).reshape(-1, 8)
+        except (msgspec.ValidationError, TypeError, ValueError):
+            self.add_memory(_MAYBE_MEMORY_DECODER.decode(text))  # odd types: one by one
+            return
+        self._keep_columns(_to_ns(table[:, 0]), table[:, 1:].astype(np.int64))
+
+    def _keep_memory(self, events: list[tuple[Any, Any, Any]]) -> None:
+        """Columns of the events on a device (``Device Type`` other than 0, the CPU)."""
+        rows = [
+            (
+                a.order if _is_int(a.order) else -1,
+                tid if _is_int(tid) else -1,
+                a.bytes,
+                a.address,
+                a.device,
+                a.allocated,
+                a.reserved,
+            )
+            for tid, _, a in events
+            if a.device_type != 0 and a.device >= 0
+        ]
+        times = [
+            t if isinstance(t, int | float) else 0
+            for _, t, a in events
+            if a.device_type != 0 and a.device >= 0
+        ]
+        self._keep_columns(_to_ns(times), np.array(rows, dtype=np.int64).reshape(-1, 7))
+
+    def _keep_columns(self, time_ns: np.ndarray, table: np.ndarray) -> None:
+        if not len(table):
+            return
+        names = ("order", "tid", "signed", "address", "device", "allocated_bytes", "reserved_bytes")
+        part = {name: table[:, i] for i, name in enumerate(names)}
+        part["time_ns"] = time_ns
+        self.memory.append(part)
 
     def memory_events(self) -> MemoryEvents | None:
         """The kept ``[memory]`` events in time order (ties by the profiler's ``Ev Idx``)."""
         if not self.memory:
             return None
-        rows = sorted(self.memory, key=lambda r: (r[0], r[1]))
-        ts, _, tid, size, address, device, allocated, reserved = zip(*rows, strict=True)
-        signed = np.asarray(size, dtype=np.int64)
-        return MemoryEvents.from_columns(
-            len(rows),
-            {
-                "action": np.where(signed >= 0, MemoryAction.ALLOC, MemoryAction.FREE_COMPLETED),
-                "device": np.asarray(device, dtype=np.int32),
-                "address": address,
-                "size_bytes": np.abs(signed),
-                "time_ns": _to_ns(list(ts)),
-                "tid": tid,
-                "allocated_bytes": allocated,
-                "reserved_bytes": reserved,
-            },
-        )
+        joined = {k: np.concatenate([part[k] for part in self.memory]) for k in self.memory[0]}
+        order = np.lexsort((joined["order"], joined["time_ns"]))
+        columns = {k: v[order] for k, v in joined.items()}
+        signed = columns.pop("signed")
+        columns["action"] = np.where(signed >= 0, MemoryAction.ALLOC, MemoryAction.FREE_COMPLETED)
+        columns["size_bytes"] = np.abs(signed)
+        return MemoryEvents.from_columns(len(order), columns)
 
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
         """Global ids for local name ids (into the scanner's raw names), decoding and interning

@@ -30,7 +30,24 @@ def main() -> None:
     with_location = sum(1 for o in outcomes if o.case.location and o.cause_right)
     print(f"\ntop finding right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")
     print(f"location exact: {located}/{with_location}")
+    memory()
     wild()
+
+
+def memory() -> None:
+    """The generated memory snapshots (gpuscope.testing.memory), reported on their own."""
+    from gpuscope.testing.memory import memory_suite
+
+    outcomes = memory_suite()
+    print("\nmemory snapshots: planted cause -> top memory finding (top site)")
+    for o in outcomes:
+        if not (o.cause_right and o.location_right):
+            print(f"  WRONG {o.truth.cause} seed {o.seed}: {o.found} at {o.location}"
+                  f" (expected {o.truth.location})")
+    right = sum(o.cause_right for o in outcomes)
+    located = sum(o.location_right for o in outcomes if o.cause_right)
+    print(f"memory top finding right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")
+    print(f"memory top site exact: {located}/{right}")
 
 
 def _excluded(d: Diagnosis) -> set[str]:

@@ -27,7 +27,6 @@ How each figure is computed (``docs/memory.md`` says the same with its limits):
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import sys
@@ -328,10 +327,18 @@ class _Device:
         recorded[: rows.size] = True
         times = np.full(sizes.size, -1, np.int64)
         times[: rows.size] = ev.time_ns[rows]
+        annotated = _annotated_phases(self.record.annotations, times)
         category = np.array(
             [
-                self._category(int(s), int(f), bool(g), bool(r), int(t))
-                for s, f, g, r, t in zip(stacks, frees, pool, recorded, times, strict=True)
+                self._category(s, f < 0, g, r, a)
+                for s, f, g, r, a in zip(
+                    stacks.tolist(),
+                    frees.tolist(),
+                    pool.tolist(),
+                    recorded.tolist(),
+                    annotated,
+                    strict=True,
+                )
             ],
             dtype=np.int64,
         )
@@ -340,14 +347,16 @@ class _Device:
         ).reshape(-1)
         return _Live(sizes, stacks, category, confidence, recorded, frees < 0)
 
-    def _category(self, stack: int, free: int, pool: bool, recorded: bool, time_ns: int) -> int:
-        """The category of one live block (see the module docstring)."""
+    def _category(
+        self, stack: int, kept: bool, pool: bool, recorded: bool, annotated: str | None
+    ) -> int:
+        """The category of one live block (see the module docstring); ``kept``: never freed
+        while recording; ``annotated``: the phase an annotation gives its allocation's time."""
         if pool:
             return CATEGORIES.index("CUDA-graph pool")
         phase = self.stacks.phase(stack)
-        if phase == "unknown" and time_ns >= 0:
-            phase = _annotated_phase(self.record.annotations, time_ns) or phase
-        kept = free < 0  # never freed while recording
+        if phase == "unknown" and annotated is not None:
+            phase = annotated
         name = {
             "communication": "communication buffers",
             "setup": "parameters",
@@ -558,6 +567,23 @@ def _stack_phase(frames: list[MemoryFrame]) -> tuple[str, int]:
     return "unknown", 0
 
 
+def _annotated_phases(
+    annotations: list[MemoryAnnotation], times: NDArray[np.int64]
+) -> list[str | None]:
+    """:func:`_annotated_phase` at each time (-1: none), the annotations checked one by one."""
+    found: list[str | None] = [None] * times.size
+    if not annotations:
+        return found
+    for a in reversed(annotations):  # the first annotation covering a time wins, as below
+        phase = _annotated_phase([a], a.start_ns)
+        if phase is None:
+            continue
+        end = a.end_ns if a.end_ns >= 0 else np.iinfo(np.int64).max
+        for i in np.flatnonzero((times >= 0) & (times >= a.start_ns) & (times <= end)).tolist():
+            found[i] = phase
+    return found
+
+
 def _covers(a: MemoryAnnotation, time_ns: int) -> bool:
     return a.start_ns <= time_ns and (a.end_ns < 0 or time_ns <= a.end_ns)
 
@@ -733,23 +759,22 @@ def _timeline(
     n = len(ev)
     if not n:
         return []
-    edges = np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)
-    highest = np.maximum.reduceat(allocated, edges[:-1])
-    picks = [
-        int(start + np.argmax(allocated[start:end]))
-        for start, end in itertools.pairwise(edges)
-        if end > start
-    ]
-    del highest
+    starts = np.unique(np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)[:-1])
+    bucket = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
+    highest = np.maximum.reduceat(allocated, starts)
+    at_max = np.flatnonzero(allocated == highest[bucket])
+    first = np.ones(at_max.size, dtype=np.bool_)
+    first[1:] = bucket[at_max[1:]] != bucket[at_max[:-1]]
+    picks = at_max[first].tolist()
     total = float(live.size.sum()) or 1.0
     shares = [float(live.size[live.category == i].sum()) / total for i in range(len(CATEGORIES))]
     return [
-        MemoryPoint(
-            int(ev.time_ns[i]),
-            i,
-            int(allocated[i]),
-            int(reserved[i]),
-            [int(allocated[i] * s) for s in shares],
+        MemoryPoint(t, i, a, r, [int(a * share) for share in shares])
+        for t, i, a, r in zip(
+            ev.time_ns[picks].tolist(),
+            picks,
+            allocated[picks].tolist(),
+            reserved[picks].tolist(),
+            strict=True,
         )
-        for i in picks
     ]

@@ -301,7 +301,14 @@ MEMORY_RULES: list[Callable[[MemoryReport], Finding | None]] = [
 
 def memory_findings(reports: list[MemoryReport]) -> list[Finding]:
     found = [f for r in reports for rule in MEMORY_RULES if (f := rule(r)) is not None]
-    return sorted(found, key=lambda f: -(f.memory_bytes or 0))
+    failed = any(r.oom is not None for r in reports)
+    # An out-of-memory's own verdict comes first; then the largest.
+    return sorted(
+        found, key=lambda f: (not (failed and f.cause in _OOM_CAUSES), -(f.memory_bytes or 0))
+    )
+
+
+_OOM_CAUSES = frozenset({"weights_exceed_memory", "allocator_fragmentation"})
 
 
 def memory_verdict(reports: list[MemoryReport], found: list[Finding]) -> Verdict:

@@ -36,7 +36,11 @@
  *               distinct text once (the same shapes recur at every step)
  *   flows       the flow events (phases s, f, t) as one JSON array: its text, or past 16 MB
  *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
- *   memory      the allocator's instant events (phase "i" named "[memory]") packed the same way
+ *   memory      the allocator's instant events (phase "i" named "[memory]") on a device, as
+ *               int64 rows of MEMORY_COLUMNS values: ts (ns), tid, then the arguments Bytes,
+ *               Addr, Device Id, Device Type, Total Allocated, Total Reserved, Ev Idx (-1
+ *               when absent); events without all the first six, or of the CPU (Device Type
+ *               0) or no device, are left out, as the Python reader leaves them out
  *
  * Nothing returned points into ``data``.
  *
@@ -100,6 +104,10 @@ static int grow(void *buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size
     *capacity = wanted;
     return 0;
 }
+
+/* The columns of a [memory] event (see the contract above): its arguments, after ts and tid. */
+enum { M_BYTES, M_ADDR, M_DEVICE, M_TYPE, M_ALLOCATED, M_RESERVED, M_ORDER, N_MEMORY_ARGS };
+enum { MEMORY_COLUMNS = 2 + N_MEMORY_ARGS };
 
 /* A growable buffer of bytes. */
 typedef struct {
@@ -191,7 +199,8 @@ typedef struct {
     int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
     Py_ssize_t n_extras, extras_capacity, ids_capacity;
     Packed flows; /* the flow events (phases s, f, t), as one JSON array, deflated */
-    Packed memory; /* the allocator's "[memory]" instant events, the same way */
+    int64_t *memory; /* the allocator's "[memory]" events, MEMORY_COLUMNS values a row */
+    Py_ssize_t memory_rows, memory_capacity;
 } Columns;
 
 static int columns_grow(Columns *c, Py_ssize_t hint) {
@@ -269,7 +278,7 @@ static void columns_free(Columns *c) {
     free(c->extra_rows);
     free(c->extra_ids);
     packed_free(&c->flows);
-    packed_free(&c->memory);
+    free(c->memory);
 }
 
 /* ---- interning raw strings -------------------------------------------------------------- */
@@ -975,7 +984,7 @@ static const char PHASES[] = "XBEiIsftPNODCbneMRcVpSTF";
 /* The memory the scan's results take so far (the columns as filled, the copied texts). */
 static Py_ssize_t scan_bytes(const Scan *s) {
     const Columns *c = &s->columns;
-    return c->rows * columns_row_bytes(c) + c->flows.length + c->memory.length + c->n_extras * 12 + s->extras.strings_length +
+    return c->rows * columns_row_bytes(c) + c->flows.length + c->memory_rows * MEMORY_COLUMNS * 8 + c->n_extras * 12 + s->extras.strings_length +
            s->names.strings_length + s->cats.strings_length;
 }
 
@@ -996,6 +1005,66 @@ static int32_t intern_kept(Scan *s, const Args *a) {
     if (a->n_kept == 0) t->data[t->length++] = '{';
     t->data[t->length++] = '}';
     return intern(&s->extras, t->data, t->length);
+}
+
+/* ---- the allocator's [memory] events ------------------------------------------------------ */
+
+static Key MEMORY_KEYS[] = {
+    KEY("Bytes", M_BYTES), KEY("Addr", M_ADDR), KEY("Device Id", M_DEVICE),
+    KEY("Device Type", M_TYPE), KEY("Total Allocated", M_ALLOCATED),
+    KEY("Total Reserved", M_RESERVED), KEY("Ev Idx", M_ORDER), {NULL, 0, 0},
+};
+
+/* A [memory] event's arguments (the text read_args saw) as integers, INT64_MIN where absent.
+ * A value that is not a plain integer is UNSUPPORTED: the Python reader reads the file. Only
+ * these events are read twice, so no other event pays for their keys. */
+static int read_memory_args(const Args *a, const char *end, int64_t *out) {
+    for (int i = 0; i < N_MEMORY_ARGS; i++) out[i] = INT64_MIN;
+    if (a->start == NULL || a->end == NULL || *a->start != '{') return OK;
+    Cursor c = {a->start, a->end, a->start};
+    int closed, r = open_container(&c, '}', &closed);
+    while (r == OK && !closed) {
+        const char *key;
+        Py_ssize_t length;
+        int escaped;
+        if ((r = member_key_escaped(&c, &key, &length, &escaped)) != OK) return r;
+        int code = escaped ? -1 : key_code(MEMORY_KEYS, key, length, end);
+        if (code >= 0) {
+            if (*c.p != '-' && (*c.p < '0' || *c.p > '9')) return UNSUPPORTED;
+            double real;
+            int is_float;
+            r = lex_number(&c, &out[code], &real, &is_float);
+            if (r == OK && is_float) return UNSUPPORTED;
+        } else {
+            r = skip_value(&c, 1);
+        }
+        if (r != OK) return r;
+        r = next_member(&c, '}', &closed);
+    }
+    return r;
+}
+
+static int keep_memory(Scan *s, const Args *args, const char *end, int64_t ts, int64_t tid) {
+    int64_t m[N_MEMORY_ARGS];
+    int r = read_memory_args(args, end, m);
+    if (r != OK) {
+        s->error = "a [memory] event with a value of an unexpected type";
+        return r == UNSUPPORTED ? UNSUPPORTED : r;
+    }
+    for (int i = 0; i < M_ORDER; i++)
+        if (m[i] == INT64_MIN) return OK;
+    if (m[M_TYPE] == 0 || m[M_DEVICE] < 0) return OK; /* the CPU's memory, or no device */
+    if (m[M_ORDER] == INT64_MIN) m[M_ORDER] = -1;
+    Columns *col = &s->columns;
+    if (grow(&col->memory, &col->memory_capacity, (col->memory_rows + 1) * MEMORY_COLUMNS, 8,
+             1024 * MEMORY_COLUMNS) < 0)
+        return BAD;
+    int64_t *row = col->memory + col->memory_rows * MEMORY_COLUMNS;
+    row[0] = ts;
+    row[1] = tid;
+    memcpy(row + 2, m, sizeof m);
+    col->memory_rows++;
+    return OK;
 }
 
 static int read_event(Cursor *c, Scan *s) {
@@ -1081,7 +1150,7 @@ static int read_event(Cursor *c, Scan *s) {
     /* The caching allocator's events (an allocation or a free, with the totals after it): kept
      * as text, few beside the complete events, and decoded in Python. */
     if (phase == 'i' && name_length == 8 && memcmp(name, "[memory]", 8) == 0)
-        return packed_append(&s->columns.memory, event_start, c->p - event_start) < 0 ? BAD : OK;
+        return unsupported ? UNSUPPORTED : keep_memory(s, &args, c->end, ts, tid);
     if (phase != 'X') return OK;
     if (unsupported) {
         s->error = "a complete event with a value of an unexpected type";
@@ -1757,7 +1826,9 @@ static PyObject *columns_result(Scan *s) {
                            col->n_extras * 4, strings_list(&s->extras));
     if (extras == NULL) goto finally;
     if ((flows = packed_bytes(&col->flows)) == NULL) goto finally;
-    if ((memory = packed_bytes(&col->memory)) == NULL) goto finally;
+    memory = PyBytes_FromStringAndSize(col->memory ? (const char *)col->memory : "",
+                                       col->memory_rows * MEMORY_COLUMNS * 8);
+    if (memory == NULL) goto finally;
     result = Py_BuildValue("(nnOOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
                            flows, memory);
 finally:
@@ -1864,7 +1935,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 6
+#define KSCAN_VERSION 7
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,
@@ -1873,6 +1944,7 @@ static struct PyModuleDef MODULE = {
 PyMODINIT_FUNC PyInit__kscan(void) {
     keys_ready(ARG_KEYS);
     keys_ready(EVENT_KEYS);
+    keys_ready(MEMORY_KEYS);
     if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import pickle
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,48 @@ def write_snapshot(path: Path, document: dict[str, Any]) -> Path:
     data = pickle.dumps(document, protocol=4)
     path.write_bytes(gzip.compress(data, 1) if path.suffix == ".gz" else data)
     return path
+
+
+class MemoryOutcome(msgspec.Struct, frozen=True):
+    """One generated snapshot diagnosed: the top memory finding and the top site it names."""
+
+    truth: MemoryTruth
+    seed: int
+    found: str | None
+    location: str | None
+
+    @property
+    def cause_right(self) -> bool:
+        return self.found == self.truth.cause
+
+    @property
+    def location_right(self) -> bool:
+        return self.location == self.truth.location
+
+
+def memory_suite(seeds: range = range(8)) -> list[MemoryOutcome]:
+    """Every memory cause with each seed, written, read and diagnosed as a user's would be. The
+    site checked is the top one of what grew while recording (of the whole peak when nothing
+    was recorded: a dump at an out-of-memory)."""
+    from gpuscope.diagnosis import diagnose  # noqa: PLC0415 - the generator needs neither
+    from gpuscope.readers import load  # noqa: PLC0415
+
+    outcomes: list[MemoryOutcome] = []
+    with tempfile.TemporaryDirectory(prefix="gpuscope-memory-") as folder:
+        for cause in MEMORY_CAUSES:
+            for seed in seeds:
+                document, truth = generate_snapshot(cause, seed=seed)
+                path = write_snapshot(Path(folder) / f"{cause}-{seed}.pickle", document)
+                d = diagnose(load(path))
+                memory = [f for f in d.findings if f.memory_bytes is not None]
+                report = d.memory[0]
+                sites = report.rise_sites or report.sites
+                outcomes.append(
+                    MemoryOutcome(
+                        truth,
+                        seed,
+                        memory[0].cause if memory else None,
+                        sites[0].location if sites else None,
+                    )
+                )
+    return outcomes

@@ -40,7 +40,6 @@ from gpuscope.readers.kineto._shape import (
     _MAYBE_MEMORY_DECODER,
     _MEMORY_ARGS_DECODER,
     _MEMORY_DOCUMENT_DECODER,
-    _MEMORY_EVENTS_DECODER,
     _NAME,
     _OCCUPANCY,
     _PID,
@@ -193,8 +192,7 @@ class _Columns:
         events."""
         events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, memory = scanned
         if memory:
-            text = zlib.decompress(memory[1:], -15) if memory[:1] == b"Z" else memory
-            self.add_memory_text(text)
+            self.add_memory_rows(memory)
         self.events += events
         if n == 0:
             return
@@ -283,22 +281,11 @@ class _Columns:
                 kept.append((e.tid, e.ts, a))
         self._keep_memory(kept)
 
-    def add_memory_text(self, text: bytes) -> None:
-        """Keep the ``[memory]`` events the C scanner packed (a JSON array of them only)."""
-        try:
-            events = _MEMORY_EVENTS_DECODER.decode(text)
-            rows = [
-                (e.ts, a.order, e.tid, a.bytes, a.address, a.device, a.allocated, a.reserved)
-                for e in events
-                if (a := e.args) is not None and a.device_type != 0 and a.device >= 0
-            ]
-            # float64 holds every figure exactly (all under 2**53: times in µs, addresses,
-            # bytes); one conversion for the whole table.
-            table = np.array(rows, dtype=np.float64).reshape(-1, 8)
-        except (msgspec.ValidationError, TypeError, ValueError):
-            self.add_memory(_MAYBE_MEMORY_DECODER.decode(text))  # odd types: one by one
-            return
-        self._keep_columns(_to_ns(table[:, 0]), table[:, 1:].astype(np.int64))
+    def add_memory_rows(self, rows: bytes) -> None:
+        """Keep the ``[memory]`` events the C scanner read: int64 rows of ts (ns), tid, and
+        the arguments (see ``_kscan.c``)."""
+        table = np.frombuffer(rows, dtype=np.int64).reshape(-1, 9)
+        self._keep_columns(table[:, 0].copy(), table[:, [8, 1, 2, 3, 4, 6, 7]].copy())
 
     def _keep_memory(self, events: list[tuple[Any, Any, Any]]) -> None:
         """Columns of the events on a device (``Device Type`` other than 0, the CPU)."""

@@ -114,26 +114,6 @@ class _MemoryArgs(msgspec.Struct, gc=False):
     order: Any = msgspec.field(default=None, name="Ev Idx")
 
 
-class _TypedMemoryArgs(msgspec.Struct, gc=False):
-    """:class:`_MemoryArgs` as the profiler writes them: integers (anything else: lenient)."""
-
-    bytes: int = msgspec.field(default=0, name="Bytes")
-    address: int = msgspec.field(default=-1, name="Addr")
-    device: int = msgspec.field(default=-1, name="Device Id")
-    device_type: int = msgspec.field(default=0, name="Device Type")
-    allocated: int = msgspec.field(default=-1, name="Total Allocated")
-    reserved: int = msgspec.field(default=-1, name="Total Reserved")
-    order: int = msgspec.field(default=-1, name="Ev Idx")
-
-
-class _MemoryEvent(msgspec.Struct, gc=False):
-    """A ``[memory]`` event as the C scanner hands it over (only those)."""
-
-    tid: Any = None
-    ts: int | float = 0
-    args: _TypedMemoryArgs | None = None
-
-
 class _MemoryDocument(msgspec.Struct, gc=False):
     traceEvents: list[_MaybeMemory] | None = None  # noqa: N815
 
@@ -184,7 +164,6 @@ _META_DECODER = _DECODER  # the document without its events
 _FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 _MAYBE_MEMORY_DECODER = msgspec.json.Decoder(list[_MaybeMemory], float_hook=float)
 _MEMORY_DOCUMENT_DECODER = msgspec.json.Decoder(_MemoryDocument, float_hook=float)
-_MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
 _MEMORY_ARGS_DECODER = msgspec.json.Decoder(_MemoryArgs, float_hook=float)
 _CATEGORY = attrgetter("cat")
 _NAME = attrgetter("name")

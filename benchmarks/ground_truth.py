@@ -42,8 +42,10 @@ def memory() -> None:
     print("\nmemory snapshots: planted cause -> top memory finding (top site)")
     for o in outcomes:
         if not (o.cause_right and o.location_right):
-            print(f"  WRONG {o.truth.cause} seed {o.seed}: {o.found} at {o.location}"
-                  f" (expected {o.truth.location})")
+            print(
+                f"  WRONG {o.truth.cause} seed {o.seed}: {o.found} at {o.location}"
+                f" (expected {o.truth.location})"
+            )
     right = sum(o.cause_right for o in outcomes)
     located = sum(o.location_right for o in outcomes if o.cause_right)
     print(f"memory top finding right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")

@@ -18,7 +18,14 @@ from gpuscope.errors import InputError
 
 QWEN = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"
 SRC = Path(__file__).resolve().parents[1] / "src"
-TOOLS = {"diagnose_trace", "explain_finding", "diff_runs", "render_report", "list_traces"}
+TOOLS = {
+    "diagnose_trace",
+    "explain_finding",
+    "diff_runs",
+    "render_report",
+    "explain_memory",
+    "list_traces",
+}
 
 
 def _text(result: Any) -> str:

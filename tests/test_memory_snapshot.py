@@ -280,3 +280,21 @@ def test_a_snapshot_is_recognised_by_content_whatever_its_name(tmp_path: Path) -
     result = _run("diagnose", str(path))
     assert result.exit_code == 0, result.output
     assert "Who holds the peak" in result.output and "model.py:20" in result.output
+
+
+def test_generated_snapshots_give_their_planted_causes() -> None:
+    """The labelled memory suite (benchmarks/ground_truth.py prints it on its own): every
+    planted cause is the top memory finding, at its site."""
+    from gpuscope.testing.memory import MEMORY_CAUSES, memory_suite
+
+    outcomes = memory_suite(range(3))
+    assert len(outcomes) == 3 * len(MEMORY_CAUSES)
+    right = [o for o in outcomes if o.cause_right and o.location_right]
+    assert len(right) >= 0.95 * len(outcomes), [o for o in outcomes if o not in right]
+
+
+def test_the_generator_refuses_an_unknown_cause() -> None:
+    from gpuscope.testing.memory import generate_snapshot
+
+    with pytest.raises(ValueError, match="unknown memory cause"):
+        generate_snapshot("no_such_cause")

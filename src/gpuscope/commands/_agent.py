@@ -118,6 +118,10 @@ class Session:
 
         return to_document(diff_runs(summary(before), summary(after)), before, after)
 
+    def memory(self, path: str, sites: int = COMPACT_ROWS) -> dict[str, Any]:
+        """What holds the GPU's memory (a snapshot, or a trace with memory events)."""
+        return memory_answer(self.diagnosis(path), sites)
+
     def report(
         self,
         path: str,
@@ -141,6 +145,36 @@ class Session:
         target = Path(output).expanduser()
         write_output(target, data)
         return {"output": str(target), "bytes": len(data)}
+
+
+def memory_answer(d: Diagnosis, sites: int = COMPACT_ROWS) -> dict[str, Any]:
+    """What holds each GPU's memory: the ``memory`` reports of ``diagnose --json`` without the
+    drawn timeline, the top ``sites`` sites, and the memory findings with their prices."""
+    from gpuscope.render.json import memory_document
+
+    reports = []
+    for m in d.memory:
+        document = memory_document(m)
+        del document["timeline"]
+        document["sites"] = document["sites"][:sites]
+        document["rise_sites"] = document["rise_sites"][:sites]
+        reports.append(document)
+    findings = [
+        {
+            "cause": f.cause,
+            "title": f.title,
+            "memory_bytes": f.memory_bytes,
+            "predicted_peak_bytes": f.predicted_peak_bytes,
+            "evidence": f.evidence,
+            "fix": f.fix,
+        }
+        for f in d.findings
+        if f.memory_bytes is not None
+    ]
+    note = None if reports else "the input records no allocator events (profile_memory=True or a"
+    if note:
+        note += " memory snapshot: torch.cuda.memory._record_memory_history, _dump_snapshot)"
+    return {"source": d.source, "memory": reports, "findings": findings, "note": note}
 
 
 def list_traces(folder: str) -> dict[str, Any]:

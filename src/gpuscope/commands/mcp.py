@@ -100,11 +100,21 @@ def build_server() -> Any:
         before/after report of path and compare_with). Returns the file written and its size."""
         return answer(lambda: session.report(path, output, compare_with, gpu_hour_usd))
 
+    def explain_memory(path: str, sites: int = 8) -> dict[str, Any]:
+        """What holds the GPU's memory, from a PyTorch memory snapshot (_dump_snapshot pickle,
+        read without running any code it names) or a trace recorded with profile_memory=True:
+        the peak and when, the top allocation sites (user file:line, category: parameters,
+        gradients, optimizer state, activations...), reserved-but-free memory (cached vs
+        fragmented), an out-of-memory's verdict, and memory findings with the peak after
+        each fix."""
+        return answer(lambda: session.memory(path, sites))
+
     def list_traces(folder: str) -> dict[str, Any]:
         """The profiles under a folder that gpuscope can read, with their format (found by
         content, not by name) and size."""
         return answer(lambda: _agent.list_traces(folder))
 
-    for tool in (diagnose_trace, explain_finding, diff_runs, render_report, list_traces):
+    tools = (diagnose_trace, explain_finding, diff_runs, render_report, explain_memory, list_traces)
+    for tool in tools:
         server.add_tool(tool)
     return server

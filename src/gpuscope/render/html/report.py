@@ -9,6 +9,7 @@ from gpuscope.render.html.charts import (
     _steps_section,
     _utilisation_section,
 )
+from gpuscope.render.html.memory import memory_sections
 from gpuscope.render.html.page import (
     HtmlOptions,
     _page,
@@ -47,6 +48,8 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
 
 def _sections(d: Diagnosis, options: HtmlOptions, prefix: str) -> list[_Section]:
     if not d.devices:
+        if d.memory:  # a memory snapshot: memory is all there is to draw
+            return memory_sections(d, prefix)
         note = "The input holds no timeline of GPU work: there is nothing to draw."
         return [_Section(f"{prefix}chart-timeline", "GPU timeline", note, None)]
     sections = [
@@ -57,4 +60,4 @@ def _sections(d: Diagnosis, options: HtmlOptions, prefix: str) -> list[_Section]
     if len(d.devices) > 1:
         sections.append(_heatmap_section(d.devices, options, prefix))
     sections.append(_roofline_section(d.devices, options, prefix))
-    return sections
+    return sections + memory_sections(d, prefix)

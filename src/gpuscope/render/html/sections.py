@@ -121,6 +121,10 @@ def _finding(
     i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
 ) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
+    if f.memory_bytes is not None:  # a memory finding: bytes, not time
+        figures = [f"{f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the memory peak)"]
+        if f.predicted_peak_bytes is not None:
+            figures.append(f"peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
     if f.lost_ns_per_step is not None:
         figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
     money = predicted.money(f)

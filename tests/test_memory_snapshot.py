@@ -298,3 +298,47 @@ def test_the_generator_refuses_an_unknown_cause() -> None:
 
     with pytest.raises(ValueError, match="unknown memory cause"):
         generate_snapshot("no_such_cause")
+
+
+def test_diff_of_two_snapshots_says_what_grew_by_site(tmp_path: Path) -> None:
+    before = _write(tmp_path, _snapshot(), name="before.pickle")
+    grown = _snapshot()
+    for entry in grown["device_traces"][0]:
+        if entry["size"] == 100 * MIB:  # the temporary at model.py:30 grows to 300 MiB
+            entry["size"] = 300 * MIB
+    after = _write(tmp_path, grown, name="after.pickle")
+    result = _run("diff", str(before), str(after), "--json", "-")
+    assert result.exit_code == 0, result.output
+    import json
+
+    memory = json.loads(result.output)["memory"]
+    assert memory["peak_after_bytes"] - memory["peak_before_bytes"] == 200 * MIB
+    (site,) = memory["sites"]
+    assert site["location"] == "model.py:30" and site["change_bytes"] == 200 * MIB
+    shown = _run("diff", str(before), str(after))
+    assert "grew" in shown.output and "model.py:30" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94(}\x94ee.", "not a readable pickle"),
+        (b"\x80\x04}\x94(\x8c\x08segments\x94h\x09u.", "not a readable pickle"),
+    ],
+)
+def test_hostile_opcodes_are_one_line(tmp_path: Path, data: bytes, expected: str) -> None:
+    """A dict appended to (AttributeError inside the unpickler), a memo index never stored
+    (KeyError): one line, never a traceback."""
+    path = tmp_path / "hostile.pickle"
+    path.write_bytes(data)
+    result = _run("diagnose", str(path))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and expected in result.output
+
+
+def test_a_number_beyond_64_bits_is_one_line(tmp_path: Path) -> None:
+    document = _snapshot()
+    document["device_traces"][0][1]["addr"] = 1 << 70
+    result = _run("diagnose", str(_write(tmp_path, document)))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "out of range" in result.output

@@ -146,3 +146,49 @@ def test_df_index_resolver_memory_events() -> None:
     assert round(m.peak_reserved_bytes / GB, 2) == 12.78
     # No pieces are known from a trace's totals: no fragmentation finding on their word alone.
     assert "allocator_fragmentation" not in [f.cause for f in d.findings]
+
+
+def test_nsys_cuda_memory_usage_events_are_reserved_memory(tmp_path: Path) -> None:
+    """cudaMalloc / cudaFree of device memory (nsys --cuda-memory-usage=true); pinned host
+    memory is not the GPU's."""
+    from test_nsys import Export
+
+    gib = 1 << 30
+    export = Export(tmp_path / "m.sqlite")
+    export.enums()
+    export.kernel(pid=5, start=1_000, end=50_000, correlation=3)
+    for corr, start in ((1, 100), (2, 300), (3, 900)):
+        name = "cudaLaunchKernel" if corr == 3 else "cudaMalloc"
+        export.runtime(pid=5, tid=7, start=start, end=start + 50, name=name, corr=corr)
+    rows = [
+        (120, 1 << 40, gib, 3, 0, 1),
+        (320, (1 << 40) + gib, gib // 2, 3, 0, 2),
+        (330, 1 << 44, 4096, 2, 0, 2),  # pinned host memory: left out
+        (60_000, 1 << 40, gib, 3, 1, -1),
+    ]
+    export.add(
+        "CUDA_GPU_MEMORY_USAGE_EVENTS",
+        [
+            {
+                "start": start,
+                "globalPid": export.gpid(5),
+                "deviceId": 0,
+                "contextId": 1,
+                "address": address,
+                "pc": 0,
+                "bytes": size,
+                "memKind": kind,
+                "memoryOperationType": operation,
+                "name": None,
+                "correlationId": corr,
+            }
+            for start, address, size, kind, operation, corr in rows
+        ],
+    )
+    trace = load(export.close()).traces[0]
+    m = trace.memory
+    assert m is not None and len(m) == 3
+    assert m.reserved_bytes.tolist() == [gib, gib + gib // 2, gib // 2]
+    assert m.tid.tolist()[:2] == [7, 7]
+    (r,) = diagnose(load(tmp_path / "m.sqlite")).memory
+    assert r.peak_allocated_bytes == gib + gib // 2 and r.baseline_bytes == 0

@@ -495,6 +495,7 @@ class _StackFacts:
         self.frames = frames
         self.stacks = stacks
         self._user = [_is_user(f) for f in frames]
+        self._bits = [_frame_bits(f) for f in frames]
         self._phases: dict[int, tuple[str, int]] = {}
 
     def user_frames(self, stack: int) -> list[MemoryFrame]:
@@ -518,8 +519,10 @@ class _StackFacts:
     def _phase(self, stack: int) -> tuple[str, int]:
         known = self._phases.get(stack)
         if known is None:
-            frames = [self.frames[f] for f in self.stacks[stack]] if stack >= 0 else []
-            known = self._phases[stack] = _stack_phase(frames)
+            bits = 0
+            for f in self.stacks[stack] if stack >= 0 else ():
+                bits |= self._bits[f]
+            known = self._phases[stack] = _stack_phase(bits)
         return known
 
 
@@ -539,31 +542,48 @@ def _is_user(frame: MemoryFrame) -> bool:
     return top not in _FRAMEWORKS and top not in _STDLIB
 
 
-def _stack_phase(frames: list[MemoryFrame]) -> tuple[str, int]:
-    """The phase a stack shows, and how sure (2 high, 1 medium, 0 low). Optimizer first: its
-    stacks also pass through the training loop; backward before forward: a checkpointed
-    backward re-runs forward."""
-    functions = [f.function for f in frames]
-    paths = [f.file.replace("\\", "/").lower() for f in frames]
-    if any(w in p for p in paths for w in ("distributed", "c10d")) or any(
-        "nccl" in fn.lower() or "ProcessGroup" in fn for fn in functions
+# What one frame says about the phase, as bits: a stack's phase is the OR of its frames'.
+_COMM, _OPT_FILE, _OPT_FUNCTION, _BACKWARD, _FORWARD, _SETUP, _WEIGHT = (1 << i for i in range(7))
+
+
+def _frame_bits(frame: MemoryFrame) -> int:
+    function, path = frame.function, frame.file.replace("\\", "/").lower()
+    bits = 0
+    if "distributed" in path or "c10d" in path or "nccl" in function.lower():
+        bits |= _COMM
+    if "ProcessGroup" in function:
+        bits |= _COMM
+    if "optim" in os.path.basename(path) or "/optim/" in path:
+        bits |= _OPT_FILE
+    if function in ("step", "_init_group", "wrapper"):
+        bits |= _OPT_FUNCTION
+    if "backward" in function.lower() or (path.endswith(".py") and "/autograd/" in path):
+        bits |= _BACKWARD
+    if function in ("forward", "_call_impl"):
+        bits |= _FORWARD
+    if function in ("__init__", "reset_parameters", "_apply", "load_state_dict", "to", "cuda") or (
+        function.startswith(("init_weight", "load_weight", "from_pretrained"))
     ):
+        bits |= _SETUP
+    if "weight" in function or function == "_apply":
+        bits |= _WEIGHT
+    return bits
+
+
+def _stack_phase(bits: int) -> tuple[str, int]:
+    """The phase a stack shows (the OR of its frames' bits), and how sure (2 high, 1 medium, 0
+    low). Optimizer first: its stacks also pass through the training loop; backward before
+    forward: a checkpointed backward re-runs forward."""
+    if bits & _COMM:
         return "communication", 1
-    optimizer_file = any("optim" in os.path.basename(p) or "/optim/" in p for p in paths)
-    if optimizer_file and any(fn in ("step", "_init_group", "wrapper") for fn in functions):
+    if bits & _OPT_FILE and bits & _OPT_FUNCTION:
         return "optimizer step", 2
-    if any("backward" in fn.lower() or "run_backward" in fn for fn in functions) or any(
-        "/autograd/" in p for p in paths if p.endswith(".py")
-    ):
+    if bits & _BACKWARD:
         return "backward", 2
-    if any(fn in {"forward", "_call_impl"} for fn in functions):
+    if bits & _FORWARD:
         return "forward", 1
-    if any(
-        fn in ("__init__", "reset_parameters", "_apply", "load_state_dict", "to", "cuda")
-        or fn.startswith(("init_weight", "load_weight", "from_pretrained"))
-        for fn in functions
-    ):
-        return "setup", 2 if any("weight" in fn or fn == "_apply" for fn in functions) else 1
+    if bits & _SETUP:
+        return "setup", 2 if bits & _WEIGHT else 1
     return "unknown", 0
 
 

@@ -110,12 +110,21 @@ def read(path: Path) -> Job:
         raise CorruptInputError(
             path, f"refused: {error}; a memory snapshot is plain data, so nothing was loaded"
         ) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError) as error:
+    except MemoryError:
+        raise over_budget(path, "decoding this snapshot ran out of memory") from None
+    except Exception as error:
+        # (a pickle whose opcodes append to a dict: AttributeError; a bad memo key: KeyError)
         cut = "truncated" in str(error) or isinstance(error, EOFError) or content.truncated
         why = "the pickle is cut off" if cut else f"not a readable pickle ({error})"
         raise CorruptInputError(path, f"{why}: the snapshot cannot be read") from None
     del data, content
-    return Job(source=str(path), traces=[], memory=[snapshot_record(str(path), document)])
+    try:
+        record = snapshot_record(str(path), document)
+    except (OverflowError, ValueError, TypeError) as error:  # a number beyond 64 bits, say
+        raise CorruptInputError(
+            path, f"a value out of range ({error}): an inconsistent snapshot"
+        ) from None
+    return Job(source=str(path), traces=[], memory=[record])
 
 
 def snapshot_record(source: str, document: Any) -> MemoryRecord:
@@ -258,41 +267,64 @@ class _Parts:
         return segments, blocks
 
     def events(self, traces: list[Any]) -> MemoryEvents:
-        cols: dict[str, list[int]] = {
-            k: [] for k in ("action", "device", "address", "size_bytes", "stream", "time_ns")
-        }
-        stacks: list[int] = []
-        unknown: dict[str, int] = {}
+        """The trace entries as columns, a field at a time (a snapshot holds millions)."""
+        parts: list[dict[str, Any]] = []
         for device, entries in enumerate(traces):
             if not isinstance(entries, list):
                 raise self.bad(f"the trace of device {device} is not a list")
-            for number, entry in enumerate(entries):
-                if not isinstance(entry, dict):
-                    raise self.bad(f"entry {number} of device {device}'s trace is not a dict")
-                action = _ACTIONS.get(entry.get("action"))  # type: ignore[arg-type]
-                if action is None:
-                    name = str(entry.get("action"))[:40]
-                    unknown[name] = unknown.get(name, 0) + 1
-                    continue
-                size = entry.get("size")
-                if not isinstance(size, int) or size < 0:
-                    raise self.bad(f"entry {number} of device {device}'s trace has no size")
-                time_us = entry.get("time_us")
-                cols["action"].append(action)
-                cols["device"].append(device)
-                cols["address"].append(_int(entry.get("addr"), -1))
-                cols["size_bytes"].append(size)
-                cols["stream"].append(_int(entry.get("stream"), -1))
-                cols["time_ns"].append(time_us * 1000 if isinstance(time_us, int) else -1)
-                stacks.append(self.stack(entry.get("frames")))
-        for name, count in unknown.items():
-            self.warnings.append(
-                f"{self.source}: {count:,} allocator trace entries of unknown action {name!r}"
-                " left out"
+            if entries:
+                parts.append(self._device_events(device, entries))
+        if not parts:
+            return MemoryEvents.from_columns(0, {})
+        columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return MemoryEvents.from_columns(len(columns["action"]), columns)
+
+    def _device_events(self, device: int, entries: list[Any]) -> dict[str, Any]:
+        if not all(type(e) is dict for e in entries):
+            number = next(i for i, e in enumerate(entries) if type(e) is not dict)
+            raise self.bad(f"entry {number} of device {device}'s trace is not a dict")
+        action = np.array([_ACTIONS.get(e.get("action"), 255) for e in entries], np.int64)
+        unknown = action == 255
+        if unknown.any():
+            names = [str(entries[i].get("action"))[:40] for i in np.flatnonzero(unknown)]
+            for name in sorted(set(names)):
+                self.warnings.append(
+                    f"{self.source}: {names.count(name):,} allocator trace entries of unknown"
+                    f" action {name!r} left out"
+                )
+            keep = np.flatnonzero(~unknown).tolist()
+            entries = [entries[i] for i in keep]
+            action = action[~unknown]
+        sizes = [e.get("size") for e in entries]
+        if not all(type(x) is int for x in sizes):
+            number = next(i for i, x in enumerate(sizes) if type(x) is not int)
+            raise self.bad(f"entry {number} of device {device}'s trace has no size")
+        size = np.array(sizes, np.int64)
+        if (size < 0).any():
+            raise self.bad(
+                f"entry {int(np.argmax(size < 0))} of device {device}'s trace has no size"
             )
-        columns: dict[str, Any] = {k: np.asarray(v, np.int64) for k, v in cols.items()}
-        columns["stack"] = np.asarray(stacks, np.int32)
-        return MemoryEvents.from_columns(len(stacks), columns)
+        times = [e.get("time_us", -1) for e in entries]
+        time_us = np.array([t if type(t) is int else -1 for t in times], np.int64)
+        return {
+            "action": action.astype(np.uint8),
+            "device": np.full(len(entries), device, np.int32),
+            "address": np.array([_int(e.get("addr"), -1) for e in entries], np.int64),
+            "size_bytes": size,
+            "stream": np.array([_int(e.get("stream"), -1) for e in entries], np.int64),
+            "time_ns": np.where(time_us >= 0, time_us * 1000, -1),
+            "stack": np.array(self.stacks_of([e.get("frames") for e in entries]), np.int32),
+        }
+
+    def stacks_of(self, given: list[Any]) -> list[int]:
+        """:meth:`stack` of each, the ones seen before (the same list object) looked up at
+        once."""
+        known = self._stack_by_object
+        found = [known.get(id(f), -2) for f in given]
+        return [
+            number if number != -2 else self.stack(frames)
+            for number, frames in zip(found, given, strict=True)
+        ]
 
 
 def _int(value: Any, default: int) -> int:

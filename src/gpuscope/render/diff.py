@@ -38,6 +38,7 @@ from gpuscope.analyses.diff import (
     RunDiff,
     RunSummary,
 )
+from gpuscope.analyses.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
 from gpuscope.names import percentage_change, plural
 
@@ -68,6 +69,22 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
             "persisting": [_finding_change(f) for f in d.persisting],
         },
         "notes": list(d.notes),
+        # What grew in memory, by site (null: neither side records memory).
+        "memory": None
+        if d.memory is None
+        else {
+            "peak_before_bytes": d.memory.peak_before_bytes,
+            "peak_after_bytes": d.memory.peak_after_bytes,
+            "sites": [
+                {
+                    "location": c.location,
+                    "before_bytes": c.before_bytes,
+                    "after_bytes": c.after_bytes,
+                    "change_bytes": c.change_bytes,
+                }
+                for c in d.memory.sites
+            ],
+        },
         "predictions": [
             {
                 "cause": c.cause,
@@ -197,6 +214,8 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     for note in d.notes:
         console.print(Text(f"note: {note}", style="yellow"))
     console.print(_metrics_table(d))
+    if d.memory is not None:
+        console.print(_memory(d.memory))
     console.print(_findings(d))
     for c in d.predictions:
         console.print(Text(prediction_line(c), style="cyan"))
@@ -286,6 +305,23 @@ def _metrics_table(d: RunDiff) -> Table:
             verdict,
         )
     return table
+
+
+def _memory(m: MemoryDiff) -> Text:
+    def gib(size: int | None) -> str:
+        return "none" if size is None else f"{size / (1 << 30):,.2f} GiB"
+
+    text = Text("\nMemory\n", style="bold")
+    text.append(f"  peak {gib(m.peak_before_bytes)} → {gib(m.peak_after_bytes)}\n")
+    for c in m.sites:
+        style = "red" if c.change_bytes > 0 else "green"
+        verb = "grew" if c.change_bytes > 0 else "shrank"
+        text.append(f"  {verb:6s} ", style=style)
+        text.append(
+            f"{c.location}: {gib(c.before_bytes)} → {gib(c.after_bytes)}"
+            f" ({c.change_bytes / (1 << 30):+,.2f} GiB)\n"
+        )
+    return text
 
 
 def _findings(d: RunDiff) -> Text:

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 
 from gpuscope.analyses.attribution import CAUSES
+from gpuscope.analyses.diff.memory import MemoryDiff, memory_diff
 from gpuscope.analyses.diff.stats import Comparison, _left_out_note, compare, typical_steps
 from gpuscope.analyses.diff.summary import (
     COST,
@@ -114,6 +115,7 @@ class RunDiff(msgspec.Struct, frozen=True):
     persisting: list[FindingChange]
     notes: list[str]
     predictions: list[PredictionCheck] = msgspec.field(default_factory=list)
+    memory: MemoryDiff | None = None  # what grew in memory, by site (None: no memory record)
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -152,6 +154,12 @@ def diff(
         persisting=persisting,
         notes=notes,
         predictions=_prediction_checks(before, after, resolved),
+        memory=memory_diff(
+            before.memory_peak_bytes,
+            before.memory_sites,
+            after.memory_peak_bytes,
+            after.memory_sites,
+        ),
     )
 
 

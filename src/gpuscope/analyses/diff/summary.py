@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.diff.memory import site_bytes
 from gpuscope.analyses.drawn import step_periods
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding
@@ -68,6 +69,10 @@ class RunSummary(msgspec.Struct, frozen=True):
     step_source: str | None = None
     #: Devices whose steps were timed on the host (they launched no device work in a step).
     host_timed_devices: int = 0
+    #: The highest memory peak of its devices and the bytes each site held at it (None, {}:
+    #: no allocator record).
+    memory_peak_bytes: int | None = None
+    memory_sites: dict[str, int] = msgspec.field(default_factory=dict)
 
     def headline(self, name: str) -> float | None:
         """One number for a metric of the run: the median per step, or a whole-run share."""
@@ -110,6 +115,8 @@ def summarize(diagnosis: Diagnosis) -> RunSummary:
         window=_window_shares(diagnosis),
         step_source=next((d.steps[0].source for d in devices if d.steps), None),
         host_timed_devices=sum(any(s.timed_on == "host" for s in d.steps) for d in devices),
+        memory_peak_bytes=max((m.peak_allocated_bytes for m in diagnosis.memory), default=None),
+        memory_sites=site_bytes(diagnosis.memory),
     )
 
 

@@ -35,6 +35,8 @@ What becomes what (tables absent when empty are simply skipped):
 * ``CUDA_UM_CPU_PAGE_FAULT_EVENTS`` / ``CUDA_UM_GPU_PAGE_FAULT_EVENTS`` (``nsys profile
   --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true``): per process, fault counts
   and the functions that faulted, ``trace.metadata["unified_memory_faults"]``.
+* ``CUDA_GPU_MEMORY_USAGE_EVENTS`` (``--cuda-memory-usage=true``): cudaMalloc/cudaFree of device
+  memory as ``trace.memory`` (``_memory``: under PyTorch, reserved memory).
 * ``GPU_METRICS`` (when sampled): ``trace.metadata["gpu_metrics"][device]`` is
   ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``.
   ``OSRT_API`` (when traced): the ten costliest OS runtime calls per process,
@@ -42,8 +44,9 @@ What becomes what (tables absent when empty are simply skipped):
 
 Modules: ``_export`` (tables, columns, schema version, batched column reads), ``_device``
 (kernels, copies, memsets, synchronisations), ``_um`` (unified-memory migrations and page
-faults), ``_host`` (runtime calls, NVTX ranges and steps, OS runtime, threads on a CPU),
-``_gpus`` (device facts, sampled metrics); this module sniffs, opens and assembles the traces.
+faults), ``_memory`` (device allocations), ``_host`` (runtime calls, NVTX ranges and steps, OS
+runtime, threads on a CPU), ``_gpus`` (device facts, sampled metrics); this module sniffs, opens
+and assembles the traces.
 
 Speed: one SQL query per table returns plain integer columns (joins, products and NULL handling
 done in SQL); rows go straight into numpy. Python touches rows only to intern NVTX texts.
@@ -69,6 +72,7 @@ from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
 from gpuscope.readers.nsys._export import _Export, _inspect
 from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metrics
 from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
+from gpuscope.readers.nsys._memory import gpu_memory, memory_events
 from gpuscope.readers.nsys._um import _um_counters, _um_faults
 
 __all__ = ["MAX_DISTANCE_NS", "looks_like_nsys", "read"]
@@ -161,6 +165,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     host_parts += _running(export, device_parts + host_parts)
     os_runtime = _os_runtime(export)
     um_faults = _um_faults(export)
+    allocations = gpu_memory(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
     events, notes = _implausible(path, events)
@@ -181,6 +186,8 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
         if pid in um_faults:
             trace.metadata["unified_memory_faults"] = um_faults[pid]
+        if pid in allocations:
+            trace.memory = memory_events(allocations[pid], table)
         trace.warnings.extend(notes)
         traces.append(trace)
     return Job(source=str(path), traces=traces)

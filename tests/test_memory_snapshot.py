@@ -342,3 +342,17 @@ def test_a_number_beyond_64_bits_is_one_line(tmp_path: Path) -> None:
     result = _run("diagnose", str(_write(tmp_path, document)))
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "out of range" in result.output
+
+
+def test_the_headroom_says_how_much_larger_a_batch_fits(tmp_path: Path) -> None:
+    """Activations scale with the batch, the rest does not: on a 24 GiB GPU (--gpu) the built
+    step's 1 GiB of activations beside 1.1 GiB of the rest fits about 21x the batch."""
+    from gpuscope.diagnosis import Options
+
+    d = diagnose(load(_write(tmp_path, _snapshot())), Options(gpu="RTX 4090"))
+    (finding,) = d.findings
+    (headroom,) = [e for e in finding.evidence if e.startswith("headroom")]
+    m = d.memory[0]
+    acts = m.categories["activations"]
+    expected = (0.95 * 24 * GIB - (m.peak_allocated_bytes - acts)) / acts
+    assert f"about {expected:.1f}x the batch fits" in headroom

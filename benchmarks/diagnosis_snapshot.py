@@ -20,7 +20,15 @@ from click.testing import CliRunner
 from gpuscope.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-IGNORED = {"elapsed_s", "analysis_s", "read_s", "wall_s", "generated_at", "gpuscope_version"}
+IGNORED = {
+    "idle_causes",
+    "elapsed_s",
+    "analysis_s",
+    "read_s",
+    "wall_s",
+    "generated_at",
+    "gpuscope_version",
+}
 
 
 def inputs(corpus: Path) -> list[Path]:

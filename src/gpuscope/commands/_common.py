@@ -132,11 +132,12 @@ def missing_extra(feature: str, package: str, extra: str) -> None:
 def write_output(
     path: Path, data: bytes | Iterable[bytes], *, inputs: tuple[Path, ...] = ()
 ) -> None:
-    """Write an output file atomically, never over a file the command read (nor ``inputs``);
-    a path that cannot be written is bad input (exit 2), not a crash (see ``gpuscope._files``)."""
-    from gpuscope._files import atomic_write
+    """Write an output file (atomically; a device or FIFO written through), never over a file
+    the command read (nor ``inputs``); a path that cannot be written is bad input (exit 2), not
+    a crash (see ``gpuscope._files``)."""
+    from gpuscope._files import write_output as write
 
-    atomic_write(path, data, extra_inputs=inputs)
+    write(path, data, extra_inputs=inputs)
 
 
 def write_json(json_out: Path, document: bytes, *, inputs: tuple[Path, ...] = ()) -> bool:

@@ -54,7 +54,7 @@ def fleet(
     wanted = lib.expand(inputs)
     todo = lib.pending(wanted, stored)
     fresh = _run(todo, lib.Engine(engine, workers, ray_address), gpu_hour_usd)
-    lib.write(lib.merge(stored, fresh), out)
+    lib.store(fresh, out)  # merged with the table as it is now (another run may have written)
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)
     click.echo(
@@ -87,7 +87,7 @@ def _run(todo: list[str], engine: Engine, usd: float | None) -> FleetTable:
 
 @click.command("fleet-report")
 @click.argument("table", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML file.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="HTML file.")
 @click.option("--worst", type=click.IntRange(min=1), default=10, show_default=True)
 @input_errors_exit
 def fleet_report(table: Path, output: Path | None, worst: int) -> None:

@@ -30,7 +30,7 @@ from gpuscope.commands._common import (
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=Path("report.html"),
     show_default=True,
     help="The HTML file to write.",

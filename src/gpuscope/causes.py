@@ -24,7 +24,7 @@ import msgspec
 
 from gpuscope.classify import DATA
 
-SOURCES = ("idle", "timeline", "measured", "category")
+SOURCES = ("idle", "timeline", "measured", "memory", "category")
 #: What an idle GPU waits for: the host (host time the verdict explains), a peer rank (the
 #: verdict's communication share), one-time start-up (paid once per process: never priced, never
 #: counted as waste), or nothing the trace shows.

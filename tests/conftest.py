@@ -27,10 +27,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_inputs() -> Iterator[None]:
-    """Each test starts with no file recorded as an input (``gpuscope._files``): the record is
-    per process and keyed by inode, and a temporary file of an earlier test, deleted, leaves its
-    inode to a later test's output, which would then be refused as an input."""
+    """Each test starts with no file noted as an input: the CLI runs in-process under
+    ``CliRunner``, and a path read by one test (``/dev/null``) must not refuse another's output."""
     from gpuscope import _files
 
+    _files._inputs.clear()
     yield
     _files._inputs.clear()

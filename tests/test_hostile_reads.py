@@ -4,7 +4,6 @@ result with a warning; each test builds the smallest input that showed it."""
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import sqlite3
 from pathlib import Path

@@ -132,6 +132,15 @@ def _sample_set(path: Path, fmt: str, gpus: dict[int, _Gpu], warnings: list[str]
     _drop_implausible(path, gpus, warnings)
     if not any(g.times_ns for g in gpus.values()):
         raise EmptyTraceError(path, "no GPU samples in the file")
+    moments = {t for g in gpus.values() for t in g.times_ns}
+    if len(moments) == 1:
+        # Idle time and its cost are measured over the time sampled: one instant is none.
+        count = sum(len(g.times_ns) for g in gpus.values())
+        raise EmptyTraceError(
+            path,
+            f"all {count} sample(s) carry one time: no time span to measure idle time over"
+            " (samples at two times at least are needed)",
+        )
     seen = {k for g in gpus.values() for row in g.rows for k, v in row.items() if not math.isnan(v)}
     if not seen & _MEASURES:
         raise CorruptInputError(

@@ -15,7 +15,7 @@ from gpuscope.commands import _agent
 from gpuscope.errors import InputError
 from gpuscope.readers._io import read_bytes
 from gpuscope.testing.generator import GeneratorConfig, generate
-from test_hostile import both_ways, assert_same, cli, one_error_line
+from test_hostile import assert_same, both_ways, cli, one_error_line
 
 
 @pytest.fixture(scope="module")

@@ -53,9 +53,9 @@ def test_cuda_and_hip_twins_share_the_role(row: dict[str, str]) -> None:
 
 def test_every_classified_cuda_name_of_the_generator_has_a_twin() -> None:
     """The generator writes the CUDA names real traces carry; each classified one is listed."""
-    from gpuscope.testing import generator
-
     from fnmatch import fnmatchcase
+
+    from gpuscope.testing import generator
 
     names = {n for n in generator.RUNTIME_NAMES if runtime_role(n) != "none"}
     assert names, "the generator names no runtime APIs"

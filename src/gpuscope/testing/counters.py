@@ -26,7 +26,16 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["CASES", "PROFILES", "CounterCase", "Family", "counter_trace", "write_counter_case"]
+__all__ = [
+    "CASES",
+    "PROFILES",
+    "CounterCase",
+    "CounterOutcome",
+    "Family",
+    "counter_trace",
+    "run_counter_suite",
+    "write_counter_case",
+]
 
 #: Per planted bound, the range each counter's samples are drawn from while a family runs (% of
 #: peak). Memory: the seed's decode attention. Compute: tensor pipes busy, DRAM well below peak.
@@ -337,3 +346,49 @@ def _write_nsys(case: CounterCase, path: Path) -> Path:
     db.commit()
     db.close()
     return path
+
+
+class CounterOutcome(msgspec.Struct, frozen=True):
+    """One planted family of one case: the planted bound, the one the diagnosis gave (None: the
+    counters did not decide it), and the evidence it printed."""
+
+    case: str
+    family: str
+    planted: str
+    found: str | None
+    evidence: str
+
+    @property
+    def right(self) -> bool:
+        return self.found == self.planted
+
+
+def run_counter_suite(cases: list[CounterCase] | None = None) -> list[CounterOutcome]:
+    """Diagnose every case (written to a temporary folder) and compare each family's bound."""
+    import tempfile  # noqa: PLC0415 - only the suite writes files
+
+    from gpuscope.diagnosis import diagnose  # noqa: PLC0415 - the suite runs the diagnosis
+    from gpuscope.readers import load  # noqa: PLC0415
+
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="gpuscope-counters-") as scratch:
+        for case in cases or CASES:
+            result = diagnose(load(write_counter_case(case, Path(scratch))))
+            measured = {
+                f.name: f
+                for d in result.devices
+                if d.counters is not None
+                for f in d.counters.families
+            }
+            for family in case.families:
+                got = measured.get(family.name)
+                outcomes.append(
+                    CounterOutcome(
+                        case=case.name,
+                        family=family.name,
+                        planted=family.bound,
+                        found=got.bound if got else None,
+                        evidence=got.evidence if got else result.verdict.bound_evidence,
+                    )
+                )
+    return outcomes

@@ -190,7 +190,7 @@ def _device(d: DeviceReport) -> dict[str, Any]:
         "streams": [asdict(s) for s in d.streams],
         "idle_causes": [
             {
-                "cause": c.cause.value,
+                "cause": c.cause,
                 "lost_ns": c.lost_ns,
                 "share_pct": _pct(c.share_pct),
                 "gaps": c.gaps,

@@ -290,7 +290,7 @@ def _idle_causes(d: DeviceReport) -> Table:
     table.add_column("top location")
     for c in d.idle.causes:
         top = short_location(c.locations[0].location, 60) if c.locations else "-"
-        table.add_row(c.cause.value, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
+        table.add_row(c.cause, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
     return table
 
 
@@ -509,5 +509,5 @@ def _column_states(d: DeviceReport, columns: int) -> list[str]:
             None,
         )
         states = states @ (overlap * fine).T
-    names = ["busy", *(c.value for c in CAUSES)]
+    names = ["busy", *CAUSES]
     return [names[i] for i in states.argmax(axis=0).tolist()]

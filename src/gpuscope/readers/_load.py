@@ -16,7 +16,7 @@ import msgspec
 from gpuscope._files import note_input_path
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
-from gpuscope.readers import _scan
+from gpuscope.readers import _plausible, _scan
 from gpuscope.readers._early import Prefetch
 from gpuscope.readers._io import head_bytes, is_folder
 from gpuscope.readers._scan import Scan, looks_like_kineto
@@ -106,7 +106,14 @@ def load(path: str | Path, *, prefetch: Prefetch | None = None) -> Job:
 
 
 def load_file(path: Path, *, prefetch: Prefetch | None = None) -> Job:
-    """Read one file, whatever its format."""
+    """Read one file, whatever its format; events of impossible times set aside, with a warning
+    (:mod:`gpuscope.readers._plausible`)."""
+    job = _read_file(path, prefetch)
+    job.traces = [_plausible.set_aside(t) for t in job.traces]
+    return job
+
+
+def _read_file(path: Path, prefetch: Prefetch | None) -> Job:
     if path.suffix == ".nsys-rep":
         raise UnknownFormatError(
             path,

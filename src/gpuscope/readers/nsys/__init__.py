@@ -105,6 +105,12 @@ def read(path: Path) -> Job:
         raise CorruptInputError(
             path, "not a readable SQLite database (text that is not UTF-8)"
         ) from None
+    except (ValueError, TypeError, OverflowError) as error:
+        # SQLite columns are typed by their values, not their declaration: an id column holding
+        # text, a float or an integer beyond 64 bits is a hand-edited or corrupt export.
+        raise CorruptInputError(
+            path, f"a column holds a value of the wrong type or size ({error})"
+        ) from None
 
 
 def _check_not_truncated(path: Path) -> None:
@@ -157,6 +163,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     runtime = _runtime(export)
     if not device_parts:
         raise EmptyTraceError(path, _no_device_work_reason(runtime))
+    missing = _missing_kernel_table(path, export, runtime)
     nvtx = _nvtx(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
@@ -184,7 +191,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
         if pid in um_faults:
             trace.metadata["unified_memory_faults"] = um_faults[pid]
-        trace.warnings.extend(notes)
+        trace.warnings.extend([*missing, *notes])
         traces.append(trace)
     return Job(source=str(path), traces=traces)
 
@@ -224,6 +231,20 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
     if not notes:
         return events, []
     return events.take(np.flatnonzero(~(backwards | far))), notes
+
+
+def _missing_kernel_table(path: Path, export: _Export, runtime: Events | None) -> list[str]:
+    """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
+    kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
+    reads as idle between them, and that must not pass as a finding about the program."""
+    if export.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        return []
+    launches = "" if runtime is None or not len(runtime) else " although CUDA API calls were"
+    return [
+        f"{path}: the export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no kernel was"
+        f" recorded{launches}, so the GPU's busy time counts copies, memsets and"
+        " synchronisations only (profile with nsys --trace=cuda)"
+    ]
 
 
 def _no_device_work_reason(runtime: Events | None) -> str:

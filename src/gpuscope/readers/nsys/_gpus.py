@@ -43,7 +43,8 @@ def _cuda_device_map(export: _Export) -> list[tuple[int, int, int]]:
     if not export.has(table) or not {"gpuId", "cudaId", "pid"} <= export.columns[table]:
         return []
     rows = export.db.execute(f"SELECT pid, cudaId, gpuId FROM {table}").fetchall()
-    return [(int(p), int(c), int(g)) for p, c, g in rows if None not in (p, c, g)]
+    # A row with an id that is not an integer (text, a float: a hand-edited export) maps nothing.
+    return [(p, c, g) for p, c, g in rows if all(type(v) is int for v in (p, c, g))]
 
 
 def _device_info(

@@ -124,9 +124,20 @@ def _precision_fit(cause: str, text: str, hw: Hardware) -> str:
 
 
 def straggler_advice(s: StragglerStat) -> str:
-    """What to do about one straggler rank: balance its work, or fix its host."""
+    """What to do about one straggler rank: fix its host when its GPU sat idle before it arrived
+    (the host issued its work late), else balance its work or check its GPU."""
     busy_share = s.busy_in_window_ns / s.window_ns if s.window_ns else 0.0
-    if busy_share >= 0.5 or not s.idle_causes:
+    idle_before = sum(ns for _, ns in s.idle_before)
+    late_total = s.mean_late_ns * s.last_arrivals
+    if s.idle_before and idle_before >= 0.5 * late_total:
+        what = s.idle_before[0][0]
+        head = (
+            f"Rank {s.rank}'s host issues its work late: before its late arrivals its GPU sat idle"
+            f" {idle_before / 1e6:,.2f} ms, mostly {what}, while the others' GPUs went on to the"
+            " collective. Take that host work off the step (or even it out across ranks: every"
+            " rank pays for the slowest host). " + advice(what.split(" at ")[0])
+        )
+    elif busy_share >= 0.5 or not s.idle_causes:
         top = short_name(s.top_kernels[0][0], 50) if s.top_kernels else "its kernels"
         head = (
             f"Rank {s.rank} computes longer than its peers before each collective (busy"

@@ -15,9 +15,11 @@ Money follows the prediction, never the time a finding names:
   at collectives; or a replay that did not settle) has no dollars: its share is stated as time.
   Busy time with no edit (copies that fill the device, memory-bound kernels) keeps the saving its
   finding estimated (overlap, the link's peak, fusion), never more than the time it names;
-* findings keep their order, by the time they name (the diagnosis says where the time goes;
-  the saving beside each says what its fix is worth): a report never calls that order
-  "costliest", as the largest share may be predicted to save nothing.
+* findings come back :func:`~gpuscope.diagnosis.findings.ranked`: what fixing saves most first,
+  what saves nothing last;
+* a fix that saves more than the time its finding names shortens the step by hiding other
+  findings' time (a sync removed lets the host run its data loader while the GPU works): its
+  note names them, from replaying it with each of theirs (:func:`_hides`).
 
 Start-up is left out of every edit: host calls inside a start-up phase (CUDA context creation,
 module loading, compilation; :mod:`gpuscope.analyses.phases`) are start-up whatever their name. A
@@ -46,7 +48,7 @@ from gpuscope.analyses.whatif import (
     Replayer,
     build_graph,
 )
-from gpuscope.diagnosis.findings import Finding
+from gpuscope.diagnosis.findings import NO_SAVING_PCT, Finding, ranked, worth_pct
 from gpuscope.model import Trace
 
 if TYPE_CHECKING:
@@ -56,9 +58,6 @@ if TYPE_CHECKING:
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
-#: A predicted saving below this share of the step is no saving: steps vary by more than that
-#: from one to the next, and the replay is checked to 10% of the step (benchmarks/whatif.py).
-NO_SAVING_PCT = 0.5
 
 
 def predict(
@@ -109,7 +108,61 @@ def predict(
         together = replayer.predict(distinct, name="all")
     else:  # one fix: all of them is that one
         together = next((f.prediction for f in result if f.prediction is not None), None)
-    return result, together
+    return ranked(_hides(replayer, result)), together
+
+
+#: A fix "saves more than its finding names" when its predicted saving exceeds the finding's own
+#: share of device time by this many percentage points of the step (replays are checked to 10%
+#: of a step, and a finding's share is of the window, not of one step).
+HIDES_MARGIN_PCT = 2.0
+#: Another finding's time is hidden by a fix when, with that fix applied, its own fix saves less
+#: than this share of what it saves alone.
+HIDDEN_SHARE = 0.5
+
+
+def _hides(replayer: Replayer, found: list[Finding]) -> list[Finding]:
+    """Say why a fix saves more than the time its finding names: it hides other findings' time.
+
+    Removing a wait changes what the host does meanwhile: a host no longer blocked at a sync
+    runs its next data-loader fetch while the GPU still works on the step, so the loader's time
+    stops costing the GPU. The replay shows this as a saving larger than the sync's own gaps;
+    which other findings it hides is read by replaying the fix together with each of theirs: a
+    finding whose own fix then adds less than :data:`HIDDEN_SHARE` of its saving alone is hidden.
+    """
+    predicted = [f for f in found if f.prediction is not None and worth_pct(f) > 0.0]
+    result: list[Finding] = []
+    for f in found:
+        p = f.prediction
+        if p is None or worth_pct(f) <= f.share_pct + HIDES_MARGIN_PCT:
+            result.append(f)
+            continue
+        hidden: list[str] = []
+        causes: list[str] = []
+        for other in predicted:
+            alone = other.prediction
+            if other is f or alone is None:
+                continue
+            both = replayer.predict([f.cause, other.cause])
+            if both is None:
+                continue
+            extra = both.saving_ns_per_step - p.saving_ns_per_step
+            if extra < HIDDEN_SHARE * alone.saving_ns_per_step:
+                causes.append(other.cause)
+                hidden.append(
+                    f"{other.cause} ({other.title}): its own fix then saves"
+                    f" {100.0 * max(extra, 0.0) / p.step_ns:.0f}% more, not"
+                    f" {alone.faster_pct:.0f}%"
+                )
+        if not hidden:
+            result.append(f)
+            continue
+        why = (
+            f"it saves more than the {f.share_pct:.0f}% of device time it names because fixing it"
+            " also hides " + "; ".join(hidden)
+        )
+        note = f"{p.note}; {why}" if p.note else why
+        result.append(replace(f, prediction=replace(p, note=note, hides=causes)))
+    return result
 
 
 def priced(

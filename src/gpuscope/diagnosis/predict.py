@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
+#: Pinned host-to-device copies reach about this share of the host link's peak in one direction
+#: (PCIe 4.0 x16: ~25 of 32 GB/s; 5.0 x16: ~50 of 64 GB/s, as bandwidthTest reports them):
+#: TLP headers and DMA set-up take the rest.
+PINNED_LINK_EFFICIENCY = 0.8
 
 
 def predict(
@@ -253,7 +257,7 @@ def _inputs(
     ev = trace.events
     launch_code = CAUSES.index(Cause.LAUNCH_OVERHEAD)
     gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
-    ratio, bandwidth = 2.0, None
+    ratio, bandwidth, pinned = 2.0, None, None
     for d in reports:
         work = d.work
         gaps = d.idle.gaps
@@ -281,6 +285,8 @@ def _inputs(
             ratio = tensor / plain  # the findings' own ratio (unknown device: 2x)
         if f and f.memory_bandwidth_bytes_per_s:
             bandwidth = f.memory_bandwidth_bytes_per_s
+        if f and f.host_link_bytes_per_s:  # both directions in the facts table
+            pinned = f.host_link_bytes_per_s / 2.0 * PINNED_LINK_EFFICIENCY
     empty = np.zeros(0, dtype=np.int64)
     inputs = EditInputs(
         activity=activity,
@@ -291,6 +297,7 @@ def _inputs(
         fp32_bytes=np.concatenate(fp32_bytes) if fp32_bytes else np.zeros(0),
         tensor_ratio=ratio,
         memory_bytes_per_s=bandwidth,
+        pinned_bytes_per_s=pinned,
     )
     if cuts is not None:
         mine = [c for p, c in zip(participants, cuts, strict=True) if p.work.trace is trace]

@@ -32,9 +32,10 @@ ASSUMPTIONS: dict[str, str] = {
         " durations and the host's time issuing them goes"
     ),
     "h2d_copy": (
-        "the copies come from pinned memory, asynchronously: the host does not wait for them"
-        " and each runs at the pinned rate (the fastest pinned host-to-device copy in the trace,"
-        " else twice its pageable rate), overlapping the work that does not depend on it"
+        "the copies come from pinned memory, asynchronously: the host neither stages nor waits"
+        " for them and each runs at the pinned rate (the fastest pinned host-to-device copy in"
+        " the trace, else 80% of the host link's peak, else twice its pageable rate),"
+        " overlapping the work that does not depend on it"
     ),
     "exposed_communication": (
         "collectives that ran with no compute alongside start as soon as they are launched"
@@ -74,6 +75,8 @@ class EditInputs(msgspec.Struct):
     fp32_bytes: NDArray[np.float64]  # NaN: not known
     tensor_ratio: float  # tensor-core peak over FP32 peak
     memory_bytes_per_s: float | None
+    #: One direction of the host link, as pinned copies achieve it (facts table); None: unknown.
+    pinned_bytes_per_s: float | None = None
     collective_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     wait_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     straggler_cut_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -95,7 +98,9 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
         _unblock(g, edit, calls, pinned=False)
         edit.dur[calls] = 0
     elif cause == "h2d_copy":
-        _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
+        calls = _calls_of(g, inputs, HostActivity.H2D_COPY)
+        _unblock(g, edit, calls, pinned=True, link=inputs.pinned_bytes_per_s)
+        _pin(g, edit, calls, inputs.pinned_bytes_per_s)
     elif cause == "launch_overhead":
         # Only the host time the GPU waited for goes (a gap's launch-overhead part): the host's
         # other work before a launch (a data loader, a sync) is another finding's.
@@ -189,7 +194,50 @@ def _calls_in(g: Graph, inputs: EditInputs, activity: int) -> I64:
     return calls[_covered(starts, ends, g.start[calls], g.end[calls] + 1) > 0]
 
 
-def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool) -> None:
+def _pin(g: Graph, edit: Edit, calls: I64, link: float | None) -> None:
+    """The pageable host-to-device copies ``calls`` launched, from pinned memory instead.
+
+    A pageable copy is staged by the driver through a pinned bounce buffer, chunk by chunk: the
+    call lasts as long as the copy (it returns when the last chunk is staged, a few µs before the
+    DMA of that chunk ends, so the trace need not show it waiting), and the transfer runs at the
+    staging rate. From pinned memory the DMA reads the buffer directly: the call returns at once
+    (it costs what a launch costs) and the transfer runs at the rate the host link allows
+    (:func:`_pinned_rate`), whether or not the host waited for it."""
+    if calls.size == 0 or g.launch_src.size == 0:
+        return
+    ev = g.trace.events
+    launched = np.isin(g.launch_src, calls)
+    copies = g.launch_dst[launched]
+    rows = g.rows[copies]
+    staged = (
+        (ev.kind[rows] == Kind.MEMCPY)
+        & (ev.copy_direction[rows] == CopyDirection.H2D)
+        & ev.pageable[rows]
+        & (ev.bytes[rows] > 0)
+    )
+    if not staged.any():
+        return
+    copies = copies[staged]
+    _at_pinned_rate(g, edit, copies, link)
+    callers = g.launch_src[launched][staged]
+    edit.dur[callers] = np.minimum(edit.dur[callers], g.call_ns)
+
+
+def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> None:
+    """Pageable copies among ``copies`` shortened to their bytes at the pinned rate."""
+    ev = g.trace.events
+    rows = g.rows[copies]
+    pageable = ev.pageable[rows]
+    rate = _pinned_rate(g, link)
+    nbytes = ev.bytes[rows].astype(np.float64)
+    at_rate = nbytes / rate * 1e9 if rate else edit.dur[copies] / 2.0
+    faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
+    edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
+
+
+def _unblock(
+    g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | None = None
+) -> None:
     """The calls no longer wait: each costs what a launch costs; a copy it made runs async."""
     waiting = np.isin(g.wait_dst, calls)
     edit.wait_keep &= ~waiting
@@ -202,18 +250,13 @@ def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool) -> None:
     edit.launch_delay[at[ok]] = np.minimum(edit.launch_delay[at[ok]], g.launch_latency_ns)
     edit.gap[copies] = 0
     if pinned:
-        ev = g.trace.events
-        rows = g.rows[copies]
-        pageable = ev.pageable[rows]
-        rate = _pinned_rate(g)
-        nbytes = ev.bytes[rows].astype(np.float64)
-        at_rate = nbytes / rate * 1e9 if rate else edit.dur[copies] / 2.0
-        faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
-        edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
+        _at_pinned_rate(g, edit, copies, link)
 
 
-def _pinned_rate(g: Graph) -> float | None:
-    """The fastest pinned host-to-device copy of 1 MiB or more, in bytes per second."""
+def _pinned_rate(g: Graph, link: float | None = None) -> float | None:
+    """Bytes per second a pinned host-to-device copy runs at: the fastest pinned copy of 1 MiB
+    or more in the trace (the link as this machine drives it), else ``link`` (the facts table's
+    host link, one direction, as pinned copies achieve it), else None."""
     ev = g.trace.events
     rows = np.flatnonzero(
         (ev.kind == Kind.MEMCPY)
@@ -223,7 +266,7 @@ def _pinned_rate(g: Graph) -> float | None:
         & (ev.dur_ns > 0)
     )
     if rows.size == 0:
-        return None
+        return link
     return float((ev.bytes[rows] / ev.dur_ns[rows]).max() * 1e9)
 
 

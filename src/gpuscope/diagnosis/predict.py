@@ -49,7 +49,7 @@ from gpuscope.analyses.whatif import (
     build_graph,
 )
 from gpuscope.diagnosis.findings import NO_SAVING_PCT, Finding, ranked, worth_pct
-from gpuscope.model import Trace
+from gpuscope.model import CopyDirection, Kind, Trace
 
 if TYPE_CHECKING:
     from gpuscope.analyses.host import HostIndex
@@ -247,6 +247,51 @@ NO_SAVING_NOTE = (
 )
 
 
+def copy_only_ops(trace: Trace) -> NDArray[np.int64]:
+    """Top-level host operators whose only device work is copying to the host.
+
+    ``.cpu()``, ``.item()``, ``.tolist()`` and ``.numpy()`` each run an operator (``aten::to``,
+    ``aten::item``...) that launches a device-to-host copy and waits for it; keeping the value on
+    the GPU removes the operator, its copy and its wait, so the host's time inside it goes. An
+    operator that also launches other device work is more than a copy to the host: it stays."""
+    ev = trace.events
+    copies = np.flatnonzero(
+        (ev.kind == Kind.MEMCPY) & (ev.copy_direction == CopyDirection.D2H) & (ev.link >= 0)
+    )
+    if copies.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    d2h_calls = ev.link[copies]
+    other = np.flatnonzero(ev.of_kind(Kind.KERNEL, Kind.MEMSET, Kind.MEMCPY) & (ev.link >= 0))
+    other = other[ev.copy_direction[other] != CopyDirection.D2H]
+    other_calls = ev.link[other]
+    ops = np.flatnonzero(ev.kind == Kind.CPU_OP)
+    found: list[NDArray[np.int64]] = []
+    for pid, tid in set(zip(ev.pid[d2h_calls].tolist(), ev.tid[d2h_calls].tolist(), strict=True)):
+        mine = ops[(ev.pid[ops] == pid) & (ev.tid[ops] == tid)]
+        if mine.size == 0:
+            continue
+        mine = mine[np.argsort(ev.start_ns[mine], kind="stable")]
+        starts, ends = ev.start_ns[mine], ev.end_ns[mine]
+        # Top-level: starts at or after every earlier operator on its thread has ended.
+        before = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], ends[:-1]]))
+        top = mine[starts >= before]
+        on_thread = (ev.pid[d2h_calls] == pid) & (ev.tid[d2h_calls] == tid)
+        with_copy = _enclosing(trace, top, d2h_calls[on_thread])
+        on_thread = (ev.pid[other_calls] == pid) & (ev.tid[other_calls] == tid)
+        with_other = _enclosing(trace, top, other_calls[on_thread])
+        found.append(top[np.setdiff1d(with_copy, with_other)].astype(np.int64))
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _enclosing(trace: Trace, top: NDArray[np.int64], calls: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Positions in ``top`` (disjoint operators in start order) of those holding a call."""
+    ev = trace.events
+    t_start, t_end = ev.start_ns[top], ev.end_ns[top]
+    at = np.searchsorted(t_start, ev.start_ns[calls], side="right") - 1
+    ok = (at >= 0) & (t_end[np.maximum(at, 0)] >= ev.end_ns[calls])
+    return np.unique(at[ok])
+
+
 def _inputs(
     trace: Trace,
     reports: list[DeviceEvidence],
@@ -289,6 +334,7 @@ def _inputs(
             pinned = f.host_link_bytes_per_s / 2.0 * PINNED_LINK_EFFICIENCY
     empty = np.zeros(0, dtype=np.int64)
     inputs = EditInputs(
+        d2h_op_rows=copy_only_ops(trace),
         activity=activity,
         launch_gap_rows=np.concatenate(gap_rows) if gap_rows else empty,
         launch_gap_ns=np.concatenate(gap_ns).astype(np.int64) if gap_ns else empty,

@@ -25,7 +25,9 @@ ASSUMPTIONS: dict[str, str] = {
     ),
     "host_sync": (
         "the host no longer waits at these syncs (the value is read later, or not at all): each"
-        " returns at once and the work behind it keeps running"
+        " returns at once and the work behind it keeps running; an operator that only copies a"
+        " value to the host for its sync (`.item()`, `.cpu()`) no longer runs every step, so its"
+        " host time goes too"
     ),
     "launch_overhead": (
         "the kernels after launch gaps run back to back, as under a CUDA graph: they keep their"
@@ -57,6 +59,11 @@ ASSUMPTIONS: dict[str, str] = {
         "allocations hit the caching allocator: cudaMalloc / cudaFree return at once and no"
         " longer synchronise the device"
     ),
+    "d2h_copy": (
+        "the values stay on the GPU (read every N steps, or not at all): the operators whose only"
+        " device work is copying them to the host (`.cpu()`, `.item()`, `.tolist()`), those"
+        " copies and the waits for them go; the host's other work stays"
+    ),
     "checkpoint": (
         "checkpoints are written in the background: the host's time saving them, and its waits"
         " for their copies, go"
@@ -75,6 +82,8 @@ class EditInputs(msgspec.Struct):
     fp32_bytes: NDArray[np.float64]  # NaN: not known
     tensor_ratio: float  # tensor-core peak over FP32 peak
     memory_bytes_per_s: float | None
+    #: Host operators whose only device work is copying to the host (their rows).
+    d2h_op_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     #: One direction of the host link, as pinned copies achieve it (facts table); None: unknown.
     pinned_bytes_per_s: float | None = None
     collective_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -91,8 +100,12 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
     elif cause == "checkpoint":
         _drop_host_time(g, inputs, edit, HostActivity.CHECKPOINT)
         _unblock(g, edit, _calls_in(g, inputs, HostActivity.CHECKPOINT), pinned=False)
+    elif cause == "d2h_copy":
+        _keep_on_device(g, inputs, edit, inputs.d2h_op_rows)
     elif cause == "host_sync":
-        _unblock(g, edit, _calls_of(g, inputs, HostActivity.HOST_SYNC), pinned=False)
+        syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
+        _unblock(g, edit, syncs, pinned=False)
+        _keep_on_device(g, inputs, edit, _ops_around(g, inputs.d2h_op_rows, syncs))
     elif cause == "allocator":
         calls = _calls_of(g, inputs, HostActivity.ALLOCATOR)
         _unblock(g, edit, calls, pinned=False)
@@ -176,8 +189,47 @@ def _covered(starts: I64, ends: I64, lo: I64, hi: I64) -> I64:
     return covered
 
 
+def _ops_around(g: Graph, rows: I64, calls: I64) -> I64:
+    """The operators among ``rows`` that hold one of the host call nodes ``calls``."""
+    if rows.size == 0 or calls.size == 0:
+        return rows[:0]
+    ev = g.trace.events
+    order = np.argsort(ev.start_ns[rows], kind="stable")
+    rows = rows[order]
+    starts, ends = ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns
+    at = np.searchsorted(starts, g.start[calls], side="right") - 1
+    ok = (at >= 0) & (ends[np.maximum(at, 0)] >= g.end[calls])
+    return rows[np.unique(at[ok])]
+
+
+def _keep_on_device(g: Graph, inputs: EditInputs, edit: Edit, rows: I64) -> None:
+    """The values stay on the device: the host's time inside the operators ``rows`` (each only
+    copies a value to the host) goes, the calls inside them no longer wait, and their copies do
+    not run."""
+    from gpuscope.analyses.intervals import union  # noqa: PLC0415
+
+    ev = g.trace.events
+    if rows.size == 0:
+        return
+    iv = union(ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns)
+    starts, ends = iv.start_ns, iv.end_ns
+    _drop_spans(g, edit, starts, ends)
+    host_calls = np.flatnonzero(g.host)
+    inside = host_calls[_covered(starts, ends, g.start[host_calls], g.end[host_calls] + 1) > 0]
+    _unblock(g, edit, inside, pinned=False)
+    copies = g.launch_dst[np.isin(g.launch_src, inside)]
+    d2h = ev.copy_direction[g.rows[copies]] == CopyDirection.D2H
+    edit.dur[copies[d2h]] = 0
+
+
 def _drop_host_time(g: Graph, inputs: EditInputs, edit: Edit, activity: int) -> None:
     starts, ends = _spans(g, inputs, activity)
+    _drop_spans(g, edit, starts, ends)
+
+
+def _drop_spans(g: Graph, edit: Edit, starts: I64, ends: I64) -> None:
+    """The host's time inside the sorted, disjoint ``[starts, ends)`` goes: from the gaps
+    between calls and from the calls themselves."""
     hosts = np.flatnonzero(g.host & ~g.first)
     prev_end = g.end[hosts - 1]
     edit.gap[hosts] -= np.minimum(_covered(starts, ends, prev_end, g.start[hosts]), edit.gap[hosts])
@@ -235,9 +287,7 @@ def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> No
     edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
 
 
-def _unblock(
-    g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | None = None
-) -> None:
+def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | None = None) -> None:
     """The calls no longer wait: each costs what a launch costs; a copy it made runs async."""
     waiting = np.isin(g.wait_dst, calls)
     edit.wait_keep &= ~waiting

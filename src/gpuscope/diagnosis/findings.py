@@ -523,8 +523,7 @@ _BOUND_WORDS = {
     "memory": "memory-bound kernels (DRAM bandwidth) take",
     "compute": "compute-bound kernels take",
     "latency": "kernels shorter than a launch take",
-    "device": "kernels whose bound the trace does not tell (names that say neither compute"
-    " nor memory work, no shapes) take",
+    "device": "kernels of unknown bound (no shapes, names say neither compute nor memory) take",
 }
 _TRANSFER_WORDS = {
     "p2p": "peer-to-peer copies between GPUs",

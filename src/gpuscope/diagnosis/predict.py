@@ -226,7 +226,7 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
     share = _share(p)
     hour = share * gpu_hour_usd if gpu_hour_usd is not None else None
     if share == 0.0 and p.note is None:
-        p = replace(p, note=NO_SAVING_NOTE)
+        p = replace(p, note=D2H_WAITED_NOTE if f.cause == "d2h_copy" else NO_SAVING_NOTE)
     return replace(
         f,
         prediction=p,
@@ -239,6 +239,11 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
     )
 
 
+#: Why keeping values on the GPU saves nothing more: its copies are the ones the host waits for.
+D2H_WAITED_NOTE = (
+    "the host waits for these copies at its syncs: the host_sync finding's fix (the value read"
+    " every N steps, or not at all) removes them and their operators, so this one adds nothing"
+)
 #: Why a finding's fix saves nothing, when the replay says so and nothing more specific does.
 NO_SAVING_NOTE = (
     f"the replay shortens the step by less than {NO_SAVING_PCT}%: with this time removed each"

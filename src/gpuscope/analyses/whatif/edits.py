@@ -36,7 +36,7 @@ ASSUMPTIONS: dict[str, str] = {
     "h2d_copy": (
         "the copies come from pinned memory, asynchronously: the host neither stages nor waits"
         " for them and each runs at the pinned rate (the fastest pinned host-to-device copy in"
-        " the trace, else 80% of the host link's peak, else twice its pageable rate),"
+        " the trace, else twice its pageable rate up to 80% of the host link's peak),"
         " overlapping the work that does not depend on it"
     ),
     "exposed_communication": (
@@ -61,8 +61,9 @@ ASSUMPTIONS: dict[str, str] = {
     ),
     "d2h_copy": (
         "the values stay on the GPU (read every N steps, or not at all): the operators whose only"
-        " device work is copying them to the host (`.cpu()`, `.item()`, `.tolist()`), those"
-        " copies and the waits for them go; the host's other work stays"
+        " device work is copying them to the host (`.cpu()`, `.tolist()`) without the host"
+        " waiting for it go, with their copies (those it waits for are the host_sync fix's);"
+        " the host's other work stays"
     ),
     "checkpoint": (
         "checkpoints are written in the background: the host's time saving them, and its waits"
@@ -101,7 +102,10 @@ def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
         _drop_host_time(g, inputs, edit, HostActivity.CHECKPOINT)
         _unblock(g, edit, _calls_in(g, inputs, HostActivity.CHECKPOINT), pinned=False)
     elif cause == "d2h_copy":
-        _keep_on_device(g, inputs, edit, inputs.d2h_op_rows)
+        # A copy the host waits for is the host_sync fix's: this one keeps the others on device.
+        syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
+        waited = _ops_around(g, inputs.d2h_op_rows, syncs)
+        _keep_on_device(g, inputs, edit, np.setdiff1d(inputs.d2h_op_rows, waited))
     elif cause == "host_sync":
         syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
         _unblock(g, edit, syncs, pinned=False)
@@ -276,13 +280,20 @@ def _pin(g: Graph, edit: Edit, calls: I64, link: float | None) -> None:
 
 
 def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> None:
-    """Pageable copies among ``copies`` shortened to their bytes at the pinned rate."""
+    """Pageable copies among ``copies`` shortened to their bytes at the pinned rate.
+
+    The rate is the fastest pinned copy in the trace (what this machine's link gives). Without
+    one, a pageable copy moves its bytes twice (a CPU copy into the driver's pinned staging
+    buffer, then the DMA) and pinning removes the first pass: twice its own rate, never above the
+    host link's (``link``)."""
     ev = g.trace.events
     rows = g.rows[copies]
     pageable = ev.pageable[rows]
-    rate = _pinned_rate(g, link)
     nbytes = ev.bytes[rows].astype(np.float64)
-    at_rate = nbytes / rate * 1e9 if rate else edit.dur[copies] / 2.0
+    seen = _pinned_rate(g)
+    own = 2.0 * nbytes / np.maximum(g.dur[copies], 1) * 1e9  # as recorded, not as edited
+    rate = np.full(copies.size, seen) if seen else np.minimum(own, link) if link else own
+    at_rate = nbytes / np.maximum(rate, 1.0) * 1e9
     faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
     edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
 
@@ -303,10 +314,9 @@ def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | No
         _at_pinned_rate(g, edit, copies, link)
 
 
-def _pinned_rate(g: Graph, link: float | None = None) -> float | None:
-    """Bytes per second a pinned host-to-device copy runs at: the fastest pinned copy of 1 MiB
-    or more in the trace (the link as this machine drives it), else ``link`` (the facts table's
-    host link, one direction, as pinned copies achieve it), else None."""
+def _pinned_rate(g: Graph) -> float | None:
+    """The fastest pinned host-to-device copy of 1 MiB or more in the trace, in bytes per
+    second (the link as this machine drives it); None when there is none."""
     ev = g.trace.events
     rows = np.flatnonzero(
         (ev.kind == Kind.MEMCPY)
@@ -316,7 +326,7 @@ def _pinned_rate(g: Graph, link: float | None = None) -> float | None:
         & (ev.dur_ns > 0)
     )
     if rows.size == 0:
-        return link
+        return None
     return float((ev.bytes[rows] / ev.dur_ns[rows]).max() * 1e9)
 
 

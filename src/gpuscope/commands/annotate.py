@@ -12,6 +12,7 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     prefetched,
+    say,
     write_output,
 )
 from gpuscope.errors import InputError, UnknownFormatError
@@ -59,7 +60,7 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
             if compress:
                 data = gzip.compress(data, compresslevel=6, mtime=0)
             write_output(target, data)
-        click.echo(f"wrote {target}", err=True)
+        say(f"wrote {target}")
 
 
 def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:

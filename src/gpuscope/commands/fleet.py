@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, missing_extra
+from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, missing_extra, say
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
@@ -57,10 +57,9 @@ def fleet(
     lib.store(fresh, out)  # merged with the table as it is now (another run may have written)
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)
-    click.echo(
+    say(
         f"wrote {out}: {plural(len(fresh.jobs), 'job')} diagnosed ({failed} failed),"
-        f" {skipped} already there",
-        err=True,
+        f" {skipped} already there"
     )
     if as_json:
         click.echo(json.dumps([msgspec.structs.asdict(j) for j in fresh.jobs], indent=1))
@@ -98,11 +97,11 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     from gpuscope.render.base import FleetHtml, FleetTerminal
 
     if not table.exists():
-        click.echo(f"gpuscope: error: {table}: no such file", err=True)
+        say(f"gpuscope: error: {table}: no such file")
         sys.exit(EXIT_BAD_INPUT)
     summary = lib.summarize(lib.read(table), worst=worst)
     show(FleetTerminal(), summary)
     if output is not None:
         page = rendered(FleetHtml(), summary)
         write_output(output, page, inputs=(table,))
-        click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)
+        say(f"wrote {output} ({len(page) / 1e6:.1f} MB)")

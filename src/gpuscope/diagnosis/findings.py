@@ -30,7 +30,7 @@ import numpy as np
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
-from gpuscope.analyses.attribution import Cause, LocationStat
+from gpuscope.analyses.attribution import CAUSES, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.copies import (
@@ -42,7 +42,7 @@ from gpuscope.diagnosis.copies import (
     fault_notes,
 )
 from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
-from gpuscope.diagnosis.fixes import Hardware, advice
+from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
 
@@ -55,23 +55,15 @@ BLOATED_CONTEXT_PCT = 50.0
 #: Kernels of one chain are at most this far apart on their stream.
 CHAIN_GAP_NS = 20_000
 
-HOST_CAUSES = frozenset(
-    {
-        Cause.HOST_SYNC,
-        Cause.DATA_LOADER,
-        Cause.H2D_COPY,
-        Cause.LAUNCH_OVERHEAD,
-        Cause.ALLOCATOR,
-        Cause.CHECKPOINT,
-        Cause.CPU_OTHER,
-        Cause.PAGE_MIGRATION,
-    }
-)
+#: Idle causes by what the idle GPU waits for (data/causes.csv's ``waits_for``): the host's own
+#: work, or a peer rank (the verdict counts the latter as communication).
+HOST_CAUSES = causes.waiting_for("host")
+PEER_CAUSES = causes.waiting_for("peer")
 _TITLES = causes.titles("idle", "timeline")  # data/causes.csv
 
 
 class Finding(msgspec.Struct, frozen=True):
-    pattern: str  # ghost_gpu | bloated_context | latency_mirage | tensor_cores_unused
+    pattern: str  # the cause's pattern in data/causes.csv (diagnosis.patterns), or a rule's
     cause: str
     title: str
     lost_ns: int  # summed over the job's devices, over the whole window
@@ -90,6 +82,9 @@ class Finding(msgspec.Struct, frozen=True):
     #: Where its figures come from: "timeline", or the samples or counters that measured it
     #: ("nvml-samples", "ncu", ...).
     measured_from: str = "timeline"
+    #: A memory finding (no time lost): the bytes it concerns, and the peak after its fix.
+    memory_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -115,8 +110,9 @@ def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:
 #: A predicted saving below this share of the step is no saving: steps vary by more than that
 #: from one to the next, and the replay is checked to 10% of the step (benchmarks/whatif.py).
 NO_SAVING_PCT = 0.5
-#: Causes whose time is no waste to fix per step: one-time start-up, paid once per process.
-_ONE_TIME = frozenset({"warmup"})
+#: Causes whose time is no waste to fix per step: one-time start-up, paid once per process
+#: (data/causes.csv's ``waits_for`` = startup).
+_ONE_TIME = causes.waiting_for("startup")
 
 
 def worth_pct(f: Finding) -> float:
@@ -156,22 +152,22 @@ def findings(
     steps = max((e.steps for e in evidence), default=0)
     raw: list[RawFinding] = []
     copies = _copy_stats(evidence)
-    for cause in Cause:
+    for cause in CAUSES:
         lost = sum(e.idle.lost_ns(cause) for e in evidence)
-        stats = [s for e in evidence for s in e.idle.causes if s.cause is cause]
+        stats = [s for e in evidence for s in e.idle.causes if s.cause == cause]
         count = sum(s.gaps for s in stats)
         locations = _merge_locations([loc for s in stats for loc in s.locations])
-        pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
+        row = causes.describe(cause)
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
-        # One-time start-up is paid once per process, not per GPU-hour: no dollars.
-        saving: int | None = None if cause.value == "warmup" else lost
+        # Time that is no waste (one-time start-up, paid once per process) has no dollars.
+        saving: int | None = lost if row.waste else None
         h2d = copies["h2d"]
-        if cause is Cause.H2D_COPY and h2d.exposed_ns:
+        if cause == "h2d_copy" and h2d.exposed_ns:
             note += h2d.notes("host-to-device")
             saving = lost + (h2d.saving_ns or 0)
             lost += h2d.exposed_ns
         um = copies["um"]
-        if cause is Cause.PAGE_MIGRATION and um.exposed_ns:
+        if cause == "page_migration" and um.exposed_ns:
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
             service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
@@ -179,9 +175,9 @@ def findings(
             saving = lost + (um.saving_ns or 0)
             count = um.count  # the migrations, as for the other copy findings
             lost += um.exposed_ns
-        if cause is Cause.PAGE_MIGRATION:
+        if cause == "page_migration":
             note += fault_notes(evidence)
-        raw.append((pattern, cause.value, lost, count, locations, note, saving))
+        raw.append((row.pattern, cause, lost, count, locations, note, saving))
     for group, cause_name, words in (
         ("d2h", "d2h_copy", "device-to-host"),
         ("p2p", "p2p_copy", "peer-to-peer"),
@@ -190,7 +186,7 @@ def findings(
         if stat.exposed_ns:
             raw.append(
                 (
-                    "ghost_gpu",
+                    causes.describe(cause_name).pattern,
                     cause_name,
                     stat.exposed_ns,
                     stat.count,
@@ -210,7 +206,7 @@ def findings(
         exposed_locations = ranks.exposed_locations
     raw.append(
         (
-            "latency_mirage",
+            causes.describe("exposed_communication").pattern,
             "exposed_communication",
             exposed,
             0,
@@ -225,18 +221,25 @@ def findings(
     compute_total = sum(e.temporal.compute_ns for e in evidence)
     scale = min(1.0, compute_total / (fp32_lost + mem_lost)) if fp32_lost + mem_lost else 1.0
     fp32 = int(fp32_lost * scale)
-    raw.append(("tensor_cores_unused", "fp32_gemm", fp32, 0, [], fp32_note, fp32))
+    raw.append((causes.describe("fp32_gemm").pattern, "fp32_gemm", fp32, 0, [], fp32_note, fp32))
     mem = int(mem_lost * scale)
     raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
 
-    seen_names = _launch_names(evidence)
+    graph_launched = _graph_launched(evidence)
+    hardware = _hardware(evidence)
     result: list[Finding] = []
     for pattern, cause_name, lost, count, locations, note, saving in raw:
         share = 100.0 * lost / total_span if total_span else 0.0
         kept = ranks is not None and cause_name in ranks.always
         if (share < MIN_SHARE_PCT or lost <= 0) and not kept:
             continue
-        seen = [loc.location for loc in locations] + note + seen_names
+        of = _COPY_GROUP_OF.get(cause_name)
+        fix_evidence = FixEvidence(
+            tuple(loc.location for loc in locations),
+            copies[of] if of is not None and copies[of].exposed_ns else None,
+            graph_launched,
+            hardware,
+        )
         cost_hour = (
             saving / total_span * gpu_hour_usd
             if gpu_hour_usd is not None and saving is not None and total_span
@@ -259,15 +262,19 @@ def findings(
                 locations=locations,
                 evidence=note,
                 fix=(ranks.fixes.get(cause_name) if ranks else None)
-                or advice(cause_name, seen, _hardware(evidence)),
+                or advice(cause_name, fix_evidence),
             )
         )
     return ranked(result)
 
 
-def _launch_names(evidence: list[DeviceEvidence]) -> list[str]:
-    """Facts about how the work was launched that change the advice: graph launches (the work is
-    already a CUDA / HIP graph, so capturing it saves nothing more)."""
+#: The copy group (diagnosis.copies) behind each copy finding: its fix reads the copies.
+_COPY_GROUP_OF = {"h2d_copy": "h2d", "d2h_copy": "d2h", "p2p_copy": "p2p", "page_migration": "um"}
+
+
+def _graph_launched(evidence: list[DeviceEvidence]) -> bool:
+    """Whether half the launches or more are graph launches (the work is already a CUDA / HIP
+    graph, so capturing it saves nothing more)."""
     graph = total = 0
     for e in evidence:
         ev = e.work.trace.events
@@ -282,7 +289,7 @@ def _launch_names(evidence: list[DeviceEvidence]) -> list[str]:
                 for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
                 if "GraphLaunch" in names[i]
             )
-    return ["graph-launched"] if total and graph * 2 >= total else []
+    return bool(total) and graph * 2 >= total
 
 
 def _hardware(evidence: list[DeviceEvidence]) -> Hardware:
@@ -364,7 +371,12 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
             saving += float((totals * (1.0 - 1.0 / counts)).sum())
             kernels += int(counts[counts > 1].sum())
     share = 100.0 * memory_ns / busy_ns if busy_ns else 0.0
-    pattern = "bloated_context" if share >= BLOATED_CONTEXT_PCT else "fusion"
+    # Memory-bound work that dominates is Bloated Context, not only unfused kernels.
+    pattern = (
+        "bloated_context"
+        if share >= BLOATED_CONTEXT_PCT
+        else causes.describe("memory_bound").pattern
+    )
     note = [
         f"memory-bound kernels run {memory_ns / 1e6:,.2f} ms: {share:.0f}% of busy time",
         f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
@@ -429,8 +441,8 @@ def verdict(
     as communication in the bound, with the summary saying it is waiting)."""
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
-    comm_wait = sum(e.idle.lost_ns(Cause.COMMUNICATION_WAIT) for e in evidence)
-    loader = sum(e.idle.lost_ns(Cause.DATA_LOADER) for e in evidence)
+    comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
+    loader = sum(e.idle.lost_ns("data_loader") for e in evidence)
     host_causes = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
     busy = dict.fromkeys(Bound, 0)
     for e in evidence:
@@ -547,7 +559,7 @@ def _summary(
     bound, then the one finding to fix first (the first of :func:`ranked` that saves something)."""
     idle_pct, waiting_pct = idle_waiting_pct
     if key == "input":
-        loader = next((f for f in found if f.cause == Cause.DATA_LOADER.value), None)
+        loader = next((f for f in found if f.cause == "data_loader"), None)
         where = f" at {loader.locations[0].location}" if loader and loader.locations else ""
         text = (
             f"input-bound: the GPU waits for the data loader{where} {shares['input']:.0f}% of the"
@@ -576,13 +588,13 @@ def _summary(
             f"; {waiting_pct:.0f}% more is spent inside collectives waiting for a late peer with"
             " nothing else running (waiting, not work)"
         )
-    if first is not None and key == "input" and first.cause == Cause.DATA_LOADER.value:
+    if first is not None and key == "input" and first.cause == "data_loader":
         text += f"; fixing it is {worth_pct(first):.0f}% faster per step"
     elif first is not None:
         text += "; " + _fix_first(first)
     elif found:
         top = found[0]
-        if top.cause == Cause.UNKNOWN.value:
+        if top.cause == "unknown":
             text += (
                 f"; {top.share_pct:.0f}% of device time is idle with nothing recorded on the host"
                 " to say why"
@@ -601,7 +613,7 @@ def _fix_first(f: Finding) -> str:
         hides = f.prediction.hides
         also = f", as it also hides the {' and '.join(hides)} time" if hides else ""
         return f"fix first: {f.title}{where} ({worth_pct(f):.0f}% faster per step{also})"
-    if f.cause == Cause.UNKNOWN.value:
+    if f.cause == "unknown":
         return (
             f"{f.share_pct:.0f}% of device time is idle with nothing recorded on the host to"
             " say why"

@@ -11,6 +11,13 @@ trace; a JSON document without the saved form is bad input (exit 2), never a gue
 Encoding: numpy arrays (idle gaps, per-kernel bounds) become lists and come back as arrays of
 the annotated dtype; a float that is not finite (a share the input cannot give) is written as
 the string ``"nan"`` / ``"inf"`` / ``"-inf"``, since JSON has no such numbers.
+
+Idle causes are stored by name. Three columns hold idle causes as small codes (a gap's cause, an
+idle timeline bar's category, a row of the per-slice state table), positions in
+:data:`~gpuscope.analyses.attribution.CAUSES` (the table's order); the saved form names those
+positions once, under :data:`CAUSES_KEY`, and reading maps them back to today's positions, so a
+row of ``data/causes.csv`` may be added anywhere. A file saved before the names were stored
+(gpuscope 0.3 and earlier) used the enum order of then, :data:`LEGACY_IDLE_CAUSES`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 import gpuscope.diagnosis as _diagnosis
 from gpuscope._files import note_input_path
 from gpuscope._sniff import DIAGNOSIS_SCHEMA, is_saved_diagnosis
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
 from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 from gpuscope.diagnosis import Diagnosis
@@ -34,6 +42,22 @@ from gpuscope.errors import CorruptInputError
 #: The ``schema`` of the JSON document ``diagnose --json`` writes (``render.json.SCHEMA``).
 DOCUMENT_SCHEMA = DIAGNOSIS_SCHEMA
 SAVED_KEY = "diagnosis"
+#: The key of the saved diagnosis that names the idle-cause codes, in code order.
+CAUSES_KEY = "idle_causes"
+#: What the codes meant in files saved without :data:`CAUSES_KEY` (frozen: never edit).
+LEGACY_IDLE_CAUSES = (
+    "host_sync",
+    "data_loader",
+    "h2d_copy",
+    "launch_overhead",
+    "allocator",
+    "communication_wait",
+    "checkpoint",
+    "cpu_other",
+    "unknown",
+    "warmup",
+    "page_migration",
+)
 
 # The diagnosis module names these types only for type checkers (their modules load when a job
 # has counters or samples); decoding resolves the annotations in that module's namespace.
@@ -46,12 +70,63 @@ vars(_diagnosis).update(
 
 
 def to_builtins(diagnosis: Diagnosis) -> Any:
-    return _finite(msgspec.to_builtins(diagnosis, enc_hook=_encode))
+    data = _finite(msgspec.to_builtins(diagnosis, enc_hook=_encode))
+    data[CAUSES_KEY] = list(CAUSES)
+    return data
 
 
 def from_builtins(data: Any) -> Diagnosis:
+    if isinstance(data, dict):
+        data = dict(data)
+        named = data.pop(CAUSES_KEY, LEGACY_IDLE_CAUSES)
+        if tuple(named) != CAUSES:
+            data = _recoded(data, list(named))
     # Lax: the strings "nan" / "inf" decode into float fields.
     return msgspec.convert(data, Diagnosis, strict=False, dec_hook=_decode)
+
+
+def _recoded(data: dict[str, Any], named: list[str]) -> dict[str, Any]:
+    """``data`` with idle-cause codes that index ``named`` turned into today's codes (a copy:
+    the caller's builtins stay as they are)."""
+    unknown = [n for n in named if n not in CAUSES]
+    if unknown:
+        raise msgspec.ValidationError(f"idle causes this gpuscope does not know: {unknown}")
+    code = [CAUSES.index(n) for n in named]
+
+    def recode(values: list[int]) -> list[int]:
+        return [code[v] for v in values]
+
+    devices = []
+    for read in data.get("devices", []):
+        device = {**read, "idle": {**read["idle"]}}
+        device["idle"]["gaps"] = {
+            **device["idle"]["gaps"],
+            "cause": recode(device["idle"]["gaps"]["cause"]),
+        }
+        series = {**device["series"]}
+        states = series["states_ns"]  # busy, then a row per cause
+        width = len(states[0]) if states else 0
+        rows = [states[0]] + [[0] * width for _ in CAUSES] if states else []
+        for old, new in enumerate(code):
+            rows[new + 1] = states[old + 1]
+        series["states_ns"] = rows
+        device["series"] = series
+        devices.append(device)
+    data["devices"] = devices
+    drawn = data.get("drawn")
+    if drawn is not None:
+        lanes = [
+            lane
+            if lane["stream"] is not None
+            else {
+                **lane,
+                "category": recode(lane["category"]),
+                "run_category": recode(lane["run_category"]),
+            }
+            for lane in drawn["timeline"]["lanes"]
+        ]
+        data["drawn"] = {**drawn, "timeline": {**drawn["timeline"], "lanes": lanes}}
+    return data
 
 
 def _encode(value: Any) -> Any:

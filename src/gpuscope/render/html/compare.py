@@ -273,7 +273,7 @@ def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> _
 def _cause_shares(d: Diagnosis) -> dict[str, float]:
     """Each idle cause's and exposed communication's share of the job's device time, in %."""
     span = max(sum(x.temporal.span_ns for x in d.devices), 1)
-    shares = {c.value: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
+    shares = {c: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
     exposed = sum(x.overlap.exposed_ns for x in d.devices)
     shares[EXPOSED_COMMUNICATION] = 100.0 * exposed / span
     return shares

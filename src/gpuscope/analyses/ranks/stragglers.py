@@ -178,7 +178,7 @@ def _straggler_stat(
         gaps.cause.tolist(), gaps.location, idle_before.tolist(), strict=True
     ):
         if ns > 0:
-            key = CAUSES[code].value + (f" at {where}" if where else "")
+            key = CAUSES[code] + (f" at {where}" if where else "")
             doing[key] = doing.get(key, 0) + ns
     return StragglerStat(
         rank=p.rank,

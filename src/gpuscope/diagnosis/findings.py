@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
+from numpy.typing import NDArray
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
@@ -45,6 +46,7 @@ from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
 from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
+from gpuscope.model import Kind, Trace
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
@@ -225,8 +227,9 @@ def findings(
     mem = int(mem_lost * scale)
     raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
 
-    graph_launched = _graph_launched(evidence)
+    graph, some_graphs = _graph_launched(evidence)
     hardware = _hardware(evidence)
+    framework = _framework(evidence)
     result: list[Finding] = []
     for pattern, cause_name, lost, count, locations, note, saving in raw:
         share = 100.0 * lost / total_span if total_span else 0.0
@@ -237,8 +240,10 @@ def findings(
         fix_evidence = FixEvidence(
             tuple(loc.location for loc in locations),
             copies[of] if of is not None and copies[of].exposed_ns else None,
-            graph_launched,
+            graph,
             hardware,
+            framework,
+            some_graphs,
         )
         cost_hour = (
             saving / total_span * gpu_hour_usd
@@ -272,24 +277,60 @@ def findings(
 _COPY_GROUP_OF = {"h2d_copy": "h2d", "d2h_copy": "d2h", "p2p_copy": "p2p", "page_migration": "um"}
 
 
-def _graph_launched(evidence: list[DeviceEvidence]) -> bool:
-    """Whether half the launches or more are graph launches (the work is already a CUDA / HIP
-    graph, so capturing it saves nothing more)."""
+def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which device work ``rows`` a CUDA / HIP graph launch issued (``cudaGraphLaunch``,
+    ``hipGraphLaunch``): that work is already captured, so a graph cannot remove its gaps."""
+    ev = trace.events
+    launches = ev.link[rows]
+    found = np.zeros(rows.size, dtype=np.bool_)
+    known = launches >= 0
+    if not known.any():
+        return found
+    ids = ev.name_id[launches[known]]
+    graph_ids = [i for i in np.unique(ids).tolist() if "GraphLaunch" in trace.names[i]]
+    found[known] = np.isin(ids, graph_ids)
+    return found
+
+
+def launch_gap_work(e: DeviceEvidence) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The device work that ended each launch-overhead idle gap (its row), and the gap's length."""
+    gaps = e.idle.gaps
+    launch = gaps.cause == CAUSES.index("launch_overhead")
+    ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
+    rows = e.work.rows
+    if rows.size == 0:
+        return rows[:0], lengths[:0]
+    starts = e.work.trace.events.start_ns[rows]
+    at = np.minimum(np.searchsorted(starts, ends), rows.size - 1)
+    hit = starts[at] == ends
+    return rows[at[hit]], lengths[hit]
+
+
+def _graph_launched(evidence: list[DeviceEvidence]) -> tuple[bool, bool]:
+    """Whether half the launch-overhead idle time or more sits before work a graph launch issued
+    (the work is already a CUDA / HIP graph, so capturing it saves nothing more). Judged per gap:
+    eager work between graph replays (text encoders, attention outside piecewise graphs) is not
+    captured, and a graph would remove its gaps. Second: whether any of the job's work is
+    graph-launched at all."""
     graph = total = 0
+    some = False
+    for e in evidence:
+        rows, lengths = launch_gap_work(e)
+        total += int(lengths.sum())
+        graph += int(lengths[graph_launched(e.work.trace, rows)].sum())
+        some = some or bool(graph_launched(e.work.trace, e.work.rows).any())
+    return bool(total) and graph * 2 >= total, some
+
+
+def _framework(evidence: list[DeviceEvidence]) -> bool:
+    """Whether the program runs under a framework whose calls the advice may name: its trace
+    records framework operators or Python frames (PyTorch's ``aten::`` ops); a CUDA C, MPI, HIP
+    or TensorRT program's trace holds runtime calls (and NVTX ranges) only."""
     for e in evidence:
         ev = e.work.trace.events
-        launches = ev.link[e.work.rows]
-        launches = launches[launches >= 0]
-        total += int(launches.size)
-        if launches.size:
-            names = e.work.trace.names
-            ids, counts = np.unique(ev.name_id[launches], return_counts=True)
-            graph += sum(
-                int(c)
-                for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
-                if "GraphLaunch" in names[i]
-            )
-    return bool(total) and graph * 2 >= total
+        if ev.of_kind(Kind.CPU_OP, Kind.PYTHON).any():
+            return True
+    return False
 
 
 def _hardware(evidence: list[DeviceEvidence]) -> Hardware:

@@ -48,7 +48,14 @@ from gpuscope.analyses.whatif import (
     Replayer,
     build_graph,
 )
-from gpuscope.diagnosis.findings import NO_SAVING_PCT, Finding, ranked, worth_pct
+from gpuscope.diagnosis.findings import (
+    NO_SAVING_PCT,
+    Finding,
+    graph_launched,
+    launch_gap_work,
+    ranked,
+    worth_pct,
+)
 from gpuscope.model import CopyDirection, Kind, Trace
 
 if TYPE_CHECKING:
@@ -302,20 +309,16 @@ def _inputs(
     cuts: list[WaitCuts] | None,
 ) -> EditInputs:
     ev = trace.events
-    launch_code = CAUSES.index("launch_overhead")
     gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
     ratio, bandwidth, pinned = 2.0, None, None
     for d in reports:
         work = d.work
-        gaps = d.idle.gaps
-        launch = gaps.cause == launch_code
-        ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
-        starts = ev.start_ns[work.rows]
-        at = np.minimum(np.searchsorted(starts, ends), max(work.rows.size - 1, 0))
-        if work.rows.size:
-            hit = starts[at] == ends
-            gap_rows.append(work.rows[at[hit]])
-            gap_ns.append(lengths[hit])
+        # The gaps before work a graph launch issued are not launch overhead a graph removes:
+        # that work is captured already, so the edit's assumption is not applied to them.
+        rows, lengths = launch_gap_work(d)
+        eager = ~graph_launched(trace, rows)
+        gap_rows.append(rows[eager])
+        gap_ns.append(lengths[eager])
         comm = work.rows[work.work_class == WorkClass.COMMUNICATION]
         if comm.size:
             alongside = covered_ns(

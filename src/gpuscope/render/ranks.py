@@ -2,7 +2,7 @@
 
 Contract: every function here presents a result computed elsewhere
 (:class:`~gpuscope.analyses.ranks.RankAnalysis`,
-:class:`~gpuscope.analyses.scaling.ScalingReport`, :class:`~gpuscope.analyses.scaling.SweepReport`)
+:class:`~gpuscope.compare.scaling.ScalingReport`, :class:`~gpuscope.compare.scaling.SweepReport`)
 and computes nothing but unit conversions. ``*_document`` functions return plain JSON types
 (documented in ``docs/json.md``); ``render_*`` functions write to a rich ``Console``.
 """
@@ -23,7 +23,7 @@ from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
-    from gpuscope.analyses.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
+    from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"

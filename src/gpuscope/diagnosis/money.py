@@ -32,3 +32,9 @@ def per_day(usd_per_gpu_hour: float | None, gpus: int) -> float | None:
 def of_time(ns: float, price: float | None) -> float | None:
     """Dollars of ``ns`` nanoseconds of one GPU's time."""
     return None if price is None else ns / NS_PER_HOUR * price
+
+
+def per_unit(price: float | None, gpus: int, units_per_s: float) -> float | None:
+    """Dollars per unit of work (a sample, a token) of a job of ``gpus`` GPUs that does
+    ``units_per_s`` units a second."""
+    return None if price is None else price * gpus / 3600.0 / units_per_s

@@ -329,7 +329,7 @@ def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Pri
     if unused:
         text += f"; {len(unused)} of {n} GPUs never ran work"
     if held_ns:
-        text += f"; held idle after the work ended for {held_ns / 3.6e12:,.2f} GPU-hours"
+        text += f"; held idle after the work ended for {held_ns / money.NS_PER_HOUR:,.2f} GPU-hours"
     if found:
         # Named without figures of its own: every percentage of the headline is a verdict figure.
         top = found[0]

@@ -15,8 +15,8 @@ import pytest
 from gpuscope import diagnose
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.counter_series import Metric, counter_bound, family_counters, metric_of
-from gpuscope.analyses.scaling import SweepOptions, sweep
 from gpuscope.analyses.timeline import device_work
+from gpuscope.compare.scaling import SweepOptions, sweep
 from gpuscope.readers import load
 from gpuscope.readers.kineto import read as read_kineto
 from gpuscope.testing.counters import CASES, CounterCase, Family, counter_trace, write_counter_case

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope.names",
             "gpuscope.runtime_apis",
             "gpuscope.sanitise",
+            "gpuscope.units",
             "gpuscope.readers._io",  # opening files within the memory budget: every reader of one
             "gpuscope.data",  # the tables, as package data
             "gpuscope.examples",

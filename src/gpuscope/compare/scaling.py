@@ -58,6 +58,7 @@ from gpuscope.analyses.counter_series import (
 from gpuscope.analyses.counters import LATENCY_BOUND_PCT
 from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import DeviceWork, WorkClass, device_work, step_breakdown
+from gpuscope.diagnosis import money
 from gpuscope.errors import InputError
 from gpuscope.facts import GpuFacts, gpu_hour_price, match_device
 from gpuscope.model import Job, Kind, Trace
@@ -247,7 +248,7 @@ def scaling(jobs: list[Job], options: ScalingOptions | None = None) -> ScalingRe
                 efficiency_pct=100.0 * speedup / (run.gpus / base.gpus),
                 split=run.split,
                 loss=None if run is base else _growth(run.split, base.split, ratio),
-                usd_per_unit=None if price is None else price * run.gpus / 3600.0 / throughput,
+                usd_per_unit=money.per_unit(price, run.gpus, throughput),
             )
         )
     found = _scaling_findings(points, options.threshold_pct, units)

@@ -178,7 +178,3 @@ def _origins(devices: Sequence[DeviceReport]) -> list[int]:
     if max(starts) - min(starts) <= 10 * max(widest, 1):
         return [min(starts)] * len(devices)
     return starts
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.3f} ms" if ns < 1e9 else f"{ns / 1e9:,.3f} s"

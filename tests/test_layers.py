@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope.watch",
         ),
     ),
-    ("testing", ("gpuscope.testing", "gpuscope.generator", "gpuscope.groundtruth")),
+    ("testing", ("gpuscope.testing",)),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 #: Layers that know no input format: they never import a reader (the model is their input).

@@ -16,7 +16,6 @@ import msgspec
 from gpuscope import Diagnosis, diagnose, load
 from gpuscope.compare import diff
 from gpuscope.fleet import FleetTable, diagnose_input, summarize
-from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, TinyKernels, generate
 from gpuscope.render.base import (
     COMPARISON_RENDERERS,
     DIAGNOSIS_RENDERERS,
@@ -24,6 +23,13 @@ from gpuscope.render.base import (
     AnnotatedTrace,
     Comparison,
     RenderOptions,
+)
+from gpuscope.testing.generator import (
+    GeneratorConfig,
+    HostSync,
+    SlowDataLoader,
+    TinyKernels,
+    generate,
 )
 
 RENDER = Path(__file__).resolve().parents[1] / "src" / "gpuscope" / "render"

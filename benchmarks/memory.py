@@ -9,7 +9,8 @@ Usage::
 The trace is a generated training loop (``gpuscope.testing.generator``) whose steps are
 repeated, each copy shifted in time and in its ids (correlation, External id, Python id, flow id,
 step number), until the decompressed text reaches ``--size``; it is written gzip (level 1),
-streaming, so this script never holds more than one copy of the base steps. ``--size`` counts decompressed bytes.
+streaming, so this script never holds more than one copy of the base steps. ``--size`` counts
+decompressed bytes.
 
 The measurement runs ``gpuscope diagnose TRACE --json OUT`` in a child process and reads its peak
 resident set from ``wait4`` (``ru_maxrss``): the file's text is never all in memory when that peak

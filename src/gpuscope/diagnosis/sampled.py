@@ -536,16 +536,3 @@ def _wasted(found: list[Finding], price: Price) -> float | None:
     if price.gpu_hour_usd is None:
         return None
     return sum(f.share_pct for f in found) / 100.0 * price.gpu_hour_usd
-
-
-def _pct_text(value: float | None) -> str:
-    return "an unknown share" if value is None else f"{value:.0f}%"
-
-
-def _with_top(text: str, found: list[Finding], wasted: float | None, of_what: str) -> str:
-    if found:
-        top = found[0]
-        text += f"; the top finding: {top.title} ({top.share_pct:.0f}% {of_what})"
-    if wasted is not None:
-        text += f"; about ${wasted:.2f} per GPU-hour wasted"
-    return text

@@ -168,13 +168,3 @@ def _device_label(d: DeviceReport, multi: bool) -> str:
 
 def _is_multi(devices: Sequence[DeviceReport]) -> bool:
     return len(devices) > 1
-
-
-def _origins(devices: Sequence[DeviceReport]) -> list[int]:
-    """Where each device's time axis starts: one origin for all when their clocks agree (the
-    spans lie within ten spans of each other), else each device's own first activity."""
-    starts = [d.span_start_ns for d in devices]
-    widest = max(d.temporal.span_ns for d in devices)
-    if max(starts) - min(starts) <= 10 * max(widest, 1):
-        return [min(starts)] * len(devices)
-    return starts

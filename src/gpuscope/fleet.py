@@ -47,6 +47,8 @@ import msgspec
 
 from gpuscope import causes
 from gpuscope._files import write_output
+from gpuscope.diagnosis import money
+from gpuscope.diagnosis.money import NS_PER_HOUR
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
 SCHEMA = "gpuscope/fleet-2"
 #: Earlier tables this version reads (their lost time renamed, no saving).
 OLD_SCHEMAS = ("gpuscope/fleet-1",)
-NS_PER_HOUR = 3_600 * 10**9
 #: Epoch times before 2001 are trace-relative clocks, not dates.
 _MIN_EPOCH_NS = 10**18
 
@@ -339,6 +340,8 @@ def _run_ray(
     import ray  # noqa: PLC0415 - optional extra
 
     started = not ray.is_initialized()
+    if started and engine.ray_address is not None:
+        _require_listening(engine.ray_address)
     if started:
         local = engine.ray_address is None
         ray.init(
@@ -362,6 +365,26 @@ def _run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+#: Seconds to wait for a Ray cluster's address to accept a connection.
+RAY_CONNECT_S = 5.0
+
+
+def _require_listening(address: str) -> None:
+    """One line when nothing listens at a Ray address: ``ray.init`` retries such an address for
+    minutes. ``auto`` and addresses that are not ``host:port`` are left to Ray."""
+    import socket  # noqa: PLC0415
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+        raise InputError(address, f"no Ray cluster answers at this address ({why})") from None
 
 
 # --- storage ------------------------------------------------------------------------------------
@@ -584,7 +607,7 @@ def _group(
 
 
 def _usd(f: FindingRow, gpu_hour_usd: float | None) -> float | None:
-    return None if gpu_hour_usd is None else f.lost_ns / NS_PER_HOUR * gpu_hour_usd
+    return money.of_time(f.lost_ns, gpu_hour_usd)
 
 
 def _sum_or_none(values: Iterable[float | None]) -> float | None:

@@ -14,12 +14,18 @@ import click
 from gpuscope.commands._common import input_errors_exit, rendered, say, show, write_json
 
 if TYPE_CHECKING:
-    from gpuscope.analyses.diff import RunSummary
+    from gpuscope.compare.diff import RunSummary
 
 
 @click.command()
 @click.option("--label", help="Only runs saved with this label.")
-@click.option("--limit", default=20, show_default=True, help="Newest runs to show.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0, max=2**63 - 1, clamp=True),
+    default=20,
+    show_default=True,
+    help="Newest runs to show.",
+)
 @click.option(
     "--metric",
     help="Show this metric's trend: step_time_ns, gpu_busy_pct, idle_pct,"
@@ -31,7 +37,7 @@ if TYPE_CHECKING:
 @input_errors_exit
 def history(label: str | None, limit: int, metric: str | None, json_out: Path | None) -> None:
     """List saved runs (filter by label) and the trend of a metric."""
-    from gpuscope.analyses.diff import all_metric_names, metric_names
+    from gpuscope.compare.diff import all_metric_names, metric_names
     from gpuscope.errors import InputError
     from gpuscope.history import History
     from gpuscope.render.base import HistoryJson, HistoryTerminal, SavedRuns

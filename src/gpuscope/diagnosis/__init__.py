@@ -47,6 +47,7 @@ from gpuscope.diagnosis.findings import (
     findings,
     price,
     rank_evidence,
+    ranked,
     verdict,
     world_size,
 )
@@ -136,8 +137,9 @@ def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
         from gpuscope.diagnosis.memory import diagnose_memory  # noqa: PLC0415
 
         return diagnose_memory(job, options)
-    if job.counters or job.samples:
-        # Kernel counters (ncu) and sampled utilisation: their modules load only when needed.
+    if job.counters or job.samples or any(t.counters for t in job.traces):
+        # Kernel counters (ncu, sampled hardware counters) and sampled utilisation: their
+        # modules load only when needed.
         from gpuscope.diagnosis.measured import diagnose_measured  # noqa: PLC0415
 
         return diagnose_measured(job, options)
@@ -218,10 +220,19 @@ def diagnose_timelines(
         saving_usd = priced(found, all_fixes, gpu_hour_usd)
     # The headline's dollars are what fixing everything is predicted to save (the all-fixes
     # replay, priced), never the findings' dollars added up: their savings overlap.
-    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus, saving_usd)
+    judged = verdict(
+        evidence,
+        found,
+        gpu_hour_usd,
+        price_source,
+        gpus,
+        saving_usd,
+        ranks.exposed_wait_ns if ranks is not None else 0,
+    )
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
         found, judged = revise(found, judged, kinds, startup, span, options.whole)
+        found = ranked(found)  # what start-up adds saves nothing per step: it goes last
     # Memory findings cost bytes, not time: after the time findings, outside verdict and prices.
     found = found + memory_found
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])

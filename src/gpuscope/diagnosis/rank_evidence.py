@@ -7,6 +7,7 @@ import msgspec
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
 from gpuscope.causes import describe
+from gpuscope.diagnosis import money
 from gpuscope.diagnosis.evidence import RawFinding
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
 from gpuscope.names import plural
@@ -33,7 +34,8 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
         count = sum(s.last_arrivals for s in analysis.stragglers)
         lost = analysis.straggler_exposed_wait_ns
         raw.append((describe("straggler").pattern, "straggler", lost, count, [], notes, lost))
-        fixes["straggler"] = straggler_advice(analysis.stragglers[0])
+        # Ranks that take turns arriving last each get their own fix: their causes differ.
+        fixes["straggler"] = " ".join(straggler_advice(s) for s in analysis.stragglers[:3])
     if analysis.collective_wait_ns is not None:
         other = analysis.exposed_wait_ns - analysis.straggler_exposed_wait_ns
         raw.append(
@@ -69,6 +71,9 @@ def _straggler_note(s: StragglerStat) -> str:
     doing += [f"idle ({cause}) {ns / 1e6:,.2f} ms" for cause, ns in s.idle_causes[:2]]
     if doing:
         text += f"; meanwhile rank {s.rank} ran " + ", ".join(doing)
+    if s.idle_before:
+        before = ", ".join(f"{what} {ns / 1e6:,.2f} ms" for what, ns in s.idle_before[:2])
+        text += f"; before it arrived (from its previous collective) its GPU sat idle: {before}"
     return text
 
 
@@ -106,7 +111,7 @@ def _exposure_evidence(
             f" {worst.exposed_ns / 1e6:,.2f} ms)"
         )
         if gpu_hour_usd is not None:
-            per_1000 = mean_exposed / 3.6e12 * gpu_hour_usd * gpus * 1000
+            per_1000 = (money.of_time(mean_exposed, gpu_hour_usd) or 0.0) * gpus * 1000
             text += f"; ${per_1000:,.2f} per 1,000 steps on {plural(gpus, 'GPU')}"
         notes.append(text)
     if analysis.exposed_wait_ns:

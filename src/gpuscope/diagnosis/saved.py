@@ -38,10 +38,14 @@ from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
 from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.errors import CorruptInputError
+from gpuscope.readers._io import memory_budget, read_bytes
 
 #: The ``schema`` of the JSON document ``diagnose --json`` writes (``render.json.SCHEMA``).
 DOCUMENT_SCHEMA = DIAGNOSIS_SCHEMA
 SAVED_KEY = "diagnosis"
+#: A decoded saved diagnosis takes about this many times its size in memory (Python objects for
+#: each number and string, then the typed structs).
+DECODED_FACTOR = 12
 #: The key of the saved diagnosis that names the idle-cause codes, in code order.
 CAUSES_KEY = "idle_causes"
 #: What the codes meant in files saved without :data:`CAUSES_KEY` (frozen: never edit).
@@ -140,7 +144,10 @@ def _encode(value: Any) -> Any:
 def _decode(kind: type, value: Any) -> Any:
     if typing.get_origin(kind) is np.ndarray:
         dtype = typing.get_args(typing.get_args(kind)[1])[0]
-        return np.asarray(value, dtype=dtype)
+        try:
+            return np.asarray(value, dtype=dtype)
+        except (OverflowError, TypeError, ValueError) as error:
+            raise ValueError(f"not an array of {np.dtype(dtype).name} ({error})") from None
     raise NotImplementedError(f"cannot read {kind}")
 
 
@@ -164,13 +171,31 @@ def is_saved(path: str | Path) -> bool:
     return is_saved_diagnosis(path)
 
 
+#: How deep a saved diagnosis nests (its deepest is under 10 levels): a deeper one is not one
+#: gpuscope wrote, and decoding it would exhaust the stack.
+MAX_DEPTH = 32
+#: The largest magnitude of an integer in a saved diagnosis: 2^62 ns is 146 years; anything
+#: beyond is a tampered or corrupt file whose arithmetic would overflow a 64-bit column.
+MAX_INT = 2**62
+
+
 def read(path: str | Path) -> Diagnosis:
-    """The diagnosis saved in ``path`` (see :func:`is_saved`)."""
+    """The diagnosis saved in ``path`` (see :func:`is_saved`). A document gpuscope could not
+    have written is refused in one line (:class:`CorruptInputError`): nested deeper than
+    :data:`MAX_DEPTH`, an integer beyond :data:`MAX_INT` (or below -1, the "none" of an index,
+    except a clock offset), an infinite figure, a percentage outside 0-100, a key missing or of
+    another type. Reading it counts against ``--max-memory`` (a decoded document takes about
+    ten times its size)."""
     note_input_path(path)  # no output of the command may overwrite it
     try:
-        document = msgspec.json.decode(Path(path).read_bytes())
+        data = read_bytes(Path(path), limit=memory_budget() // DECODED_FACTOR).data
+        document = msgspec.json.decode(data)
     except (OSError, msgspec.DecodeError) as error:
         raise CorruptInputError(path, f"not a readable gpuscope JSON document ({error})") from None
+    except RecursionError:
+        raise CorruptInputError(
+            path, f"nested deeper than a saved diagnosis ({MAX_DEPTH})"
+        ) from None
     saved = document.get(SAVED_KEY) if isinstance(document, dict) else None
     if saved is None:
         raise CorruptInputError(
@@ -178,7 +203,52 @@ def read(path: str | Path) -> Diagnosis:
             "a gpuscope JSON document without the saved diagnosis (written before gpuscope"
             " saved it): run `gpuscope diagnose TRACE --json FILE` again",
         )
+    problem = _implausible(saved)
+    if problem is not None:
+        raise CorruptInputError(path, f"the saved diagnosis is not one gpuscope wrote: {problem}")
     try:
         return from_builtins(saved)
-    except msgspec.ValidationError as error:
+    except (msgspec.ValidationError, RecursionError) as error:
         raise CorruptInputError(path, f"the saved diagnosis does not decode: {error}") from None
+    except (KeyError, IndexError, TypeError, ValueError) as error:  # recoding a tampered file
+        raise CorruptInputError(
+            path, f"the saved diagnosis does not decode: {type(error).__name__} {error}"
+        ) from None
+
+
+def _implausible(value: Any, key: str = "", depth: int = 0) -> str | None:
+    """The first value of a decoded document that no diagnosis holds, said in a few words; None
+    when there is none. Walks the document once (lists of integers, the bulk, at C speed)."""
+    if depth > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            problem = _implausible(v, str(k), depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, list):
+        if value and all(type(v) is int for v in value):
+            return _bad_int(key, min(value)) or _bad_int(key, max(value))
+        for v in value:
+            problem = _implausible(v, key, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if type(value) is int:
+        return _bad_int(key, value)
+    if isinstance(value, float) or value in ("inf", "-inf", "Infinity", "-Infinity"):
+        number = float(value)
+        if math.isinf(number):
+            return f"{key} is infinite"
+        if key.endswith("_pct") and not math.isnan(number) and not 0.0 <= number <= 100.0:
+            return f"{key} is {number:g}%, outside 0-100"
+    return None
+
+
+def _bad_int(key: str, value: int) -> str | None:
+    if abs(value) > MAX_INT:
+        return f"{key} is {value}, beyond 64 bits"
+    if value < -1 and not key.endswith("offset_ns"):
+        return f"{key} is {value}, below zero"
+    return None

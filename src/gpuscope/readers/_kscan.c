@@ -34,7 +34,7 @@
  *   extras      (ids, texts): bytes of int32, per extra row the index in texts of its kept
  *               arguments (the members of args the model keeps, as one JSON object); each
  *               distinct text once (the same shapes recur at every step)
- *   flows       the flow events (phases s, f, t) as one JSON array: its text, or past 16 MB
+ *   flows       the flow and counter events (phases s, f, t, C) as one JSON array: its text, or past 16 MB
  *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
  *   memory      the allocator's instant events (phase "i" named "[memory]") on a device, as
  *               int64 rows of MEMORY_COLUMNS values: ts (ns), tid, then the arguments Bytes,
@@ -1145,7 +1145,7 @@ static int read_event(Cursor *c, Scan *s) {
         s->error = NULL;
         return OK;
     }
-    if (phase == 's' || phase == 'f' || phase == 't')
+    if (phase == 's' || phase == 'f' || phase == 't' || phase == 'C') /* C: counter samples */
         return packed_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
     /* The caching allocator's events (an allocation or a free, with the totals after it): kept
      * as text, few beside the complete events, and decoded in Python. */

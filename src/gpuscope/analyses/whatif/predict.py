@@ -5,6 +5,8 @@ Contract in :mod:`gpuscope.analyses.whatif`.
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +37,9 @@ class Prediction(msgspec.Struct, frozen=True):
     #: The most the edits can save, summed over ranks (``edits.removed_ns``): ``saving_ns`` never
     #: exceeds it; None where no bound was computed (a saved diagnosis from before it).
     removed_ns: int | None = None
+    #: Other findings' causes whose time this fix hides (its saving includes theirs): fixing
+    #: them after it saves less than half of what they save alone (diagnosis.predict).
+    hides: list[str] = msgspec.field(default_factory=list)
 
     @property
     def faster_pct(self) -> float:
@@ -95,6 +100,10 @@ class Replayer:
         pooled = np.concatenate(per_rank)
         step_ns = float(np.mean([m.mean() for m in measured]))
         saving = float(np.mean([s.mean() for s in per_rank]))
+        if not (math.isfinite(saving) and step_ns > 0.0 and saving <= step_ns):
+            # A step predicted to take less than nothing: the replay met times it cannot order
+            # (shuffled or corrupt); no prediction rather than an impossible one.
+            return None
         total = round(float(pooled.sum()))
         note = None
         if waiting_removed and len(causes) == 1:
@@ -119,8 +128,8 @@ class Replayer:
             step_ns=step_ns,
             predicted_step_ns=step_ns - saving,
             saving_ns_per_step=saving,
-            saving_low_ns_per_step=low,
-            saving_high_ns_per_step=high,
+            saving_low_ns_per_step=min(low, step_ns),
+            saving_high_ns_per_step=min(high, step_ns),
             saving_ns=total,
             steps=max(int(m.size) for m in measured),
             note=note,

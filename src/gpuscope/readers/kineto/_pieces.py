@@ -13,7 +13,7 @@ import msgspec
 
 from gpuscope.errors import CorruptInputError
 from gpuscope.readers import _scan
-from gpuscope.readers._scan import TextState
+from gpuscope.readers._scan import UTF8_BOM, TextState
 from gpuscope.readers.kineto._shape import (
     _DECODER,
     _EVENTS_DECODER,
@@ -32,7 +32,7 @@ _ARRAY_END = re.compile(rb"\}\s*\]\s*,\s*\"")
 _ARRAY_END_LAST = re.compile(rb"\}\s*\]\s*\}\s*$")
 
 
-class _NotStreamableError(Exception):
+class NotStreamableError(Exception):
     """The document's layout is not one the piecewise reader follows; read it whole instead."""
 
 
@@ -63,9 +63,9 @@ class _EventText(TextState):
                 self.header, buffer = buffer[: found.start()], buffer[found.end() :]
                 break
             if len(buffer) > (64 << 20):
-                raise _NotStreamableError
+                raise NotStreamableError
         else:
-            raise _NotStreamableError
+            raise NotStreamableError
         exhausted = False
         while True:
             while len(buffer) < _scan.PIECE_BYTES and not exhausted:
@@ -155,6 +155,8 @@ def _flows_of(data: bytes) -> list[Any]:
 
 
 def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
+    if data.startswith(UTF8_BOM):  # written by some editors and Windows tools: not JSON
+        data = data[len(UTF8_BOM) :]
     try:
         return _decode_any(data), truncated_stream
     except RecursionError:  # valid JSON, but arrays or objects nested thousands deep

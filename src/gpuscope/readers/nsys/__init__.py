@@ -38,7 +38,8 @@ What becomes what (tables absent when empty are simply skipped):
 * ``CUDA_GPU_MEMORY_USAGE_EVENTS`` (``--cuda-memory-usage=true``): cudaMalloc/cudaFree of device
   memory as ``trace.memory`` (``_memory``: under PyTorch, reserved memory).
 * ``GPU_METRICS`` (when sampled): ``trace.metadata["gpu_metrics"][device]`` is
-  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``.
+  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``, and every
+  metric as a time series of its device, ``trace.counters``.
   ``OSRT_API`` (when traced): the ten costliest OS runtime calls per process,
   ``trace.metadata["os_runtime_ns"]``.
 
@@ -70,7 +71,7 @@ from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
 from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
 from gpuscope.readers.nsys._export import _Export, _inspect
-from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metrics
+from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metric_series, _gpu_metrics
 from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
 from gpuscope.readers.nsys._memory import gpu_memory, memory_events
 from gpuscope.readers.nsys._um import _um_counters, _um_faults
@@ -107,6 +108,12 @@ def read(path: Path) -> Job:
     except UnicodeDecodeError:  # a damaged page: text that is not UTF-8 where SQLite keeps text
         raise CorruptInputError(
             path, "not a readable SQLite database (text that is not UTF-8)"
+        ) from None
+    except (ValueError, TypeError, OverflowError) as error:
+        # SQLite columns are typed by their values, not their declaration: an id column holding
+        # text, a float or an integer beyond 64 bits is a hand-edited or corrupt export.
+        raise CorruptInputError(
+            path, f"a column holds a value of the wrong type or size ({error})"
         ) from None
 
 
@@ -159,7 +166,8 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     device_parts = [p for p in parts if p is not None and len(p)]
     runtime = _runtime(export)
     if not device_parts:
-        raise EmptyTraceError(path, _no_device_work_reason(runtime))
+        raise EmptyTraceError(path, _no_device_work_reason(runtime, _cuda_traced(db)))
+    missing = _missing_kernel_table(path, export, runtime, _cuda_traced(db))
     nvtx = _nvtx(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
@@ -175,6 +183,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     busy = events.of_kind(*BUSY_KINDS)
     infos = _device_infos(export)
     metrics = _gpu_metrics(export)
+    series = _gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
@@ -182,13 +191,14 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         link_launches(table)
         trace = _trace(export, table, pid, nvtx.ranks.get(pid), infos)
         _attach_metrics(trace, metrics)
+        trace.counters = [c for d in sorted(trace.devices) for c in series.get(d, [])]
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
         if pid in um_faults:
             trace.metadata["unified_memory_faults"] = um_faults[pid]
         if pid in allocations:
             trace.memory = memory_events(allocations[pid], table)
-        trace.warnings.extend(notes)
+        trace.warnings.extend([*missing, *notes])
         traces.append(trace)
     return Job(source=str(path), traces=traces)
 
@@ -230,13 +240,63 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
     return events.take(np.flatnonzero(~(backwards | far))), notes
 
 
-def _no_device_work_reason(runtime: Events | None) -> str:
+def _missing_kernel_table(
+    path: Path, export: _Export, runtime: Events | None, cuda_traced: bool | None
+) -> list[str]:
+    """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
+    kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
+    reads as idle between them, and that must not pass as a finding about the program. What to
+    do about it reads the capture's own settings: with CUDA tracing on, the capture missed the
+    kernels, and ``--trace=cuda`` would change nothing."""
+    if export.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        return []
+    launches = "" if runtime is None or not len(runtime) else " although CUDA API calls were"
+    todo = (
+        "CUDA tracing was on (the capture's settings say so), so no kernel ran while nsys"
+        " recorded: capture the part that runs kernels (nsys --delay/--duration, or"
+        " --capture-range=cudaProfilerApi around the steps)"
+        if cuda_traced
+        else "profile with nsys --trace=cuda"
+    )
+    return [
+        f"{path}: the export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no kernel was"
+        f" recorded{launches}, so the GPU's busy time counts copies, memsets and"
+        f" synchronisations only ({todo})"
+    ]
+
+
+def _no_device_work_reason(runtime: Events | None, cuda_traced: bool | None) -> str:
+    """Why there is nothing to diagnose, read from the capture's own settings: with CUDA tracing
+    on (``META_DATA_CAPTURE``), no GPU work means the capture ended (or started) where the
+    program launched none, and ``--trace=cuda`` would change nothing."""
+    if cuda_traced:
+        return (
+            "no GPU work in the capture: CUDA tracing was on (the capture's settings say so) but"
+            " the program launched no kernels, copies or memsets while nsys recorded; capture"
+            " the part that runs on the GPU (nsys --delay/--duration, or"
+            " --capture-range=cudaProfilerApi around the steps)"
+        )
     if runtime is not None and len(runtime):
         return (
             "GPU activity was not recorded: the export has CUDA API calls but no kernels,"
             " copies or memsets (profile with nsys --trace=cuda)"
         )
     return "no GPU activity: the export holds no CUDA kernels, copies or memsets"
+
+
+def _cuda_traced(db: sqlite3.Connection) -> bool | None:
+    """Whether the capture traced CUDA (``META_DATA_CAPTURE``: ``CAPTURE_EVENT_TYPE`` = Cuda, or
+    a process's ``COLLECT_CUDA_TRACE`` = true); None when the export does not say."""
+    try:
+        rows = db.execute("SELECT name, value FROM META_DATA_CAPTURE").fetchall()
+    except sqlite3.Error:
+        return None
+    said = [
+        str(value).lower() in ("cuda", "true")
+        for name, value in rows
+        if name == "CAPTURE_EVENT_TYPE" or str(name).endswith("COLLECT_CUDA_TRACE")
+    ]
+    return any(said) if said else None
 
 
 def _concat(parts: list[Events]) -> Events:

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from gpuscope.analyses.attribution import CAUSES
-from gpuscope.analyses.diff import (
+from gpuscope.compare.diff import (
     COST,
     EXPOSED_COMMUNICATION,
     GPU_BUSY,
@@ -45,7 +45,7 @@ def render_diff(
     change: RunDiff,
 ) -> str:
     """Two diagnoses side by side: what changed per step (``change``, with whether it beats the
-    noise: :func:`gpuscope.analyses.diff.diff` of their summaries), findings resolved and new,
+    noise: :func:`gpuscope.compare.diff.diff` of their summaries), findings resolved and new,
     kernel changes, then each one's verdict, findings and charts in two columns."""
     options = options or HtmlOptions()
     comparison = [_step_comparison(change), _cause_comparison(change, before, after)]
@@ -61,14 +61,26 @@ def render_diff(
             *(_section_html(s) for s in comparison),
             _kernel_changes(change),
             _columns(_side(before, "Before"), _side(after, "After")),
-            *(
-                _columns(_section_html(a), _section_html(b))
-                for a, b in zip(left, right, strict=True)
-            ),
+            *(_columns(a, b) for a, b in _paired(left, right)),
         ]
     )
     title = f"gpuscope: {before.source} vs {after.source}"
     return _page(title, body, [*comparison, *left, *right])
+
+
+def _paired(left: list[_Section], right: list[_Section]) -> list[tuple[str, str]]:
+    """The two runs' sections side by side, matched by heading in the order they come: a run
+    with sections the other lacks (per-rank charts of an 8-rank job beside a one-GPU run) gets
+    them beside an empty column, never a mismatched pair."""
+    waiting: dict[str, list[_Section]] = {}
+    for b in right:
+        waiting.setdefault(b.title, []).append(b)
+    pairs = []
+    for a in left:
+        same = waiting.get(a.title)
+        pairs.append((_section_html(a), _section_html(same.pop(0)) if same else ""))
+    pairs += [("", _section_html(b)) for rest in waiting.values() for b in rest]
+    return pairs
 
 
 def _columns(left: str, right: str) -> str:

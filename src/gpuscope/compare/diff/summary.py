@@ -1,6 +1,6 @@
 """Run summaries: a diagnosis reduced to per-step series, what a diff and the history compare.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.attribution import CAUSES
-from gpuscope.analyses.diff.memory import site_bytes
 from gpuscope.analyses.drawn import step_periods
 from gpuscope.causes import is_waste
+from gpuscope.compare.diff.memory import site_bytes
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding
 

@@ -1,6 +1,6 @@
 """The CI gate: is the step time over the baseline's by more than the bound.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations
@@ -10,17 +10,18 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from gpuscope.analyses.diff.changes import RunDiff
-from gpuscope.analyses.diff.stats import (
+from gpuscope.compare.diff.changes import RunDiff
+from gpuscope.compare.diff.stats import (
     CONFIDENCE,
     MAX_STEPS_TO_SETTLE,
     _left_out_note,
     robust_sd,
+    shift_differences,
     shift_interval,
     steps_to_settle,
     typical_steps,
 )
-from gpuscope.analyses.diff.summary import STEP_TIME, RunSummary
+from gpuscope.compare.diff.summary import STEP_TIME, RunSummary
 
 # --- gate ---------------------------------------------------------------------------------------
 
@@ -72,11 +73,10 @@ def regression(before: Sequence[float], after: Sequence[float], max_pct: float) 
     b = np.asarray(kept_b, dtype=np.float64)
     a = np.asarray(kept_a, dtype=np.float64)
     base = float(np.median(b))
-    differences = np.sort(np.subtract.outer(a, b).ravel())
+    differences, n, m = shift_differences(b, a)  # bounded memory however many steps
     shift = float(np.median(differences))
     tail = (1.0 - CONFIDENCE) / 2.0  # the diff's two-sided interval: its lower end
-    low, _ = shift_interval(differences, b.size, a.size, tail)
-    _, high = shift_interval(differences, b.size, a.size, tail)
+    low, high = shift_interval(differences, n, m, tail)
     to_pct = 100.0 / base
     change_pct = shift * to_pct
     lower = None if low is None else low * to_pct

@@ -1,6 +1,6 @@
 """What grew in memory between two runs: the peak, and the bytes each allocation site held at
 it (from each run's :class:`~gpuscope.analyses.memory.MemoryReport`, as summarised in the
-:class:`~gpuscope.analyses.diff.summary.RunSummary` the history keeps)."""
+:class:`~gpuscope.compare.diff.summary.RunSummary` the history keeps)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from gpuscope.readers._io import memory_budget, over_budget, read_bytes, size_te
 
 #: Python objects per pickle byte, measured on real snapshots (benchmarks/memory_snapshot.py):
 #: a snapshot needs about this many times its size while it is decoded.
-OBJECTS_PER_PICKLE_BYTE = 8
+OBJECTS_PER_PICKLE_BYTE = 11
 _ACTIONS = {
     "alloc": MemoryAction.ALLOC,
     "free_requested": MemoryAction.FREE_REQUESTED,

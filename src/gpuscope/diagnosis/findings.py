@@ -88,6 +88,9 @@ class Verdict(msgspec.Struct, frozen=True):
     price_source: str
     world_size: int
     figures: dict[str, float | None] = msgspec.field(default_factory=dict)
+    #: Which evidence the bounds came from, when counters measured some kernels ("" otherwise:
+    #: every bound is the roofline estimate from kernel names and recorded shapes).
+    bound_evidence: str = ""
 
 
 def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float | None, str]:

@@ -41,6 +41,13 @@ def _read_kineto(path: Path, scan: Scan | None = None) -> Job:
     return Job(source=str(path), traces=[trace])
 
 
+def _read_pftrace(path: Path) -> Job:
+    job: Job = _lazy("pftrace", "read")(path)
+    for trace in job.traces:
+        require_device_activity(path, trace)
+    return job
+
+
 def _read_ncu(path: Path) -> Job:
     return Job(source=str(path), traces=[], counters=[_lazy("ncu", "read")(path)])
 
@@ -67,6 +74,7 @@ def _lazy(module: str, function: str) -> Callable[..., Any]:
 READERS: list[Reader] = [
     Reader("kineto", looks_like_kineto, _read_kineto),
     Reader("nsys", _lazy("nsys", "looks_like_nsys"), _lazy("nsys", "read")),
+    Reader("pftrace", _lazy("pftrace", "looks_like_pftrace"), _read_pftrace),
     Reader("rocprofv3", _lazy("rocprof", "looks_like_rocprof"), _lazy("rocprof", "read")),
     Reader("ncu-csv", _lazy("ncu", "looks_like_ncu"), _read_ncu),
     Reader("nvml-jsonl", _lazy("samples", "looks_like_nvml_jsonl"), _sampled("read_nvml_jsonl")),

@@ -36,7 +36,8 @@ What becomes what (tables absent when empty are simply skipped):
   --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true``): per process, fault counts
   and the functions that faulted, ``trace.metadata["unified_memory_faults"]``.
 * ``GPU_METRICS`` (when sampled): ``trace.metadata["gpu_metrics"][device]`` is
-  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``.
+  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``, and every
+  metric as a time series of its device, ``trace.counters``.
   ``OSRT_API`` (when traced): the ten costliest OS runtime calls per process,
   ``trace.metadata["os_runtime_ns"]``.
 
@@ -67,7 +68,7 @@ from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
 from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
 from gpuscope.readers.nsys._export import _Export, _inspect
-from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metrics
+from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metric_series, _gpu_metrics
 from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
 from gpuscope.readers.nsys._um import _um_counters, _um_faults
 
@@ -177,6 +178,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     busy = events.of_kind(*BUSY_KINDS)
     infos = _device_infos(export)
     metrics = _gpu_metrics(export)
+    series = _gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
@@ -184,6 +186,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         link_launches(table)
         trace = _trace(export, table, pid, nvtx.ranks.get(pid), infos)
         _attach_metrics(trace, metrics)
+        trace.counters = [c for d in sorted(trace.devices) for c in series.get(d, [])]
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
         if pid in um_faults:

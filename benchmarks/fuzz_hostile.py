@@ -252,19 +252,22 @@ def special_case(fc: Any, rng: random.Random, seeds: Any, work: Path) -> Any:
     table = work / "fleet.json"
     table.write_bytes(seeds.extra.fleet_json)
     out, kind, _readers = _special(rng, work, good)
-    argv = rng.choice(
-        [
-            ["diagnose", str(good), "--json", str(out)],
-            ["report", str(saved), "-o", str(out)],
-            ["report", str(good), "-o", str(out)],
-            ["annotate", str(good), "-o", str(out)],
-            ["diff", str(good), str(saved), "--json", str(out)],
-            ["history", "--json", str(out)],
-            ["fleet-report", str(table), "-o", str(out)],
-            ["fleet", str(good), "--out", str(out), "--workers", "1"],
-            ["scale", str(good), str(saved), "--json", str(out)],
-        ]
-    )
+    commands = [
+        ["diagnose", str(good), "--json", "OUT"],
+        ["report", str(saved), "-o", "OUT"],
+        ["report", str(good), "-o", "OUT"],
+        ["annotate", str(good), "-o", "OUT"],
+        ["diff", str(good), str(saved), "--json", "OUT"],
+        ["history", "--json", "OUT"],
+        ["fleet-report", str(table), "-o", "OUT"],
+        ["fleet", str(good), "--out", "OUT", "--workers", "1"],
+        ["scale", str(good), str(saved), "--json", "OUT"],
+    ]
+    if kind.startswith("input"):  # the output names the trace: only commands that read it
+        commands = [c for c in commands if str(good) in c]
+    chosen = rng.choice(commands)
+    reads = [p for p in (good, saved, table) if str(p) in chosen]
+    argv = [str(out) if a == "OUT" else a for a in chosen]
     specials = [] if kind.startswith("input") else [out]
     return _case(
         fc,
@@ -272,7 +275,7 @@ def special_case(fc: Any, rng: random.Random, seeds: Any, work: Path) -> Any:
         "special-out",
         kind,
         argv,
-        inputs=[good, saved, table],
+        inputs=reads,
         specials=specials,
         needs_timeout=True,
     )

@@ -37,6 +37,9 @@ class Prediction(msgspec.Struct, frozen=True):
     #: The most the edits can save, summed over ranks (``edits.removed_ns``): ``saving_ns`` never
     #: exceeds it; None where no bound was computed (a saved diagnosis from before it).
     removed_ns: int | None = None
+    #: Other findings' causes whose time this fix hides (its saving includes theirs): fixing
+    #: them after it saves less than half of what they save alone (diagnosis.predict).
+    hides: list[str] = msgspec.field(default_factory=list)
 
     @property
     def faster_pct(self) -> float:

@@ -54,7 +54,7 @@ def build_extra(kineto: bytes) -> Extra:
     import msgspec
 
     from gpuscope import fleet
-    from gpuscope.analyses.diff import summarize
+    from gpuscope.compare.diff import summarize
     from gpuscope.diagnosis import diagnose
     from gpuscope.readers import load
     from gpuscope.render.json import dumps
@@ -529,7 +529,7 @@ def inject_case(fc: Any, rng: random.Random, seeds: Any, work: Path) -> Any:
 def _history_with(path: Path, seeds: Any, labels: list[str | None]) -> None:
     import msgspec
 
-    from gpuscope.analyses.diff import RunSummary
+    from gpuscope.compare.diff import RunSummary
     from gpuscope.history import History
 
     summary = msgspec.json.decode(seeds.extra.summary_json, type=RunSummary)
@@ -697,7 +697,7 @@ def _concurrent_fleet(seeds: Any, work: Path, writers: int) -> list[tuple[str, s
 def _concurrent_history(seeds: Any, work: Path, writers: int) -> list[tuple[str, str]]:
     import msgspec
 
-    from gpuscope.analyses.diff import RunSummary
+    from gpuscope.compare.diff import RunSummary
     from gpuscope.history import History
 
     path = work / "history.sqlite"

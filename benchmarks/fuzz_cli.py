@@ -3,7 +3,7 @@ in one line and exit 2, and the C scanner and the msgspec reader must agree on e
 
 Usage::
 
-    python benchmarks/fuzz_cli.py --runs 4000 --seed 1       # a campaign (minutes)
+    python benchmarks/fuzz_cli.py --runs 5000 --seed 1       # a campaign (minutes)
     python benchmarks/fuzz_cli.py --runs 300 --only kineto   # one family
     python benchmarks/fuzz_cli.py --replay 1:1234            # one case again, with its files kept
 
@@ -14,6 +14,11 @@ nested ``traceEvents``, truncation, byte flips, gzip damage, control characters 
 names; Nsight Systems exports with kernels ending before they start or in the far future, NULLs,
 dropped tables and cut files; nvidia-smi / NVML / dcgmi / Prometheus / ncu text with corrupt
 numbers; file-system oddities; hostile option values) and one command run on it in process.
+The family ``hostile`` (issue #30, built in ``fuzz_hostile.py``) adds tampered saved diagnoses,
+outputs onto special files (a FIFO with and without a reader, a private null device, a socket,
+a folder, links, the input itself), MCP sessions, extreme timestamps, meaning-preserving
+rewrites, escapes and markup in every command's names, concurrent fleet and history writers and
+``kill -9`` mid-write, and environment variables naming odd files.
 
 What counts as a failure (a "finding"):
 
@@ -28,6 +33,14 @@ What counts as a failure (a "finding"):
   the output is captured, so rich writes no codes of its own and any there came from the input.
 - ``disagree``: for a Kineto input, the C scanner's trace (or error) differs from the msgspec
   reader's.
+- ``misread``: a meaning-preserving rewrite (or an outlier to be set aside) changes the verdict's
+  bound or its idle share by over half a point; concurrent writers lose a job or a run.
+- ``overwritten``: an input file's bytes changed; ``replaced-special``: a special file (FIFO,
+  device, socket, folder, link) is no longer the same kind and inode; ``leftover``: a hidden
+  ``.tmp`` temporary is left beside an output.
+
+The campaign ends with a command x outcome table (``answered``: exit 0, or ``check``'s 1 and 3;
+``refused``: one line and exit 2; else the run's first finding).
 
 The test suite runs a few hundred cases (``tests/test_fuzz.py``); CI thus keeps them at zero.
 """

@@ -114,6 +114,7 @@ def test_a_small_document_reads_with_exact_values(tmp_path: Path, layout: str) -
     assert [int(ev.start_ns[r]) - origin for r in launches] == [2_000, 6_000, 10_000]
     assert [s.number for s in trace.steps] == [3]
     assert trace.metadata["not_carried"] == list(NOT_CARRIED)
+    assert any("a .pftrace carries no copy direction" in w for w in trace.warnings)
     if layout == "cuspy":
         assert trace.metadata["base_time_ns"] == BASE_NS
         assert ev.grid_blocks[kernels].tolist() == [8, 1]

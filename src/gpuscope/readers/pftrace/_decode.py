@@ -31,6 +31,13 @@ NOT_CARRIED = (
     "the External id of GPU work",
 )
 
+#: What the diagnosis says it cannot find from a ``.pftrace`` (the findings :data:`NOT_CARRIED`
+#: would need).
+NOT_CARRIED_WARNING = (
+    "{path}: a .pftrace carries no copy direction, [memory] events, distributedInfo or device"
+    " properties: no finding about host-to-device copies or pageable memory, the allocator or"
+    " memory in use, or ranks, and no peaks or prices unless --gpu names the GPU"
+)
 _GPU_PROCESS = re.compile(r"^GPU (\d+)$")
 _STREAM = re.compile(r"stream (-?\d+)\s*$")
 _SYNC_NAMES = frozenset(
@@ -490,6 +497,7 @@ class _Reader:
         trace.format = "pftrace"
         trace.schema = "pftrace-cuspy" if self.has_categories else "pftrace-monitor"
         trace.metadata["not_carried"] = list(NOT_CARRIED)
+        trace.warnings.append(NOT_CARRIED_WARNING.format(path=self.path))
         trace.counters = self._series(base)
         if self.unclosed:
             trace.warnings.append(

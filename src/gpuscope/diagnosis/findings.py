@@ -323,8 +323,9 @@ def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
     if not known.any():
         return found
     ids = ev.name_id[launches[known]]
-    graph_ids = [i for i in np.unique(ids).tolist() if "GraphLaunch" in trace.names[i]]
-    found[known] = np.isin(ids, graph_ids)
+    graph_ids = [i for i in distinct(ids).tolist() if "GraphLaunch" in trace.names[i]]
+    if graph_ids:  # most traces launch no graph: nothing more to look up
+        found[known] = np.isin(ids, graph_ids)
     return found
 
 
@@ -349,13 +350,14 @@ def _graph_launched(evidence: list[DeviceEvidence]) -> tuple[bool, bool]:
     captured, and a graph would remove its gaps. Second: whether any of the job's work is
     graph-launched at all."""
     graph = total = 0
-    some = False
     for e in evidence:
         rows, lengths = launch_gap_work(e)
         total += int(lengths.sum())
         graph += int(lengths[graph_launched(e.work.trace, rows)].sum())
-        some = some or bool(graph_launched(e.work.trace, e.work.rows).any())
-    return bool(total) and graph * 2 >= total, some
+    if not total or graph * 2 >= total:
+        return bool(total), False
+    some = any(graph_launched(e.work.trace, e.work.rows).any() for e in evidence)
+    return False, some
 
 
 def _framework(evidence: list[DeviceEvidence]) -> bool:

@@ -126,13 +126,17 @@ def _tamper(doc: dict[str, Any], how: str) -> str:
         saved["verdict"]["idle_pct"] = 7000.0
     elif how == "missing":
         del saved["verdict"]
+    elif how == "missing-cause":  # a row of the step table: the parts no longer agree
+        del device["series"]["step_causes"]["lost_ns"]["host_sync"]
     elif how == "deep":
         saved["warnings"] = "@@"
         return json.dumps(doc).replace('"@@"', "[" * 20000 + "]" * 20000)
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("how", ["overflow", "negative", "inf", "percent", "missing", "deep"])
+@pytest.mark.parametrize(
+    "how", ["overflow", "negative", "inf", "percent", "missing", "missing-cause", "deep"]
+)
 def test_a_tampered_saved_diagnosis_is_one_line(
     tmp_path: Path, saved: dict[str, Any], how: str
 ) -> None:

@@ -231,15 +231,17 @@ def read(path: str | Path) -> Diagnosis:
 
 
 def _consistent(diagnosis: Diagnosis) -> Diagnosis:
-    """``diagnosis`` when its per-step series agree: a row per idle cause, and every column as
-    long as the others (``analyses.drawn.StepCauses``); else ValueError."""
+    """``diagnosis`` when its per-step series agree: every column as long as the others
+    (``analyses.drawn.StepCauses``); else ValueError. A cause without a row (a file saved
+    before the cause existed) lost no time: its row is zeros."""
     for device in diagnosis.devices:
         series = getattr(device, "series", None)
         table = getattr(series, "step_causes", None)
         if table is None:
             continue
-        if set(table.lost_ns) != set(CAUSES):
-            raise ValueError("its step table does not have a row per idle cause")
+        steps = len(table.compute_ns)
+        for cause in CAUSES:
+            table.lost_ns.setdefault(cause, [0] * steps)
         columns = [table.compute_ns, table.exposed_communication_ns, table.memcpy_memset_ns]
         columns += [*table.lost_ns.values(), table.outside_ns]
         if len({len(c) for c in columns}) > 1:

@@ -195,7 +195,8 @@ def read(path: str | Path) -> Diagnosis:
     """The diagnosis saved in ``path`` (see :func:`is_saved`). A document gpuscope could not
     have written is refused in one line (:class:`CorruptInputError`): nested deeper than
     :data:`MAX_DEPTH`, an integer beyond :data:`MAX_INT` (or below -1, the "none" of an index,
-    except a clock offset), an infinite figure, a percentage outside 0-100, a key missing or of
+    except a clock offset), an infinite figure, a negative price, time or size, a percentage
+    outside 0-100, a key missing or of
     another type. Reading it counts against ``--max-memory`` (a decoded document takes about
     ten times its size)."""
     note_input_path(path)  # no output of the command may overwrite it
@@ -274,6 +275,8 @@ def _implausible(value: Any, key: str = "", depth: int = 0) -> str | None:
         number = float(value)
         if math.isinf(number):
             return f"{key} is infinite"
+        if key.endswith(("_usd", "_ns", "_bytes")) and number < 0.0:  # a price, time or size
+            return f"{key} is {number:g}, below zero"
         if key.endswith("_pct") and not math.isnan(number) and not 0.0 <= number <= 100.0:
             return f"{key} is {number:g}%, outside 0-100"
     return None

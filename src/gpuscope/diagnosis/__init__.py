@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_idle
+from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
 from gpuscope.analyses.host import HostIndex, host_activity
@@ -162,37 +162,17 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    devices: list[DeviceReport] = []
-    works: list[DeviceWork] = []
-    evidence: list[DeviceEvidence] = []
     contexts: list[TraceContext] = []
     startup: list[StartupEvidence] = []
-    kinds: list[KindStat] = []
-    traces: list[Trace] = []
     for given in job.traces:
-        trace = given
-        host = host_activity(trace)
-        phases = startup_phases(trace, host)
-        window = steady_window(trace, phases) if phases and not options.whole else None
-        if window is not None:
-            startup.append(startup_evidence(trace, host, phases, window))
-            trace = cut(given, window.start_ns)
-            host = host_activity(trace)
-            phases = [p for p in phases if p.end_ns > window.start_ns]
-        traces.append(trace)
-        context = TraceContext(trace, host, phases)
+        context, left_out = _analysed(given, options, adjust)
         contexts.append(context)
-        ids = trace.device_ids
-        # The views read the analysed window's ranges: the trace as cut, when it was.
-        scopes = host_scopes(trace) if ids else None
-        for device in ids:
-            work = device_work(trace, device)
-            report = _device_report(trace, work, options, host, phases, scopes, adjust)
-            kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
-            devices.append(report)
-            works.append(work)
-            context.devices.append(_evidence(trace, report, work))
-            evidence.append(context.devices[-1])
+        startup += [left_out] if left_out is not None else []
+    traces = [c.trace for c in contexts]
+    evidence = [e for c in contexts for e in c.devices]
+    devices = [e.report for e in evidence]
+    works = [e.work for e in evidence]
+    kinds = [k for d in devices for k in next((c.kinds for c in d.idle.causes if c.kinds), [])]
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
@@ -240,6 +220,34 @@ def diagnose_timelines(
         kernel_ns=kernel_ns,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
+
+
+def _analysed(
+    given: Trace,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+) -> tuple[TraceContext, StartupEvidence | None]:
+    """One trace analysed: cut to its steady state (unless ``options.whole``), its host events
+    classified, and every device's report and evidence; and what start-up was left out."""
+    trace = given
+    host = host_activity(trace)
+    phases = startup_phases(trace, host)
+    window = steady_window(trace, phases) if phases and not options.whole else None
+    left_out = None
+    if window is not None:
+        left_out = startup_evidence(trace, host, phases, window)
+        trace = cut(given, window.start_ns)
+        host = host_activity(trace)
+        phases = [p for p in phases if p.end_ns > window.start_ns]
+    context = TraceContext(trace, host, phases)
+    ids = trace.device_ids
+    # The views read the analysed window's ranges: the trace as cut, when it was.
+    scopes = host_scopes(trace) if ids else None
+    for device in ids:
+        work = device_work(trace, device)
+        report = _device_report(trace, work, options, host, phases, scopes, adjust)
+        context.devices.append(_evidence(trace, report, work))
+    return context, left_out
 
 
 def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> RankAnalysis | None:

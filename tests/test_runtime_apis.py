@@ -22,6 +22,7 @@ ROLES = {
     "context",
     "module_load",
     "library_init",
+    "teardown",
     "capture",
     "graph_instantiate",
 }

@@ -68,6 +68,12 @@ _LIBRARY_INIT = re.compile(
     r"|hipsolver)(?:Create|_create_handle|CreateHandle)\w*$|^nccl(?:CommInitRank|CommInitAll)\w*$"
     r"|^rccl(?:CommInitRank|CommInitAll)\w*$"
 )
+#: Teardown at exit: unloading modules, destroying or resetting the context (CUDA Driver API,
+#: module and context management; HIP twins).
+_TEARDOWN = re.compile(
+    r"^(?:cu|hip)ModuleUnload$|^(?:cu|hip)LibraryUnload$|^(?:cu|hip)CtxDestroy"
+    r"|^(?:cuda|hip)DeviceReset$|^(?:cu|hip)DevicePrimaryCtxRelease|^(?:cuda|hip)ThreadExit$"
+)
 _CAPTURE = re.compile(r"^(?:cuda|hip|cu)Stream(?:Begin|End)Capture")
 _INSTANTIATE = re.compile(r"^(?:cuda|hip|cu)GraphInstantiate")
 _SYNC_OP = re.compile(r"^aten::(?:item|_local_scalar_dense|nonzero|is_nonzero|equal|tolist)$")
@@ -122,13 +128,15 @@ def _runtime_activity(name: str) -> HostActivity:
 def runtime_role(name: str) -> str:
     """What a CUDA/HIP runtime or driver call does, as the rules use it: ``sync``, ``copy`` (a
     copy the host may wait for), ``async_copy``, ``allocator``, ``launch``, ``context``,
-    ``module_load``, ``library_init``, ``capture``, ``graph_instantiate`` or ``none``. A CUDA
+    ``module_load``, ``library_init``, ``teardown``, ``capture``, ``graph_instantiate`` or
+    ``none``. A CUDA
     name and its HIP twin have the same role (tested against data/runtime_apis.csv)."""
     bare = _VERSION_SUFFIX.sub("", name)
     for pattern, role in (
         (_CONTEXT, "context"),
         (_MODULE_LOAD, "module_load"),
         (_LIBRARY_INIT, "library_init"),
+        (_TEARDOWN, "teardown"),
         (_CAPTURE, "capture"),
         (_INSTANTIATE, "graph_instantiate"),
         (_SYNC_RUNTIME, "sync"),

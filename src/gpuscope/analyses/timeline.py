@@ -5,7 +5,11 @@ take; each returns a frozen struct of integer nanoseconds (and derived percentag
 
 Definitions (the same as HTA's where HTA has one):
 
-* span: first device event start to last device event end on that device.
+* span: first device event start to last device event end on that device; or, when the device
+  work is given the profiled window (:func:`~gpuscope.analyses.window.profiled_window`: the
+  profiled steps, else the trace's own span), that window (widened to the device work if it runs
+  past it): the host's work before the first kernel and after the last is part of what was
+  profiled, and the device idles through it.
 * busy: the union of kernel, memcpy and memset intervals over all streams; idle = span - busy.
 * compute / communication / memcpy / memset: the union of that class's intervals (they overlap
   each other); the *exclusive* split assigns each busy nanosecond to one class, in the order
@@ -53,21 +57,28 @@ class DeviceWork(msgspec.Struct, frozen=True):
     work_class: NDArray[np.uint8]  # WorkClass per row
     busy: Intervals
     by_class: dict[WorkClass, Intervals]
+    #: The profiled window (start, end) the span covers beside the device work; None: the
+    #: device's own span.
+    window: tuple[int, int] | None = None
 
     @property
     def span_start_ns(self) -> int:
-        return int(self.busy.start_ns[0])
+        first = int(self.busy.start_ns[0])
+        return first if self.window is None else min(first, self.window[0])
 
     @property
     def span_end_ns(self) -> int:
-        return int(self.busy.end_ns[-1])
+        last = int(self.busy.end_ns[-1])
+        return last if self.window is None else max(last, self.window[1])
 
     @property
     def span_ns(self) -> int:
         return self.span_end_ns - self.span_start_ns
 
 
-def device_work(trace: Trace, device: int) -> DeviceWork:
+def device_work(trace: Trace, device: int, window: tuple[int, int] | None = None) -> DeviceWork:
+    """The device's work in ``trace``; its span is ``window`` (widened to the work) when given,
+    else the work's own extent."""
     ev = trace.events
     rows = np.flatnonzero(among(ev.kind, BUSY_KINDS) & (ev.device == device) & (ev.dur_ns > 0))
     kinds = ev.kind[rows]
@@ -80,7 +91,7 @@ def device_work(trace: Trace, device: int) -> DeviceWork:
     starts, ends = ev.start_ns[rows], ev.end_ns[rows]
     by_class = {c: union(starts[work_class == c], ends[work_class == c]) for c in WorkClass}
     busy = union(starts, ends)
-    return DeviceWork(trace, device, rows.astype(np.int64), work_class, busy, by_class)
+    return DeviceWork(trace, device, rows.astype(np.int64), work_class, busy, by_class, window)
 
 
 # --- temporal breakdown ------------------------------------------------------------------------

@@ -22,7 +22,14 @@ from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
 from gpuscope.analyses.host import HostIndex, host_activity
 from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
-from gpuscope.analyses.phases import Phase, cut, startup_phases, steady_window
+from gpuscope.analyses.phases import (
+    Phase,
+    cut,
+    kept_rows,
+    rebase,
+    startup_phases,
+    steady_window,
+)
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
 from gpuscope.analyses.timeline import (
     DeviceWork,
@@ -39,6 +46,7 @@ from gpuscope.analyses.timeline import (
     temporal_breakdown,
 )
 from gpuscope.analyses.whatif import Prediction
+from gpuscope.analyses.window import profiled_window, real_steps
 from gpuscope.diagnosis.findings import (
     DeviceEvidence,
     Finding,
@@ -162,15 +170,20 @@ def diagnose_timelines(
     kinds: list[KindStat] = []
     traces: list[Trace] = []
     for given in job.traces:
-        trace = given
+        trace = replace(given, steps=real_steps(given))
+        profiled = profiled_window(trace)
+        bounds = None if profiled is None else (profiled.start_ns, profiled.end_ns)
         host = host_activity(trace)
-        phases = startup_phases(trace, host)
-        window = steady_window(trace, phases) if phases and not options.whole else None
+        phases = startup_phases(trace, host, bounds)
+        window = steady_window(trace, phases, bounds) if phases and not options.whole else None
         if window is not None:
-            startup.append(startup_evidence(trace, host, phases, window))
-            trace = cut(given, window.start_ns)
+            startup.append(startup_evidence(trace, host, phases, window, bounds))
+            kept = kept_rows(trace, window.start_ns, window.end_ns)
+            trace = cut(trace, window.start_ns, window.end_ns)
+            bounds = (window.start_ns, window.end_ns)
             host = host_activity(trace)
-            phases = [p for p in phases if p.end_ns > window.start_ns]
+            inside = [p for p in phases if window.start_ns < p.end_ns and p.start_ns < bounds[1]]
+            phases = rebase(inside, kept)
         traces.append(trace)
         hosts[id(trace)] = host
         startups[id(trace)] = phases
@@ -178,7 +191,7 @@ def diagnose_timelines(
         # The views read the analysed window's ranges: the trace as cut, when it was.
         scopes = host_scopes(trace) if ids else None
         for device in ids:
-            work = device_work(trace, device)
+            work = device_work(trace, device, bounds)
             report = _device_report(trace, work, options, host, phases, scopes, adjust)
             kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
             devices.append(report)

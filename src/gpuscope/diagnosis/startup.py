@@ -48,6 +48,20 @@ _KIND_FIX = {
         "The first step is much slower than the others: skip it with "
         "`torch.profiler.schedule(wait=1, warmup=1, active=3)`."
     ),
+    WarmupKind.PROCESS_START: (
+        "The capture starts with the process (imports, data, model set-up) before any GPU "
+        "work: start the profiler at the loop (`torch.profiler.schedule`, or `nsys "
+        "--capture-range=cudaProfilerApi` with `cudaProfilerStart` there)."
+    ),
+    WarmupKind.EARLIER_WORK: (
+        "The first kernels waited in the queue behind work launched before the capture (or the "
+        "host and device clocks disagree): that wait is not idle time; start the profiler one "
+        "step earlier to see what ran."
+    ),
+    WarmupKind.TEARDOWN: (
+        "The capture runs on past the work into the process's exit (freeing memory, unloading "
+        "modules): stop the profiler when the loop ends."
+    ),
 }
 
 
@@ -76,14 +90,20 @@ class StartupEvidence(msgspec.Struct, frozen=True):
 
 
 def startup_evidence(
-    trace: Trace, host: HostIndex, phases: list[Phase], window: SteadyWindow
+    trace: Trace,
+    host: HostIndex,
+    phases: list[Phase],
+    window: SteadyWindow,
+    profiled: tuple[int, int] | None = None,
 ) -> StartupEvidence:
+    """What was left out before ``window``, from the start of the profiled window (the
+    trace's steps or span, ``profiled``; else the first device work)."""
     idle_ns = 0
     by_kind: dict[WarmupKind, tuple[int, str | None]] = {}
     first = window.start_ns
     devices = trace.device_ids
     for device in devices:
-        work = device_work(trace, device)
+        work = device_work(trace, device, profiled)
         lo = work.span_start_ns
         first = min(first, lo)
         idle = clip(gaps(work.busy, lo, work.span_end_ns), lo, window.start_ns)

@@ -299,7 +299,8 @@ def _edges(trace: Trace, host: HostIndex, window: tuple[int, int]) -> list[Phase
     # device clocks disagree). That stretch is not idle time of this capture.
     device = np.flatnonzero(ev.of_kind(*BUSY_KINDS) & (ev.dur_ns > 0) & (ev.start_ns == first))
     launcher = ev.link[device]
-    launched = ev.start_ns[launcher[launcher >= 0]]
+    # Queued when its launch call returned (a first launch may spend long loading a module).
+    launched = ev.end_ns[launcher[launcher >= 0]]
     if launched.size and first - int(launched.min()) >= SILENCE_MIN_NS:
         at = int(launched.min())
         found.append(Phase(WarmupKind.EARLIER_WORK, at, first, int(launcher[launcher >= 0][0])))

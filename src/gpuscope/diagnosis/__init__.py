@@ -223,7 +223,7 @@ def diagnose_timelines(
     charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
     result = Diagnosis(
         source=job.source,
-        inputs=[_input_summary(t) for t in traces],
+        inputs=[_input_summary(t, devices) for t in traces],
         devices=devices,
         verdict=judged,
         findings=found,
@@ -304,10 +304,14 @@ def _device_report(
 
 
 def _evidence(trace: Trace, report: DeviceReport, work: DeviceWork) -> DeviceEvidence:
-    return DeviceEvidence(report, work, steps=len(trace.steps))
+    """The device's evidence; its steps are the step table's (profiler steps, else a repeated
+    range or kernel sequence): one count of steps for every figure called "per step"."""
+    return DeviceEvidence(report, work, steps=len(report.steps))
 
 
-def _input_summary(trace: Trace) -> InputSummary:
+def _input_summary(trace: Trace, devices: list[DeviceReport]) -> InputSummary:
+    """The input's summary; its steps are its devices' step tables' (see :func:`_evidence`)."""
+    found = [len(d.steps) for d in devices if d.source == trace.source]
     return InputSummary(
         path=trace.source,
         format=trace.format,
@@ -315,7 +319,7 @@ def _input_summary(trace: Trace) -> InputSummary:
         rank=trace.rank,
         world_size=trace.world_size,
         events=len(trace.events),
-        steps=len(trace.steps),
+        steps=max(found, default=len(trace.steps)),
         base_time_ns=_int_or_none(trace.metadata.get("base_time_ns")),
     )
 

@@ -24,7 +24,7 @@ class Prediction(msgspec.Struct, frozen=True):
 
     cause: str  # a finding's cause, or "all" for every fix together
     assumption: str
-    step_ns: float  # measured: mean over ranks and steps
+    step_ns: float  # measured: the median step (median over ranks of each rank's median)
     predicted_step_ns: float
     saving_ns_per_step: float  # per GPU
     saving_low_ns_per_step: float  # the spread over steps
@@ -35,6 +35,9 @@ class Prediction(msgspec.Struct, frozen=True):
     #: The most the edits can save, summed over ranks (``edits.removed_ns``): ``saving_ns`` never
     #: exceeds it; None where no bound was computed (a saved diagnosis from before it).
     removed_ns: int | None = None
+    #: "step" when the trace has steps; "window" when it has none: the whole window is replayed
+    #: as one, nothing is called a step and nothing is extrapolated per day.
+    unit: str = "step"
 
     @property
     def faster_pct(self) -> float:
@@ -93,7 +96,9 @@ class Replayer:
         if not per_rank or not measured:
             return None
         pooled = np.concatenate(per_rank)
-        step_ns = float(np.mean([m.mean() for m in measured]))
+        # The measured step is the median step (the first one starts at its first device work,
+        # not where the host began it, so a mean would understate it): the step table's.
+        step_ns = float(np.median([np.median(m) for m in measured]))
         saving = float(np.mean([s.mean() for s in per_rank]))
         total = round(float(pooled.sum()))
         note = None
@@ -125,4 +130,5 @@ class Replayer:
             steps=max(int(m.size) for m in measured),
             note=note,
             removed_ns=removed,
+            unit="step" if any(g.trace.steps for g in self.graphs) else "window",
         )

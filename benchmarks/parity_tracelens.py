@@ -86,7 +86,8 @@ def main() -> int:
         )
     verdict = "agree" if worst <= TOLERANCE_PP else "DISAGREE"
     print(
-        f"\nlargest difference on TraceLens's window: {worst:.2f} pp ({verdict}, bar {TOLERANCE_PP})"
+        f"\nlargest difference on TraceLens's window: {worst:.2f} pp"
+        f" ({verdict}, bar {TOLERANCE_PP})"
     )
     return 0 if worst <= TOLERANCE_PP else 1
 

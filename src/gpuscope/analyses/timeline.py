@@ -551,24 +551,24 @@ def _kernel_cycles(work: DeviceWork) -> list[StepStat]:
     ]
 
 
-#: The device waits between iterations: the idle time before a cycle's first kernel is at
-#: least this many times the typical idle time before the others, and at least BOUNDARY_MIN_NS.
+#: The device waits between iterations: the mean idle time before a cycle's first kernel is at
+#: least this many times the mean idle time before the others.
 BOUNDARY_RATIO = 4.0
-BOUNDARY_MIN_NS = 50_000
 
 
 def _waits_between(idle_before: NDArray[np.float64], period: int, phase: int) -> bool:
     """Whether the cycles are iterations rather than layers: between iterations the device
     waits for the host (the next batch, the optimizer's sync, the next request), so the idle
-    time before each cycle's first kernel stands out (:data:`BOUNDARY_RATIO`); the layers of one
-    forward pass repeat the same kernels too, with nothing between them but launch latency."""
+    time before each cycle's first kernel stands out on average (:data:`BOUNDARY_RATIO`); the
+    layers of one forward pass repeat the same kernels too, with nothing between them but the
+    launch latency every kernel waits."""
     at = np.arange(idle_before.size) % period == phase
     at[0] = False  # before the first kernel: whatever preceded the trace
     if not at.any():
         return False
-    boundary = float(np.median(idle_before[at]))
-    inside = float(np.median(idle_before[~at])) if (~at).any() else 0.0
-    return boundary >= max(BOUNDARY_RATIO * inside, BOUNDARY_MIN_NS)
+    boundary = float(np.mean(idle_before[at]))
+    inside = float(np.mean(idle_before[~at])) if (~at).any() else 0.0
+    return boundary > 0 and boundary >= BOUNDARY_RATIO * inside
 
 
 def _cycle_length(ids: NDArray[np.int32]) -> int | None:

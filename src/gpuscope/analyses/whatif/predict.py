@@ -72,6 +72,7 @@ class Replayer:
         if not causes or not self.graphs:
             return None
         per_rank: list[NDArray[np.float64]] = []
+        predicted: list[NDArray[np.float64]] = []  # per rank: each step's time with the fix
         skip = self.stragglers if "straggler" in causes else set()
         waiting_removed = 0
         removed = 0
@@ -85,6 +86,7 @@ class Replayer:
             if after.size != self.baseline[i].size or i in skip:
                 continue
             per_rank.append(self.baseline[i] - after)
+            predicted.append(self.measured[i] - per_rank[-1])
             removed += removed_ns(g, edit)
             if "straggler" in causes:
                 waiting_removed += int(
@@ -93,13 +95,16 @@ class Replayer:
             elif "collective_wait" in causes:
                 waiting_removed += int(_step_part(g, inputs.collective_rows, inputs.wait_ns))
         measured = [m for m in self.measured if m.size]
-        if not per_rank or not measured:
+        if not per_rank or not measured or not any(p.size for p in predicted):
             return None
         pooled = np.concatenate(per_rank)
-        # The measured step is the median step (the first one starts at its first device work,
-        # not where the host began it, so a mean would understate it): the step table's.
+        # One step everywhere: the measured step is the median step, as in the step table (the
+        # first step's device time starts at its first work, not where the host began it, so a
+        # mean would understate it), and the predicted one the median of the steps with the fix
+        # applied; the saving is their difference.
         step_ns = float(np.median([np.median(m) for m in measured]))
-        saving = float(np.mean([s.mean() for s in per_rank]))
+        fixed_ns = float(np.median([np.median(p) for p in predicted if p.size]))
+        saving = step_ns - fixed_ns
         total = round(float(pooled.sum()))
         note = None
         if waiting_removed and len(causes) == 1:

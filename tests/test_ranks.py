@@ -72,7 +72,16 @@ def _plain(path: Path) -> dict[str, Any]:
         [iv for iv, c, e in zip(ns, is_comm, work, strict=True) if not c and e["cat"] == "kernel"]
     )
     busy = _union(ns)
-    span = max(end for _, end in ns) - min(start for start, _ in ns)
+    # The profiled window: the ProfilerStep ranges (where the host began the first step, to
+    # the later of the last one's end and its device work's), widened to the device work.
+    steps = [
+        (round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and str(e.get("name", "")).startswith("ProfilerStep#")
+        and e.get("cat") != "gpu_user_annotation"
+    ]
+    span = max(end for _, end in ns + steps) - min(start for start, _ in ns + steps)
     return {
         "rank": doc["distributedInfo"]["rank"],
         "span_ns": span,
@@ -176,14 +185,14 @@ def test_dlrm_json_and_terminal_show_the_rank_section() -> None:
     render(d, console)
     text = console.export_text()
     assert "Ranks" in text and "straggler: rank 7" in text
-    # Rank 1 is "busy" 65.7% of its span, 59.3% of it spinning inside collectives waiting for
-    # rank 7, the straggler, which works most (busy less waiting: 10.3%).
+    # Rank 1 is "busy" 61.9% of its profiled step, 55.9% of it spinning inside collectives
+    # waiting for rank 7, the straggler, which works most (busy less waiting: 9.0%).
     line = " ".join(text.split())
     assert (
-        "rank 1 is the most busy (65.7%) but waits inside collectives for 59.3% of its time" in line
+        "rank 1 is the most busy (61.9%) but waits inside collectives for 55.9% of its time" in line
     )
-    assert "most working: rank 7 (10.3% busy outside such waits)" in line
-    assert "least busy rank 7 (24.2%)" in line
+    assert "most working: rank 7 (9.0% busy outside such waits)" in line
+    assert "least busy rank 7 (21.3%)" in line
 
 
 def test_one_rank_of_eight_is_analysed_and_says_so(tmp_path: Path) -> None:

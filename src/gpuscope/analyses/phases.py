@@ -189,11 +189,12 @@ _TORCHSCRIPT_FALLBACK = "fallback_function"
 _DECORATION = re.compile(r"\s+\([^()]*\)$")
 _QUALIFIER = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*$)")
 #: User ranges (``record_function``, NVTX) whose name says they are one-time set-up: warm-up
-#: iterations, compilation, initialisation (``MPI_Init``, ``model setup``). Whole words only,
-#: ``_`` and case aside, so ``init_hidden`` or ``reinitialize_weights`` do not count.
+#: iterations, compilation, initialisation (``MPI_Init``, ``model setup``). Whole words only
+#: (case aside); an ``init`` word must end the name or a phrase (``MPI_Init``, ``init model``),
+#: so ``init_hidden`` or ``reinitialize_weights`` do not count.
 _SETUP_RANGE = re.compile(
-    r"(?i)(?:^|[\W_])(?:warm[\W_]?ups?|warming|compil(?:e|ing|ation)|init|initiali[sz](?:e|ation)"
-    r"|set[\W_]?up|startup|start[\W_]up)(?:$|[\W_])"
+    r"(?i)(?:^|[\W_])(?:warm[\W_]?ups?|warming|compil(?:e|ing|ation))(?:$|[\W_])"
+    r"|(?:^|[\W_])(?:init|initiali[sz](?:e|ation)|set[\W_]?up|startup|start[\W_]up)(?:$|[^\w])"
 )
 _SETUP_RANGE_KIND = re.compile(r"(?i)compil")
 

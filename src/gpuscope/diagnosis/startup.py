@@ -10,11 +10,12 @@ the steady state instead. Pure.
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 from msgspec.structs import replace
 
 from gpuscope.analyses.attribution import Cause, KindStat, LocationStat, claim_startup
 from gpuscope.analyses.host import HostIndex
-from gpuscope.analyses.intervals import clip, gaps
+from gpuscope.analyses.intervals import clip, gaps, union
 from gpuscope.analyses.phases import KIND_WORDS, Phase, SteadyWindow, WarmupKind
 from gpuscope.analyses.timeline import device_work
 from gpuscope.diagnosis.findings import Finding, Verdict
@@ -83,10 +84,11 @@ class StartupEvidence(msgspec.Struct, frozen=True):
     """What was left out of one trace: its device idle time per kind of start-up."""
 
     window: SteadyWindow
-    excluded_ns: int  # from the first device work to the steady state's start
+    excluded_ns: int  # the profiled window's time before the steady state, and after it
     idle_ns: int  # device idle time in that stretch, summed over devices
     kinds: list[KindStat]
     devices: int
+    teardown_ns: int = 0  # of ``excluded_ns``: the profiled window's time after the steady state
 
 
 def startup_evidence(
@@ -96,17 +98,23 @@ def startup_evidence(
     window: SteadyWindow,
     profiled: tuple[int, int] | None = None,
 ) -> StartupEvidence:
-    """What was left out before ``window``, from the start of the profiled window (the
-    trace's steps or span, ``profiled``; else the first device work)."""
+    """What was left out before ``window`` (from the start of the profiled window: the
+    trace's steps or span, ``profiled``; else the first device work) and after it (teardown,
+    to the profiled window's end)."""
     idle_ns = 0
     by_kind: dict[WarmupKind, tuple[int, str | None]] = {}
-    first = window.start_ns
+    first, last = window.start_ns, window.end_ns
     devices = trace.device_ids
     for device in devices:
         work = device_work(trace, device, profiled)
-        lo = work.span_start_ns
-        first = min(first, lo)
-        idle = clip(gaps(work.busy, lo, work.span_end_ns), lo, window.start_ns)
+        lo, hi = work.span_start_ns, work.span_end_ns
+        first, last = min(first, lo), max(last, hi)
+        every = gaps(work.busy, lo, hi)
+        before, after = clip(every, lo, window.start_ns), clip(every, window.end_ns, hi)
+        idle = union(
+            np.concatenate([before.start_ns, after.start_ns]),
+            np.concatenate([before.end_ns, after.end_ns]),
+        )
         idle_ns += idle.total_ns
         _, _, kinds = claim_startup(idle, host, phases)
         for k in kinds:
@@ -114,7 +122,10 @@ def startup_evidence(
             by_kind[k.kind] = (ns + k.lost_ns, where or k.location)
     kinds = [KindStat(kind, ns, where) for kind, (ns, where) in by_kind.items()]
     kinds.sort(key=lambda k: -k.lost_ns)
-    return StartupEvidence(window, window.start_ns - first, idle_ns, kinds, max(len(devices), 1))
+    left_out = window.start_ns - first + last - window.end_ns
+    return StartupEvidence(
+        window, left_out, idle_ns, kinds, max(len(devices), 1), last - window.end_ns
+    )
 
 
 def window_of(found: list[StartupEvidence]) -> Window | None:
@@ -158,7 +169,7 @@ def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Findi
         KindStat(kind, int(v[0] or 0), v[1] if isinstance(v[1], str) else None) for kind, v in kinds
     ]
     evidence = [
-        f"the first {_seconds(excluded)} of device time is start-up, left out of the window;"
+        f"{_seconds(excluded)} of the profiled window is start-up or teardown, left out;"
         f" the device idles {idle / 1e6:,.2f} ms of it"
     ]
     evidence += [
@@ -210,12 +221,13 @@ def revise(
     warm_ns = sum(k.lost_ns for k in kinds_in_window)
     idle_ns = verdict.idle_pct / 100.0 * steady_span_ns
     if startup:
-        excluded = sum(e.excluded_ns for e in startup) / len(startup)
+        teardown = sum(e.teardown_ns for e in startup) / len(startup)
+        excluded = sum(e.excluded_ns for e in startup) / len(startup) - teardown
         kinds = sorted((k for e in startup for k in e.kinds), key=lambda k: -k.lost_ns)
-        summary = (
-            f"the first {_seconds(excluded)} is start-up ({_words(kinds)}): left out;"
-            f" steady state: {summary}"
-        )
+        edges = f"the first {_seconds(excluded)} is start-up" if excluded > 0 else ""
+        if teardown > 0:
+            edges += (" and " if edges else "") + f"the last {_seconds(teardown)} teardown"
+        summary = f"{edges} ({_words(kinds)}): left out; steady state: {summary}"
         revised.insert(0, excluded_finding(startup, steady_span_ns))
     elif whole and warm_ns:
         words = _words(sorted(kinds_in_window, key=lambda k: -k.lost_ns))

@@ -130,5 +130,5 @@ def test_annotate_never_writes_over_its_input(tmp_path: Path) -> None:
     slow_loader_trace(steps=2).write(path)
     before = path.read_bytes()
     result = CliRunner().invoke(main, ["annotate", str(path), "-o", str(path)])
-    assert result.exit_code == 2 and "is the input trace" in result.output
+    assert result.exit_code == 2 and "is one of the command's inputs" in result.output
     assert path.read_bytes() == before

@@ -300,7 +300,7 @@ def test_a_write_that_fails_leaves_the_old_file_whole(
 
     monkeypatch.setattr(_files.os, "replace", full_disk)
     with pytest.raises(InputError, match="No space left"):
-        _files.atomic_write(out, b"x" * 1000)
+        _files.write_output(out, b"x" * 1000)
     assert out.read_bytes() == b"the old report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no temporary left
 
@@ -309,7 +309,7 @@ def test_an_atomic_write_replaces_and_keeps_the_mode(tmp_path: Path) -> None:
     out = tmp_path / "out.html"
     out.write_bytes(b"old")
     out.chmod(0o640)
-    _files.atomic_write(out, b"new")
+    _files.write_output(out, b"new")
     assert out.read_bytes() == b"new"
     assert out.stat().st_mode & 0o777 == 0o640
 

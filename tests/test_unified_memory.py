@@ -64,7 +64,7 @@ def test_uvm_softmax_without_its_scheduling_trace_is_honestly_unknown(tmp_path: 
         db.execute("DROP TABLE SCHED_EVENTS")
         db.execute("DROP TABLE COMPOSITE_EVENTS")
     d = diagnose(load(path))
-    assert [f.cause for f in d.findings if f.pattern != "startup"][0] == "unknown"
+    assert next(f.cause for f in d.findings if f.pattern != "startup") == "unknown"
     assert lost(d, "cpu_other") == 0
 
 

@@ -20,7 +20,7 @@ import msgspec
 
 from gpuscope.classify import DATA
 
-SOURCES = ("idle", "timeline", "measured", "category")
+SOURCES = ("idle", "timeline", "measured", "memory", "category")
 ICSE_CATEGORIES = ("data", "model", "job", "library")
 _COLOUR = re.compile(r"^#[0-9a-f]{6}$")
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

@@ -49,6 +49,12 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.ClickException as error:
+            # A usage error quotes what was typed (a path, a value): through the one sanitiser.
+            from gpuscope.sanitise import printable
+
+            error.message = printable(error.message, limit=4000)  # type: ignore[misc]
+            raise
         except BrokenPipeError:
             # The reader took what it wanted and left (`gpuscope diagnose X | head -1`): that is
             # a success. Later writes and the final flush go to /dev/null instead of failing.

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import msgspec
 
 from gpuscope import causes
-from gpuscope._files import atomic_write
+from gpuscope._files import write_output
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -387,7 +387,7 @@ def write(table: FleetTable, path: str | Path) -> None:
         }
         # allow_nan=False: a NaN that slipped through fails here, not in a reader of the file.
         text = json.dumps(doc, indent=1, allow_nan=False)
-        atomic_write(path, (text + "\n").encode())
+        write_output(path, (text + "\n").encode())
         return
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
     import pyarrow.parquet as pq  # type: ignore[import-untyped]  # noqa: PLC0415
@@ -399,7 +399,7 @@ def write(table: FleetTable, path: str | Path) -> None:
         columns = {f.name: [getattr(r, f.name) for r in rows] for f in msgspec.structs.fields(cls)}
         sink = pa.BufferOutputStream()  # in memory, then replaced in one step: a job killed
         pq.write_table(pa.table(columns, schema=_arrow_schema(cls)), sink)  # mid-write keeps
-        atomic_write(target, sink.getvalue().to_pybytes())  # the table it had
+        write_output(target, sink.getvalue().to_pybytes())  # the table it had
 
 
 def _arrow_schema(cls: type) -> Any:
@@ -464,6 +464,30 @@ def pending(inputs: Sequence[str], stored: FleetTable) -> list[str]:
         if mtime is None or (path, size, mtime) not in have:  # URLs are always read again
             todo.append(path)
     return todo
+
+
+def store(fresh: FleetTable, path: str | Path) -> None:
+    """Merge ``fresh`` into the table at ``path``, read again and written under an exclusive lock
+    on its folder: two ``fleet --out`` runs into one table that finish together each keep the
+    other's jobs (the later one waits for the earlier one's write, then reads it)."""
+    with _folder_locked(Path(path).parent):
+        write(merge(read(path), fresh), path)
+
+
+@contextmanager
+def _folder_locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` itself (no lock file is left beside the table)."""
+    import fcntl  # noqa: PLC0415  (POSIX only; the rest of the module is not)
+
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as error:
+        raise InputError(folder, f"cannot be opened ({error.strerror or error})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def merge(stored: FleetTable, fresh: FleetTable) -> FleetTable:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from gpuscope._files import note_input_path
+from gpuscope._files import is_input, note_input_path
 from gpuscope.analyses.diff import RunSummary
 from gpuscope.errors import InputError
 
@@ -101,6 +102,7 @@ class History:
         self.path = path or default_path()
         #: Rows that did not decode, skipped by :meth:`runs`.
         self.skipped = 0
+        _refuse_odd(self.path, writing=not readonly)
         note_input_path(self.path)  # no command's output may be written over the history
         try:
             if readonly:
@@ -269,12 +271,35 @@ def _locked_or(error: sqlite3.Error, otherwise: str) -> str:
     return f"{otherwise} ({error})"
 
 
+def _refuse_odd(path: Path, *, writing: bool) -> None:
+    """A history is a regular file (or none yet): a FIFO would block every command that reads
+    it, a device or a folder is no database; and a run is never saved into a file the command
+    read (``GPUSCOPE_HISTORY`` naming the trace being diagnosed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        why = getattr(error, "strerror", None) or error
+        raise InputError(path, f"cannot be opened ({why})") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(
+            path, f"is not a regular file: {ENV_VAR} must name a history database (or none yet)"
+        )
+    if writing and is_input(path):
+        raise InputError(path, f"is one of the command's inputs, not a history ({ENV_VAR})")
+
+
 def _open_readonly(path: Path) -> sqlite3.Connection:
-    """Open for reading only, writing nothing (no WAL switch, no migration, no lock files where
-    the folder is read-only: then the file is read as immutable)."""
+    """Open for reading only, writing nothing: no WAL switch, no migration, and no ``-wal`` or
+    ``-shm`` file made beside it. Without a ``-wal`` file no writer is in the middle of a
+    transaction, so the file is read as immutable (SQLite then makes no lock files); with one, it
+    is opened read-only (the files are there already). Where the folder is read-only, immutable."""
     if not path.exists():
         return sqlite3.connect(":memory:")
     uri = f"file:{quote(str(path.resolve()))}"
+    if not Path(f"{path.resolve()}-wal").exists():
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True)
     try:
         db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
         db.execute("PRAGMA user_version").fetchone()

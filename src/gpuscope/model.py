@@ -358,6 +358,9 @@ class Trace(msgspec.Struct):
     steps: list[Step]
     warnings: list[str] = msgspec.field(default_factory=list)
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: The allocator's events the trace records (Kineto ``[memory]``, Nsight Systems memory
+    #: usage), None when it records none.
+    memory: MemoryEvents | None = None
 
     def name(self, row: int) -> str:
         return self.names[int(self.events.name_id[row])]
@@ -444,11 +447,13 @@ class Job(msgspec.Struct):
     counters: list[KernelCounters] = msgspec.field(default_factory=list)
     samples: list[SampleSet] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)  # warnings about the job as a whole
+    memory: list[MemoryRecord] = msgspec.field(default_factory=list)  # allocator snapshots
 
     @property
     def warnings(self) -> list[str]:
         found = list(self.notes)
         found += [w for t in self.traces for w in t.warnings]
+        found += [w for m in self.memory for w in m.warnings]
         found += [w for c in self.counters for w in c.warnings]
         found += [w for s in self.samples for w in s.warnings]
         return found
@@ -462,4 +467,122 @@ class Job(msgspec.Struct):
             traces=traces,
             counters=[c for p in parts for c in p.counters],
             samples=[s for p in parts for s in p.samples],
+            memory=[m for p in parts for m in p.memory],
         )
+
+
+# --- device memory: the caching allocator's events and state ------------------------------------
+
+
+class MemoryAction(IntEnum):
+    """What one allocator event did (PyTorch's ``TraceEntry`` actions), as ``uint8``."""
+
+    ALLOC = 0  # a tensor's block handed out
+    FREE_REQUESTED = 1  # freed by the program; held until the streams that used it are done
+    FREE_COMPLETED = 2  # back in the allocator's cache
+    SEGMENT_ALLOC = 3  # cudaMalloc: reserved memory grows
+    SEGMENT_FREE = 4  # cudaFree: reserved memory shrinks
+    SEGMENT_MAP = 5  # expandable segments: pages mapped
+    SEGMENT_UNMAP = 6
+    OOM = 7  # a request that failed: ``size_bytes`` asked, ``address`` the device's free bytes
+    SNAPSHOT = 8  # the moment a snapshot was taken
+
+
+class BlockState(IntEnum):
+    ALLOCATED = 0  # "active_allocated"
+    PENDING_FREE = 1  # "active_pending_free": freed, waiting for its streams
+    INACTIVE = 2  # cached, free
+
+
+class MemoryFrame(msgspec.Struct, frozen=True):
+    file: str
+    line: int
+    function: str
+
+
+class MemoryEvents(msgspec.Struct, dict=True):
+    """Allocator events, one numpy array per field, in recorded order. ``stack`` indexes
+    ``MemoryRecord.stacks`` (-1: none recorded); ``tid`` is the host thread (-1: not recorded);
+    ``allocated_bytes``/``reserved_bytes`` are the totals after the event when the format
+    records them (Kineto, Nsight Systems), else -1. Times are ns on the source's clock, -1 when
+    not recorded."""
+
+    action: NDArray[np.uint8]
+    device: NDArray[np.int32]
+    address: I64
+    size_bytes: I64
+    stream: I64
+    time_ns: I64
+    stack: NDArray[np.int32]
+    tid: I64
+    allocated_bytes: I64
+    reserved_bytes: I64
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+    @classmethod
+    def from_columns(cls, n: int, columns: dict[str, Any]) -> MemoryEvents:
+        """Events from the columns given; a column not given is "not recorded" (-1)."""
+        types: dict[str, type[np.generic]] = {f: np.int64 for f in cls.__struct_fields__}
+        types |= {"action": np.uint8, "device": np.int32, "stack": np.int32}
+        made: dict[str, Any] = {
+            name: np.asarray(columns[name], dtype=dtype)
+            if name in columns
+            else np.full(n, -1, dtype=dtype)
+            for name, dtype in types.items()
+        }
+        return cls(**made)
+
+    def take(self, rows: NDArray[np.intp] | NDArray[np.bool_]) -> MemoryEvents:
+        return MemoryEvents(**{f: getattr(self, f)[rows] for f in self.__struct_fields__})
+
+
+class MemorySegments(msgspec.Struct, dict=True):
+    """The allocator's segments (cudaMalloc'd ranges) at the snapshot, one row each."""
+
+    device: NDArray[np.int32]
+    address: I64
+    size_bytes: I64
+    stream: I64
+    expandable: NDArray[np.bool_]
+    graph_pool: NDArray[np.bool_]  # in a CUDA-graph private pool (pool id other than (0, 0))
+
+
+class MemoryBlocks(msgspec.Struct, dict=True):
+    """The blocks the segments are cut into at the snapshot: ``segment`` is the row in
+    :class:`MemorySegments`; ``state`` a :class:`BlockState`; ``stack`` as in MemoryEvents."""
+
+    segment: NDArray[np.int32]
+    address: I64
+    size_bytes: I64
+    requested_bytes: I64
+    state: NDArray[np.uint8]
+    stack: NDArray[np.int32]
+
+
+class MemoryAnnotation(msgspec.Struct, frozen=True):
+    """A user range the allocator recorded (``external_annotations``: ``Optimizer.step``...)."""
+
+    name: str
+    device: int
+    start_ns: int
+    end_ns: int  # -1: never closed
+
+
+class MemoryRecord(msgspec.Struct):
+    """One allocator snapshot (``torch.cuda.memory._snapshot()``): the segments and blocks at
+    the moment it was taken, the events recorded before it, and where each allocation came
+    from (``stacks``: frame ids, innermost first, into ``frames``)."""
+
+    source: str
+    format: str  # "torch-snapshot"
+    schema: str  # "snapshot-2.1+" (time stamps, annotations), "snapshot-old" (block histories)
+    segments: MemorySegments
+    blocks: MemoryBlocks
+    events: MemoryEvents
+    frames: list[MemoryFrame]
+    stacks: list[list[int]]
+    annotations: list[MemoryAnnotation] = msgspec.field(default_factory=list)
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)  # allocator_settings
+    warnings: list[str] = msgspec.field(default_factory=list)

@@ -106,6 +106,15 @@ PERCENT = Number(0.0, 100.0)
 GROWTH_PERCENT = Number(0.0)
 
 
+def say(message: str, *, err: bool = True) -> None:
+    """Print one line a command has to say (stderr by default), through the one sanitiser:
+    a path or a name in it cannot carry an escape sequence to the terminal
+    (:mod:`gpuscope.sanitise`)."""
+    from gpuscope.sanitise import one_line
+
+    click.echo(one_line(message), err=err)
+
+
 def input_errors_exit(func: F) -> F:
     """Turn an :class:`InputError` into one line on stderr and exit code 2."""
 
@@ -115,7 +124,7 @@ def input_errors_exit(func: F) -> F:
             return func(*args, **kwargs)
         except InputError as error:
             # One line, whatever the reason holds (an SQLite error quotes a schema's lines).
-            click.echo(f"gpuscope: error: {' '.join(str(error).split())}", err=True)
+            say(f"gpuscope: error: {error}")
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper  # type: ignore[return-value]
@@ -125,18 +134,19 @@ def missing_extra(feature: str, package: str, extra: str) -> None:
     """Say in one line that an optional dependency is missing, and exit 2."""
     from gpuscope._install import install_line
 
-    click.echo(f"gpuscope: error: {feature} needs {package}: {install_line(extra)}", err=True)
+    say(f"gpuscope: error: {feature} needs {package}: {install_line(extra)}")
     sys.exit(EXIT_BAD_INPUT)
 
 
 def write_output(
     path: Path, data: bytes | Iterable[bytes], *, inputs: tuple[Path, ...] = ()
 ) -> None:
-    """Write an output file atomically, never over a file the command read (nor ``inputs``);
-    a path that cannot be written is bad input (exit 2), not a crash (see ``gpuscope._files``)."""
-    from gpuscope._files import atomic_write
+    """Write an output file (atomically; a device or FIFO written through), never over a file
+    the command read (nor ``inputs``); a path that cannot be written is bad input (exit 2), not
+    a crash (see ``gpuscope._files``)."""
+    from gpuscope._files import write_output as write
 
-    atomic_write(path, data, extra_inputs=inputs)
+    write(path, data, extra_inputs=inputs)
 
 
 def write_json(json_out: Path, document: bytes, *, inputs: tuple[Path, ...] = ()) -> bool:
@@ -156,7 +166,9 @@ def show(renderer: Renderer[S], subject: S, *, all_devices: bool = False) -> Non
     have printed to it; a reader that leaves early (``| head -1``) is a success, as there."""
     from gpuscope.render import console
     from gpuscope.render.base import RenderOptions
+    from gpuscope.sanitise import sanitised
 
+    subject = sanitised(subject)  # names, paths and labels from outside: no escape sequences
     out = console()
     options = RenderOptions(
         width=out.width,

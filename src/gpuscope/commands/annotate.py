@@ -12,6 +12,7 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     prefetched,
+    say,
     write_output,
 )
 from gpuscope.errors import InputError, UnknownFormatError
@@ -59,7 +60,7 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
             if compress:
                 data = gzip.compress(data, compresslevel=6, mtime=0)
             write_output(target, data)
-        click.echo(f"wrote {target}", err=True)
+        say(f"wrote {target}")
 
 
 def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
@@ -75,7 +76,7 @@ def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
 
 
 def _targets(path: Path, output: Path, sources: list[str]) -> dict[str, Path]:
-    """Where each trace's annotated copy goes; never over an input."""
+    """Where each trace's annotated copy goes (never over an input: the write refuses it)."""
     if path.is_dir():
         try:
             output.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,4 @@ def _targets(path: Path, output: Path, sources: list[str]) -> dict[str, Path]:
         targets = {s: output / Path(s).name for s in sources}
     else:
         targets = {sources[0]: output}
-    for source, target in targets.items():
-        if target.exists() and target.resolve() == Path(source).resolve():
-            raise click.UsageError(f"{target} is the input trace: write the copy elsewhere")
     return targets

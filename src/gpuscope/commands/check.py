@@ -19,6 +19,7 @@ from gpuscope.commands._common import (
     PRICE,
     input_errors_exit,
     max_memory_option,
+    say,
 )
 
 #: The evidence cannot decide a bound yet: more steps would (distinct from a broken bound).
@@ -81,16 +82,14 @@ def check(
     if outcome.unavailable:
         _bad_input(f"{name}: {outcome.unavailable[0]}")
     if outcome.reasons:
-        click.echo(f"gpuscope: check failed: {name}: {'; '.join(outcome.reasons)}", err=True)
+        say(f"gpuscope: check failed: {name}: {'; '.join(outcome.reasons)}")
         sys.exit(EXIT_CHECK_FAILED)
     if outcome.inconclusive:
-        click.echo(
-            f"gpuscope: check inconclusive: {name}: {'; '.join(outcome.inconclusive)}", err=True
-        )
+        say(f"gpuscope: check inconclusive: {name}: {'; '.join(outcome.inconclusive)}")
         sys.exit(EXIT_INCONCLUSIVE)
-    click.echo(f"gpuscope: check passed: {name}: {'; '.join(outcome.passed)}")
+    say(f"gpuscope: check passed: {name}: {'; '.join(outcome.passed)}", err=False)
 
 
 def _bad_input(message: str) -> NoReturn:
-    click.echo(f"gpuscope: error: {message}", err=True)
+    say(f"gpuscope: error: {message}")
     sys.exit(EXIT_BAD_INPUT)

@@ -13,6 +13,7 @@ from gpuscope.commands._common import (
     max_memory_option,
     prefetched,
     rendered,
+    say,
     show,
     whole_option,
     write_json,
@@ -85,7 +86,8 @@ def demo(json_out: Path | None) -> None:
 
     example = resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
     with resources.as_file(example) as path:
-        click.echo(f"Example trace: {path}\n", err=True)
+        say(f"Example trace: {path}")
+        click.echo(err=True)
         run_diagnose(path, json_out)
 
 
@@ -128,4 +130,4 @@ def run_diagnose(
         from gpuscope.commands.history import save_run
 
         run_id = save_run(summarize(result), path, label)
-        click.echo(f"gpuscope: saved as run {run_id}", err=True)
+        say(f"gpuscope: saved as run {run_id}")

@@ -16,6 +16,7 @@ from gpuscope.commands._common import (
     input_errors_exit,
     max_memory_option,
     rendered,
+    say,
     show,
     whole_option,
     write_json,
@@ -100,9 +101,8 @@ def summary_of(
 
     result = diagnosis_of(path, gpu_hour_usd, whole)
     if result.window is not None:
-        click.echo(
+        say(
             f"gpuscope: {path}: start-up left out, its steady state compared"
-            " (--whole compares everything)",
-            err=True,
+            " (--whole compares everything)"
         )
     return summarize(result), str(path)

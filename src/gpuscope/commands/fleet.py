@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, missing_extra
+from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, missing_extra, say
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
@@ -54,13 +54,12 @@ def fleet(
     wanted = lib.expand(inputs)
     todo = lib.pending(wanted, stored)
     fresh = _run(todo, lib.Engine(engine, workers, ray_address), gpu_hour_usd)
-    lib.write(lib.merge(stored, fresh), out)
+    lib.store(fresh, out)  # merged with the table as it is now (another run may have written)
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)
-    click.echo(
+    say(
         f"wrote {out}: {plural(len(fresh.jobs), 'job')} diagnosed ({failed} failed),"
-        f" {skipped} already there",
-        err=True,
+        f" {skipped} already there"
     )
     if as_json:
         click.echo(json.dumps([msgspec.structs.asdict(j) for j in fresh.jobs], indent=1))
@@ -87,7 +86,7 @@ def _run(todo: list[str], engine: Engine, usd: float | None) -> FleetTable:
 
 @click.command("fleet-report")
 @click.argument("table", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML file.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="HTML file.")
 @click.option("--worst", type=click.IntRange(min=1), default=10, show_default=True)
 @input_errors_exit
 def fleet_report(table: Path, output: Path | None, worst: int) -> None:
@@ -98,11 +97,11 @@ def fleet_report(table: Path, output: Path | None, worst: int) -> None:
     from gpuscope.render.base import FleetHtml, FleetTerminal
 
     if not table.exists():
-        click.echo(f"gpuscope: error: {table}: no such file", err=True)
+        say(f"gpuscope: error: {table}: no such file")
         sys.exit(EXIT_BAD_INPUT)
     summary = lib.summarize(lib.read(table), worst=worst)
     show(FleetTerminal(), summary)
     if output is not None:
         page = rendered(FleetHtml(), summary)
         write_output(output, page, inputs=(table,))
-        click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)
+        say(f"wrote {output} ({len(page) / 1e6:.1f} MB)")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, rendered, show, write_json
+from gpuscope.commands._common import input_errors_exit, rendered, say, show, write_json
 
 if TYPE_CHECKING:
     from gpuscope.analyses.diff import RunSummary
@@ -40,10 +40,7 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
         runs = store.runs(label=label, limit=limit)
         path = store.path
     if store.skipped:
-        click.echo(
-            f"gpuscope: warning: {path}: skipped {store.skipped} saved run(s) that do not decode",
-            err=True,
-        )
+        say(f"gpuscope: warning: {path}: skipped {store.skipped} saved run(s) that do not decode")
     if metric and runs and all(metric not in metric_names(r.summary) for r in runs):
         known = ", ".join(all_metric_names())
         raise InputError(path, f"no run has the metric {metric!r}; known: {known}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, Number, input_errors_exit, missing_extra
+from gpuscope.commands._common import EXIT_BAD_INPUT, Number, input_errors_exit, missing_extra, say
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
@@ -78,10 +78,9 @@ def profile(
         _fail(missing)
     devices = ", ".join(facts.devices) if facts.cuda else "no CUDA device: CPU only"
     what = f"{seconds:g} s of steps" if seconds else plural(steps, "step")
-    click.echo(
+    say(
         f"gpuscope: profiling {' '.join(command)}: skip {plural(warmup, 'step')}, record {what}"
-        f" (torch {facts.torch_version}; {devices}) -> {out}",
-        err=True,
+        f" (torch {facts.torch_version}; {devices}) -> {out}"
     )
     result = capture.run_script(command, out, options)
     _report(result)
@@ -90,7 +89,7 @@ def profile(
         problem = _diagnose(result, json_out, save or label is not None, label)
     if result.script_error or result.exit_code:
         if problem:
-            click.echo(f"gpuscope: {problem}", err=True)
+            say(f"gpuscope: {problem}")
         said = (result.script_error or "").strip()
         if said and "\n" not in said:  # raise SystemExit("message"): its words, not "see above"
             _fail(f"the script failed (exit status {result.exit_code}): {said}")
@@ -101,14 +100,16 @@ def profile(
 
 def _report(result: CaptureResult) -> None:
     if result.script_error:
-        click.echo(result.script_error, err=True, nl=False)
-    click.echo(f"gpuscope: {plural(result.steps_seen, 'step')} seen in the script", err=True)
+        from gpuscope.sanitise import printable
+
+        click.echo(printable(result.script_error, limit=100_000), err=True, nl=False)
+    say(f"gpuscope: {plural(result.steps_seen, 'step')} seen in the script")
     if result.recorded:
-        click.echo(f"gpuscope: recorded: {', '.join(result.recorded)}", err=True)
+        say(f"gpuscope: recorded: {', '.join(result.recorded)}")
     for missing in result.not_recorded:
-        click.echo(f"gpuscope: not recorded: {missing}", err=True)
+        say(f"gpuscope: not recorded: {missing}")
     for path in result.traces:
-        click.echo(f"gpuscope: trace written: {path}", err=True)
+        say(f"gpuscope: trace written: {path}")
 
 
 def _diagnose(
@@ -129,5 +130,5 @@ def _diagnose(
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"gpuscope: error: {message}", err=True)
+    say(f"gpuscope: error: {message}")
     sys.exit(EXIT_BAD_INPUT)

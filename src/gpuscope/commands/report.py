@@ -14,6 +14,7 @@ from gpuscope.commands._common import (
     max_memory_option,
     prefetched,
     rendered,
+    say,
     whole_option,
     write_output,
 )
@@ -30,7 +31,7 @@ from gpuscope.commands._common import (
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=Path("report.html"),
     show_default=True,
     help="The HTML file to write.",
@@ -79,4 +80,4 @@ def report(
         change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
         page = rendered(base.DiffHtml(), base.Comparison(diagnoses[0], diagnoses[1], change))
     write_output(output, page)
-    click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB)", err=True)
+    say(f"wrote {output} ({len(page) / 1e6:.1f} MB)")

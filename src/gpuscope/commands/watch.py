@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number
+from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number, say
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -68,12 +68,12 @@ def watch(
         try:  # a bad address is said before NVML loads: it is the user's to fix either way
             listen_address(bind, port)
         except ServeError as error:
-            click.echo(f"gpuscope: error: {error}", err=True)
+            say(f"gpuscope: error: {error}")
             sys.exit(EXIT_BAD_INPUT)
     try:
         nvml = load_nvml()
     except NvmlUnavailableError as error:
-        click.echo(f"gpuscope: error: {error}", err=True)
+        say(f"gpuscope: error: {error}")
         sys.exit(EXIT_BAD_INPUT)
     sampler = Sampler(nvml)
     tracker = IdleTracker(idle_threshold_pct, idle_after_s)
@@ -81,12 +81,12 @@ def watch(
         server = MetricsServer(port, bind) if port is not None else None
     except ServeError as error:
         nvml.nvmlShutdown()
-        click.echo(f"gpuscope: error: {error}", err=True)
+        say(f"gpuscope: error: {error}")
         sys.exit(EXIT_BAD_INPUT)
     if server is not None:
         host = bind.strip() or "127.0.0.1"
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        click.echo(f"serving http://{host}:{server.port}/metrics", err=True)
+        say(f"serving http://{host}:{server.port}/metrics")
     try:
         _loop(sampler, tracker, server, interval, once)
     except KeyboardInterrupt:

@@ -21,6 +21,7 @@ from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_i
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
 from gpuscope.analyses.host import HostIndex, host_activity
+from gpuscope.analyses.memory import MemoryReport
 from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
 from gpuscope.analyses.phases import (
     Phase,
@@ -133,10 +134,16 @@ class Diagnosis(msgspec.Struct, frozen=True):
     #: of span when there are no steps) and per device: what a diff compares.
     kernel_unit: str = "s"
     kernel_ns: dict[str, float] = msgspec.field(default_factory=dict)
+    #: What holds each GPU's memory (allocator snapshots, or a trace's memory events).
+    memory: list[MemoryReport] = msgspec.field(default_factory=list)
 
 
 def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
     options = options or Options()
+    if job.memory and not (job.traces or job.counters or job.samples):
+        from gpuscope.diagnosis.memory import diagnose_memory  # noqa: PLC0415
+
+        return diagnose_memory(job, options)
     if job.counters or job.samples:
         # Kernel counters (ncu) and sampled utilisation: their modules load only when needed.
         from gpuscope.diagnosis.measured import diagnose_measured  # noqa: PLC0415

@@ -81,6 +81,9 @@ class Finding(msgspec.Struct, frozen=True):
     #: Where its figures come from: "timeline", or the samples or counters that measured it
     #: ("nvml-samples", "ncu", ...).
     measured_from: str = "timeline"
+    #: A memory finding (no time lost): the bytes it concerns, and the peak after its fix.
+    memory_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
 
 
 class Verdict(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ import msgspec
 import numpy as np
 
 import gpuscope.diagnosis as _diagnosis
+from gpuscope._files import note_input_path
 from gpuscope._sniff import DIAGNOSIS_SCHEMA, is_saved_diagnosis
 from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
 from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
@@ -90,6 +91,7 @@ def is_saved(path: str | Path) -> bool:
 
 def read(path: str | Path) -> Diagnosis:
     """The diagnosis saved in ``path`` (see :func:`is_saved`)."""
+    note_input_path(path)  # no output of the command may overwrite it
     try:
         document = msgspec.json.decode(Path(path).read_bytes())
     except (OSError, msgspec.DecodeError) as error:

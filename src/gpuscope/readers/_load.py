@@ -80,6 +80,7 @@ READERS: list[Reader] = [
         _lazy("samples", "reject_counter_list"),
     ),
     Reader("prometheus", _lazy("samples", "looks_like_prometheus"), _sampled("read_prometheus")),
+    Reader("torch-snapshot", _lazy("snapshot", "looks_like_snapshot"), _lazy("snapshot", "read")),
 ]
 
 

@@ -18,6 +18,7 @@ from msgspec.structs import asdict
 from gpuscope import __version__
 from gpuscope.analyses.bounds import Bound, RooflinePoint
 from gpuscope.analyses.counters import CounterStat, CounterSummary
+from gpuscope.analyses.memory import CATEGORIES, MemoryReport
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.analyses.whatif import Prediction
@@ -45,6 +46,8 @@ def to_document(diagnosis: Diagnosis) -> dict[str, Any]:
         "warnings": list(diagnosis.warnings),
         # The steady state analysed when start-up was left out; null: the whole trace.
         "window": msgspec.to_builtins(diagnosis.window),
+        # What holds each GPU's memory (docs/json.md, "memory"); [] without allocator records.
+        "memory": [memory_document(m) for m in diagnosis.memory],
     }
 
 
@@ -89,6 +92,8 @@ def _finding(f: Finding) -> dict[str, Any]:
             else round(f.predicted_saving_ns_per_step)
         ),
         "prediction": _prediction(f.prediction),
+        "memory_bytes": f.memory_bytes,
+        "predicted_peak_bytes": f.predicted_peak_bytes,
     }
 
 
@@ -402,3 +407,19 @@ def _counter_stat(s: CounterStat) -> dict[str, Any]:
         "estimated_speedup_pct": _pct(s.speedup_pct),
         "rules": s.rules,
     }
+
+
+def memory_document(m: MemoryReport) -> dict[str, Any]:
+    """A memory report as plain JSON; the timeline's points as objects, categories named."""
+    document: dict[str, Any] = msgspec.to_builtins(m)
+    document["timeline"] = [
+        {
+            "time_ns": p.time_ns,
+            "event": p.event,
+            "allocated_bytes": p.allocated_bytes,
+            "reserved_bytes": p.reserved_bytes,
+            "by_category": dict(zip(CATEGORIES, p.by_category, strict=True)),
+        }
+        for p in m.timeline
+    ]
+    return document

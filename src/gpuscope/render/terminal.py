@@ -24,6 +24,7 @@ from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import plural, short_kernel_names, short_location
 from gpuscope.render import predicted, sanitised
+from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
 
@@ -69,6 +70,8 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         )
     for device in detailed:
         console.print(_device_panel(device))
+    if diagnosis.memory:
+        render_memory(diagnosis.memory, console)
     if diagnosis.sampled:
         console.print(_samples_table(diagnosis.sampled))
     for summary in diagnosis.counters:
@@ -108,7 +111,12 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
     text = Text(f"\n{predicted.findings_title(found)}\n", style="bold")
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
-        text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
+        if f.memory_bytes is not None:
+            text.append(f"  {f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the peak)")
+            if f.predicted_peak_bytes is not None:
+                text.append(f" · peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
+        else:
+            text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:
             text.append(f" · {_ms(f.lost_ns_per_step)} per step")
         money = predicted.money(f)

@@ -1,0 +1,720 @@
+"""What holds a GPU's memory: the peak, who allocated it, what the allocator keeps free, and why a
+request failed. A pure function of a :class:`~gpuscope.model.MemoryRecord` (a snapshot, or the
+allocator events a trace records) returning a :class:`MemoryReport` per device.
+
+How each figure is computed (``docs/memory.md`` says the same with its limits):
+
+* **Allocated over time** is the allocator's own count: an ``alloc`` adds its block's size, a
+  ``free_completed`` (the block back in the cache once its streams are done) takes it away; a
+  format that records the totals (Kineto's ``Total Allocated``) gives them directly. Reserved
+  memory follows the segments (``segment_alloc``/``map`` add, ``segment_free``/``unmap`` take).
+* **The baseline** (what was allocated when recording began) is never recorded: it is the
+  allocated memory at the dump (the snapshot's blocks) less the net change the events record.
+  Frees of blocks whose allocation was not recorded say that recording began mid-run (or that
+  the ring buffer dropped entries): those blocks are part of the baseline, and are counted.
+* **Who**: every block alive at the peak (recorded allocations not yet freed, blocks freed later
+  whose allocation came before recording, blocks alive at the dump and never freed) is charged
+  to the innermost frame of its stack that is the user's code (library frames: torch, other
+  installed packages, the interpreter, C++ frames are skipped), sites on nearby lines of one
+  function grouped, each with a category inferred from the phase the stack shows (optimizer
+  ``step``, ``backward``, ``forward``, ``__init__``), how long the block lives, and the pool
+  it is in; with how sure that inference is.
+* **Reserved but unallocated**: at the peak, what the allocator had reserved beyond the peak's
+  need (fragmentation that matters: reserved memory the peak could not use); at the dump, what
+  is cached after the peak's phase (up to the peak's need: harmless, it serves the next step)
+  and what is reserved beyond even that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscope.model import (
+    BlockState,
+    MemoryAction,
+    MemoryAnnotation,
+    MemoryEvents,
+    MemoryFrame,
+    MemoryRecord,
+)
+
+#: Categories of memory, in the order reports list them.
+CATEGORIES = (
+    "parameters",
+    "gradients",
+    "optimizer state",
+    "activations",
+    "temporaries",
+    "CUDA-graph pool",
+    "communication buffers",
+    "other",
+)
+#: Path parts of library code, compared in lower case with ``\\`` read as ``/``.
+_LIBRARY = (
+    "site-packages/",
+    "dist-packages/",
+    "/torch/",
+    "/lib/python",
+    "/lib/",
+    "<frozen",
+    "torchinductor",
+    "/einops/",
+)
+_TEMPORARIES = CATEGORIES.index("temporaries")
+_ACTIVATIONS = CATEGORIES.index("activations")
+#: Lines of one function at most this far apart are one site (``nn_utils.py:5-7``).
+SITE_LINES = 5
+#: Points of the drawn timeline.
+TIMELINE_POINTS = 400
+TOP_SITES = 8
+
+
+class MemorySite(msgspec.Struct, frozen=True):
+    location: str  # "model.py:39" or "optimizer.py:74-78": the user's file and line(s)
+    function: str
+    chain: list[str]  # the user's frames, innermost first: "model.py:39 forward"
+    bytes: int
+    blocks: int
+    category: str
+    confidence: str  # high | medium | low
+    phase: str  # the phase its allocations were made in
+
+
+class Fragmentation(msgspec.Struct, frozen=True):
+    """Reserved but unallocated memory at one moment, split by whether it matters."""
+
+    free_bytes: int
+    cached_bytes: int  # cached after a phase, up to the peak's need: harmless
+    fragmented_bytes: int  # reserved beyond what the peak could use: it matters
+    free_blocks: int | None  # None: the pieces are not known at that moment
+    largest_free_bytes: int | None
+    note: str
+
+
+class OutOfMemory(msgspec.Struct, frozen=True):
+    request_bytes: int | None  # None: the dump does not record the failed request
+    device_free_bytes: int | None
+    largest_free_bytes: int | None
+    verdict: str  # weights | fragmentation | another_process | activations
+    summary: str
+
+
+class MemoryPoint(msgspec.Struct, frozen=True, array_like=True):
+    time_ns: int  # -1: the source records no times (``event`` orders the points)
+    event: int
+    allocated_bytes: int
+    reserved_bytes: int
+    by_category: list[int]  # bytes per CATEGORIES entry
+
+
+class MemoryReport(msgspec.Struct, frozen=True):
+    source: str
+    device: int
+    format: str
+    events: int
+    peak_allocated_bytes: int
+    reserved_at_peak_bytes: int
+    peak_reserved_bytes: int
+    peak_time_ns: int  # -1: no times recorded
+    peak_event: int  # -1: the peak is the dump itself
+    peak_phase: str  # forward | backward | optimizer step | setup | unknown (with how known)
+    peak_phase_source: str  # "annotation ...", "the peak's allocation stack", "position"
+    baseline_bytes: int
+    baseline_note: str
+    frees_before_alloc: int  # frees whose allocation was not recorded
+    frees_before_alloc_bytes: int
+    end_allocated_bytes: int
+    end_reserved_bytes: int
+    largest_request_bytes: int
+    sites: list[MemorySite]  # at the peak, largest first
+    rise_sites: list[MemorySite]  # allocations made during recording and alive at the peak
+    categories: dict[str, int]  # bytes at the peak per category
+    at_peak: Fragmentation
+    at_end: Fragmentation
+    oom: OutOfMemory | None
+    settings: list[str]  # what the allocator settings mean for the fixes
+    expandable_segments: bool | None
+    timeline: list[MemoryPoint]
+    device_total_bytes: int | None = None
+    #: Activations alive at the peak that nothing freed later (inference keeps them only
+    #: without ``no_grad``), and whether any backward was recorded at all.
+    kept_activation_bytes: int = 0
+    backward_recorded: bool = False
+
+
+def analyse_memory(
+    record: MemoryRecord, device_total_bytes: dict[int, int] | None = None
+) -> list[MemoryReport]:
+    """One report per device the record holds events or segments of."""
+    devices = sorted(
+        {int(d) for d in np.unique(record.events.device)}
+        | {int(d) for d in np.unique(record.segments.device)}
+    )
+    totals = device_total_bytes or {}
+    return [_Device(record, d, totals.get(d)).report() for d in devices]
+
+
+class _Device:
+    def __init__(self, record: MemoryRecord, device: int, total: int | None) -> None:
+        self.record = record
+        self.device = device
+        self.total = total
+        ev = record.events
+        self.ev = ev.take(np.flatnonzero(ev.device == device)) if len(ev) else ev
+        seg_rows = np.flatnonzero(record.segments.device == device)
+        self.seg_sizes = record.segments.size_bytes[seg_rows]
+        blocks = record.blocks
+        self.block_rows = np.flatnonzero(np.isin(blocks.segment, seg_rows))
+        self.stacks = _StackFacts(record.frames, record.stacks)
+
+    def report(self) -> MemoryReport:
+        ev = self.ev
+        n = len(ev)
+        action = ev.action
+        size = ev.size_bytes
+        freeing = MemoryAction.FREE_COMPLETED
+        if not (action == freeing).any():  # older recorders: the request is the free
+            freeing = MemoryAction.FREE_REQUESTED
+        delta = np.where(action == MemoryAction.ALLOC, size, 0)
+        delta -= np.where(action == freeing, size, 0)
+        grow = np.isin(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
+        shrink = np.isin(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
+        rdelta = np.where(grow, size, 0) - np.where(shrink, size, 0)
+        blocks = self.record.blocks
+        held = blocks.state[self.block_rows] != BlockState.INACTIVE
+        recorded_totals = n > 0 and bool((ev.allocated_bytes >= 0).all())
+        if recorded_totals:
+            allocated = ev.allocated_bytes.astype(np.int64)
+            reserved = ev.reserved_bytes.astype(np.int64)
+            baseline = int(allocated[0] - delta[0])
+            end_alloc, end_reserved = int(allocated[-1]), int(reserved[-1])
+            note = "recorded: the first event's total less its own size"
+        else:
+            end_alloc = int(blocks.size_bytes[self.block_rows][held].sum())
+            end_reserved = int(self.seg_sizes.sum())
+            baseline = end_alloc - int(delta.sum())
+            allocated = baseline + np.cumsum(delta)
+            reserved = end_reserved - int(rdelta.sum()) + np.cumsum(rdelta)
+            note = (
+                "estimated: the allocated memory at the dump less the net change recorded"
+                if n
+                else "the dump itself (no events recorded)"
+            )
+        if baseline < 0:
+            note += "; the events record more than the dump holds (entries dropped?): set to 0"
+            allocated = allocated - baseline
+            baseline = 0
+        matched = _match(ev, freeing)
+        orphans = matched.orphan_frees
+        if orphans.size:
+            note += (
+                f"; {orphans.size:,} frees of blocks allocated before recording began"
+                " (recording started mid-run, or the ring buffer dropped entries)"
+            )
+        if n:
+            p = int(np.argmax(allocated))
+            peak, reserved_at_peak = int(allocated[p]), int(reserved[p])
+            peak_reserved = max(int(reserved.max()), end_reserved)
+            peak_time = int(ev.time_ns[p])
+        else:
+            p, peak, reserved_at_peak, peak_reserved, peak_time = -1, end_alloc, end_reserved, 0, -1
+            peak_reserved = end_reserved
+        if end_alloc > peak:  # the dump holds more than any recorded moment
+            p, peak, reserved_at_peak, peak_time = -1, end_alloc, end_reserved, -1
+        live = self._live_at(p, matched, held)
+        sites = _sites(live, self.stacks, rise=False)
+        rise = _sites(live, self.stacks, rise=True)
+        categories = {c: 0 for c in CATEGORIES}
+        for c, b in zip(live.category, live.size, strict=True):
+            categories[CATEGORIES[c]] += int(b)
+        phase, phase_source = self._phase_at(p)
+        if phase == "unknown" and live.size.size:
+            # What is alive says where the step is: activations peak at the end of the forward.
+            main = max(categories, key=lambda c: categories[c])
+            if main in _PHASE_OF:
+                phase, phase_source = _PHASE_OF[main], f"position: {main} hold most of the peak"
+        allocs = size[action == MemoryAction.ALLOC]
+        largest = int(allocs.max()) if allocs.size else int(blocks.size_bytes.max(initial=0))
+        free_sizes = blocks.size_bytes[self.block_rows][
+            blocks.state[self.block_rows] == BlockState.INACTIVE
+        ]
+        oom = self._oom(peak, end_alloc, end_reserved, free_sizes, categories, sites)
+        settings, expandable = _settings(self.record.settings, self.record.segments.expandable)
+        return MemoryReport(
+            source=self.record.source,
+            device=self.device,
+            format=self.record.format,
+            events=n,
+            peak_allocated_bytes=peak,
+            reserved_at_peak_bytes=reserved_at_peak,
+            peak_reserved_bytes=peak_reserved,
+            peak_time_ns=peak_time,
+            peak_event=p,
+            peak_phase=phase,
+            peak_phase_source=phase_source,
+            baseline_bytes=baseline,
+            baseline_note=note,
+            frees_before_alloc=int(orphans.size),
+            frees_before_alloc_bytes=int(size[orphans].sum()),
+            end_allocated_bytes=end_alloc,
+            end_reserved_bytes=end_reserved,
+            largest_request_bytes=largest,
+            sites=sites,
+            rise_sites=rise,
+            categories=categories,
+            at_peak=_at_peak(peak, reserved_at_peak, p, free_sizes, largest),
+            at_end=_at_end(peak, end_alloc, end_reserved, free_sizes, recorded_totals),
+            oom=oom,
+            settings=settings,
+            expandable_segments=expandable,
+            timeline=_timeline(ev, allocated, reserved, live, matched),
+            device_total_bytes=self.total,
+            kept_activation_bytes=int(live.size[(live.category == _ACTIVATIONS) & live.kept].sum()),
+            backward_recorded=any(
+                self.stacks.phase(int(x)) == "backward" for x in np.unique(ev.stack)
+            ),
+        )
+
+    def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_]) -> _Live:
+        """Every block alive at event ``p`` (-1: at the dump), with its stack, category and
+        whether it was allocated during recording."""
+        ev = self.ev
+        alloc_rows = matched.alloc_rows
+        free_of = matched.free_of
+        if p >= 0:
+            alive = (alloc_rows <= p) & ((free_of < 0) | (free_of > p))
+            orphan_alive = matched.orphan_frees[matched.orphan_frees > p]
+        else:
+            alive = free_of < 0
+            orphan_alive = matched.orphan_frees[:0]
+        rows = alloc_rows[alive]
+        blocks = self.record.blocks
+        # Blocks held at the dump whose allocation was not recorded: alive all along.
+        dump_rows = self.block_rows[held]
+        unseen = ~np.isin(blocks.address[dump_rows], ev.address[alloc_rows])
+        dump_rows = dump_rows[unseen]
+        sizes = np.concatenate(
+            [ev.size_bytes[rows], ev.size_bytes[orphan_alive], blocks.size_bytes[dump_rows]]
+        )
+        stacks = np.concatenate(
+            [ev.stack[rows], ev.stack[orphan_alive], blocks.stack[dump_rows]]
+        ).astype(np.int64)
+        frees = np.concatenate(
+            [free_of[alive], orphan_alive, np.full(dump_rows.size, -1, np.int64)]
+        )
+        pool = np.concatenate(
+            [
+                np.zeros(rows.size + orphan_alive.size, np.bool_),
+                self.record.segments.graph_pool[blocks.segment[dump_rows]],
+            ]
+        )
+        recorded = np.zeros(sizes.size, np.bool_)
+        recorded[: rows.size] = True
+        times = np.concatenate(
+            [ev.time_ns[rows], np.full(orphan_alive.size + dump_rows.size, -1, np.int64)]
+        )
+        category = np.array(
+            [
+                self._category(int(s), int(f), bool(g), bool(r), int(t))
+                for s, f, g, r, t in zip(stacks, frees, pool, recorded, times, strict=True)
+            ],
+            dtype=np.int64,
+        )
+        confidence = np.array(
+            [self.stacks.confidence(int(s)) for s in stacks], dtype=np.int64
+        ).reshape(-1)
+        return _Live(sizes, stacks, category, confidence, recorded, frees < 0)
+
+    def _category(self, stack: int, free: int, pool: bool, recorded: bool, time_ns: int) -> int:
+        """The category of one live block (see the module docstring)."""
+        if pool:
+            return CATEGORIES.index("CUDA-graph pool")
+        phase = self.stacks.phase(stack)
+        if phase == "unknown" and time_ns >= 0:
+            phase = _annotated_phase(self.record.annotations, time_ns) or phase
+        kept = free < 0  # never freed while recording
+        name = {
+            "communication": "communication buffers",
+            "setup": "parameters",
+            "optimizer step": "optimizer state" if kept else "temporaries",
+            "backward": "gradients" if kept else "temporaries",
+            "forward": "activations",
+        }.get(phase)
+        if name is None:
+            name = "parameters" if kept and not recorded else "other"
+        return CATEGORIES.index(name)
+
+    def _phase_at(self, p: int) -> tuple[str, str]:
+        if p < 0:
+            return "unknown", "the peak is the dump itself"
+        time_ns = int(self.ev.time_ns[p])
+        if time_ns >= 0:
+            named = _annotated_phase(self.record.annotations, time_ns)
+            if named:
+                return named, "annotation " + next(
+                    a.name for a in self.record.annotations if _covers(a, time_ns)
+                )
+        stack = int(self.ev.stack[p])
+        phase = self.stacks.phase(stack)
+        if phase != "unknown":
+            return phase, "the peak allocation's stack"
+        return "unknown", "nothing recorded says"
+
+    def _oom(
+        self,
+        peak: int,
+        end_alloc: int,
+        end_reserved: int,
+        free_sizes: NDArray[np.int64],
+        categories: dict[str, int],
+        sites: list[MemorySite],
+    ) -> OutOfMemory | None:
+        """Why a request failed: an ``oom`` event, or a dump taken with the allocator full."""
+        ev = self.ev
+        ooms = np.flatnonzero(ev.action == MemoryAction.OOM)
+        free_total = int(free_sizes.sum())
+        largest = int(free_sizes.max()) if free_sizes.size else 0
+        only_dump = len(ev) == 0 or bool((ev.action == MemoryAction.SNAPSHOT).all())
+        full = end_reserved > 0 and free_total <= 0.01 * end_reserved
+        if not ooms.size and not (only_dump and full):
+            return None
+        request = int(ev.size_bytes[ooms[-1]]) if ooms.size else None
+        device_free = int(ev.address[ooms[-1]]) if ooms.size else None
+        weights = categories["parameters"]
+        held = max(end_alloc, peak)
+        gib = 1 << 30
+        if held and weights >= 0.8 * held:
+            verdict = "weights"
+            summary = (
+                f"the weights alone hold {weights / gib:.2f} GiB of {held / gib:.2f} GiB"
+                f" ({100 * weights / held:.0f}%) with {free_total / (1 << 20):,.0f} MiB free in"
+                " the allocator: they do not fit; not fragmentation, and no allocator setting"
+                " helps: offload or quantise the weights"
+            )
+        elif request is not None and free_total >= request > largest:
+            verdict = "fragmentation"
+            summary = (
+                f"{free_total / gib:.2f} GiB is free in the allocator but in pieces of at most"
+                f" {largest / gib:.2f} GiB, smaller than the {request / gib:.2f} GiB asked:"
+                " fragmentation (expandable segments let free pieces merge)"
+            )
+        elif (
+            self.total is not None
+            and device_free is not None
+            and self.total - end_reserved - device_free > 0.1 * self.total
+        ):
+            other = self.total - end_reserved - device_free
+            verdict = "another_process"
+            summary = f"another process (or context) holds {other / gib:.2f} GiB of the device"
+        else:
+            top = sites[0].location if sites else "the largest site"
+            verdict = "activations"
+            summary = f"the live tensors outgrow the device; the largest site is {top}"
+        return OutOfMemory(
+            request, device_free, largest if free_sizes.size else None, verdict, summary
+        )
+
+
+class _Matched(msgspec.Struct, frozen=True):
+    alloc_rows: NDArray[np.int64]
+    free_of: NDArray[np.int64]  # per alloc row: the row that freed it, -1 never
+    orphan_frees: NDArray[np.int64]  # frees whose allocation was not recorded
+
+
+def _match(ev: MemoryEvents, freeing: int) -> _Matched:
+    """Each allocation to the free that ended it: the next free of the same address."""
+    rows = np.flatnonzero((ev.action == MemoryAction.ALLOC) | (ev.action == freeing))
+    order = rows[np.lexsort((rows, ev.address[rows]))]
+    is_alloc = ev.action[order] == MemoryAction.ALLOC
+    address = ev.address[order]
+    same_next = np.zeros(order.size, np.bool_)
+    same_next[:-1] = address[:-1] == address[1:]
+    pair = np.zeros(order.size, np.bool_)
+    pair[:-1] = same_next[:-1] & is_alloc[:-1] & ~is_alloc[1:]
+    free_of_sorted = np.full(order.size, -1, np.int64)
+    free_of_sorted[:-1] = np.where(pair[:-1], order[1:], -1)
+    freed_by_pair = np.zeros(order.size, np.bool_)
+    freed_by_pair[1:] = pair[:-1]
+    orphan = np.sort(order[~is_alloc & ~freed_by_pair])
+    alloc_order = np.argsort(order[is_alloc], kind="stable")
+    return _Matched(
+        alloc_rows=order[is_alloc][alloc_order].astype(np.int64),
+        free_of=free_of_sorted[is_alloc][alloc_order],
+        orphan_frees=orphan.astype(np.int64),
+    )
+
+
+class _Live(msgspec.Struct, frozen=True):
+    size: NDArray[np.int64]
+    stack: NDArray[np.int64]
+    category: NDArray[np.int64]
+    confidence: NDArray[np.int64]  # 0 low, 1 medium, 2 high
+    recorded: NDArray[np.bool_]
+    kept: NDArray[np.bool_]  # never freed while recording
+
+
+_CONFIDENCE = ("low", "medium", "high")
+_PHASE_OF = {
+    "activations": "forward",
+    "gradients": "backward",
+    "optimizer state": "optimizer step",
+    "parameters": "setup",
+}
+
+
+class _StackFacts:
+    """Per stack, computed once: its user frames, phase and how sure the phase is."""
+
+    def __init__(self, frames: list[MemoryFrame], stacks: list[list[int]]) -> None:
+        self.frames = frames
+        self.stacks = stacks
+        self._user = [_is_user(f) for f in frames]
+        self._phases: dict[int, tuple[str, int]] = {}
+
+    def user_frames(self, stack: int) -> list[MemoryFrame]:
+        if stack < 0:
+            return []
+        return [self.frames[f] for f in self.stacks[stack] if self._user[f]]
+
+    def phase(self, stack: int) -> str:
+        return self._phase(stack)[0]
+
+    def confidence(self, stack: int) -> int:
+        return self._phase(stack)[1]
+
+    def _phase(self, stack: int) -> tuple[str, int]:
+        known = self._phases.get(stack)
+        if known is None:
+            frames = [self.frames[f] for f in self.stacks[stack]] if stack >= 0 else []
+            known = self._phases[stack] = _stack_phase(frames)
+        return known
+
+
+def _is_user(frame: MemoryFrame) -> bool:
+    path = frame.file.replace("\\", "/").lower()
+    return path.endswith(".py") and not any(part in path for part in _LIBRARY)
+
+
+def _stack_phase(frames: list[MemoryFrame]) -> tuple[str, int]:
+    """The phase a stack shows, and how sure (2 high, 1 medium, 0 low). Optimizer first: its
+    stacks also pass through the training loop; backward before forward: a checkpointed
+    backward re-runs forward."""
+    functions = [f.function for f in frames]
+    paths = [f.file.replace("\\", "/").lower() for f in frames]
+    if any(w in p for p in paths for w in ("distributed", "c10d")) or any(
+        "nccl" in fn.lower() or "ProcessGroup" in fn for fn in functions
+    ):
+        return "communication", 1
+    optimizer_file = any("optim" in os.path.basename(p) or "/optim/" in p for p in paths)
+    if optimizer_file and any(fn in ("step", "_init_group", "wrapper") for fn in functions):
+        return "optimizer step", 2
+    if any("backward" in fn.lower() or "run_backward" in fn for fn in functions) or any(
+        "/autograd/" in p for p in paths if p.endswith(".py")
+    ):
+        return "backward", 2
+    if any(fn in {"forward", "_call_impl"} for fn in functions):
+        return "forward", 1
+    if any(
+        fn in ("__init__", "reset_parameters", "_apply", "load_state_dict", "to", "cuda")
+        or fn.startswith(("init_weight", "load_weight", "from_pretrained"))
+        for fn in functions
+    ):
+        return "setup", 2 if any("weight" in fn or fn == "_apply" for fn in functions) else 1
+    return "unknown", 0
+
+
+def _covers(a: MemoryAnnotation, time_ns: int) -> bool:
+    return a.start_ns <= time_ns and (a.end_ns < 0 or time_ns <= a.end_ns)
+
+
+def _annotated_phase(annotations: list[MemoryAnnotation], time_ns: int) -> str | None:
+    for a in annotations:
+        if _covers(a, time_ns):
+            name = a.name.lower()
+            if name.startswith("optimizer.") or "optimizer" in name:
+                return "optimizer step"
+            if "backward" in name:
+                return "backward"
+            if "forward" in name:
+                return "forward"
+    return None
+
+
+def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
+    """The top sites of the live blocks (those allocated while recording, with ``rise``)."""
+    rows = np.flatnonzero(live.recorded) if rise else np.arange(live.size.size)
+    if not rows.size:
+        return []
+    per_stack: dict[int, list[int]] = {}
+    for r in rows:
+        per_stack.setdefault(int(live.stack[r]), []).append(int(r))
+    # (file, function) -> line -> [bytes, blocks, per-category bytes, best stack, confidence]
+    grouped: dict[tuple[str, str], dict[int, list[int]]] = {}
+    chains: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for stack, members in per_stack.items():
+        user = stacks.user_frames(stack)
+        key = (user[0].file, user[0].function) if user else ("(no user frame)", "")
+        line = user[0].line if user else 0
+        sizes = live.size[members]
+        total = int(sizes.sum())
+        cell = grouped.setdefault(key, {}).setdefault(line, [0, 0, *([0] * len(CATEGORIES)), 0, 0])
+        cell[0] += total
+        cell[1] += len(members)
+        for c, b in zip(live.category[members], sizes, strict=True):
+            cell[2 + int(c)] += int(b)
+        cell[-1] = max(cell[-1], int(live.confidence[members].max()))
+        best = chains.get((*key, line))
+        if best is None or total > best[1]:
+            chains[(*key, line)] = (stack, total)
+    found: list[MemorySite] = []
+    for (file, function), lines in grouped.items():
+        for cluster in _clusters(sorted(lines)):
+            cells = [lines[x] for x in cluster]
+            size = sum(c[0] for c in cells)
+            per_cat = [sum(c[2 + i] for c in cells) for i in range(len(CATEGORIES))]
+            category = int(np.argmax(per_cat))
+            lasting = list(per_cat)
+            lasting[_TEMPORARIES] = 0
+            if max(lasting) >= 0.3 * size:  # a line that keeps state is named by the state
+                category = int(np.argmax(lasting))
+            biggest = max(cluster, key=lambda x: lines[x][0])
+            stack = chains[(file, function, biggest)][0]
+            name = _basename(file)
+            where = (
+                f"{name}:{cluster[0]}"
+                if len(cluster) == 1
+                else f"{name}:{cluster[0]}-{cluster[-1]}"
+            )
+            share = per_cat[category] / size if size else 0
+            sure = max(c[-1] for c in cells)
+            sure = sure if share > 0.8 else max(sure - 1, 0)
+            found.append(
+                MemorySite(
+                    location=where if file != "(no user frame)" else file,
+                    function=function,
+                    chain=[
+                        f"{_basename(f.file)}:{f.line} {f.function}"
+                        for f in stacks.user_frames(stack)[:3]
+                    ],
+                    bytes=size,
+                    blocks=sum(c[1] for c in cells),
+                    category=CATEGORIES[category],
+                    confidence=_CONFIDENCE[sure],
+                    phase=stacks.phase(stack),
+                )
+            )
+    found.sort(key=lambda s: -s.bytes)
+    return found[:TOP_SITES]
+
+
+def _clusters(lines: list[int]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for line in lines:
+        if groups and line - groups[-1][-1] <= SITE_LINES:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return groups
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _at_peak(
+    peak: int, reserved: int, p: int, free_sizes: NDArray[np.int64], largest: int
+) -> Fragmentation:
+    free = max(reserved - peak, 0)
+    if p < 0:  # the dump is the peak: its pieces are known
+        small = int(free_sizes[free_sizes < largest].sum())
+        return Fragmentation(
+            free,
+            free - small,
+            small,
+            int(free_sizes.size),
+            int(free_sizes.max()) if free_sizes.size else 0,
+            "the pieces at the dump; smaller than the largest request: fragmented",
+        )
+    return Fragmentation(
+        free,
+        0,
+        free,
+        None,
+        None,
+        "reserved at the peak that the peak could not use (the pieces are known at the dump)",
+    )
+
+
+def _at_end(
+    peak: int, end_alloc: int, end_reserved: int, free_sizes: NDArray[np.int64], totals: bool
+) -> Fragmentation:
+    free = max(end_reserved - end_alloc, 0)
+    cached = min(free, max(peak - end_alloc, 0))
+    return Fragmentation(
+        free,
+        cached,
+        free - cached,
+        None if totals else int(free_sizes.size),
+        None if totals or not free_sizes.size else int(free_sizes.max()),
+        "cached up to the peak's need: serves the next step; beyond it: reserved for nothing",
+    )
+
+
+def _settings(
+    settings: dict[str, object], expandable_segments: NDArray[np.bool_]
+) -> tuple[list[str], bool | None]:
+    notes: list[str] = []
+    given = settings.get("expandable_segments")
+    expandable = (
+        bool(given) if isinstance(given, bool) else (True if expandable_segments.any() else None)
+    )
+    conf = str(settings.get("PYTORCH_CUDA_ALLOC_CONF") or "")
+    split = settings.get("max_split_size")
+    if expandable:
+        notes.append("expandable_segments is already on: it is not the fix")
+        if "max_split_size_mb" in conf or (isinstance(split, int) and 0 < split < 1 << 62):
+            notes.append(
+                "max_split_size_mb together with expandable segments lets reserved memory grow"
+                " without bound (pytorch/pytorch#193400): drop max_split_size_mb"
+            )
+    return notes, expandable
+
+
+def _timeline(
+    ev: MemoryEvents,
+    allocated: NDArray[np.int64],
+    reserved: NDArray[np.int64],
+    live: _Live,
+    matched: _Matched,
+) -> list[MemoryPoint]:
+    """At most TIMELINE_POINTS points, each the highest moment of its stretch of events (the
+    peak is always drawn). Categories are split in the shares of the blocks alive at the
+    peak: a drawing aid, said in docs/memory.md."""
+    n = len(ev)
+    if not n:
+        return []
+    edges = np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)
+    highest = np.maximum.reduceat(allocated, edges[:-1])
+    picks = [
+        int(start + np.argmax(allocated[start:end]))
+        for start, end in itertools.pairwise(edges)
+        if end > start
+    ]
+    del highest
+    total = float(live.size.sum()) or 1.0
+    shares = [float(live.size[live.category == i].sum()) / total for i in range(len(CATEGORIES))]
+    return [
+        MemoryPoint(
+            int(ev.time_ns[i]),
+            i,
+            int(allocated[i]),
+            int(reserved[i]),
+            [int(allocated[i] * s) for s in shares],
+        )
+        for i in picks
+    ]

@@ -1,0 +1,276 @@
+"""PyTorch memory snapshots: read with no globals, diagnosed by content, the corpus's answers.
+
+(tests/test_memory.py is about gpuscope's own memory use; this file is about the GPU's.)
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from corpus import corpus
+from gpuscope.cli import main
+from gpuscope.diagnosis import diagnose
+from gpuscope.readers import load
+from gpuscope.readers.snapshot import RefusedGlobalError, loads_plain
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def _frames(*where: tuple[str, int, str]) -> list[dict[str, Any]]:
+    return [{"filename": f, "line": n, "name": fn} for f, n, fn in where]
+
+
+LIBRARY = ("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1779, "_call_impl")
+
+
+def _snapshot() -> dict[str, Any]:
+    """A training step: 1 GiB of weights from before recording, a forward keeping 2 x 512 MiB
+    activations at ``model.py:20`` (through a library frame), a temporary at ``model.py:30``,
+    backward freeing the activations, and one free of a block allocated before recording."""
+    forward = _frames(("/home/u/model.py", 20, "forward"), LIBRARY, ("/home/u/train.py", 7, "main"))
+    temp = _frames(("/home/u/model.py", 30, "forward"), ("/home/u/train.py", 7, "main"))
+    weights = _frames(("/home/u/model.py", 5, "__init__"), ("/home/u/train.py", 3, "main"))
+    old = _frames(("/home/u/train.py", 9, "main"))
+    entries = []
+    t = 1_000
+
+    def add(action: str, addr: int, size: int, frames: list[dict[str, Any]]) -> None:
+        nonlocal t
+        t += 10
+        entries.append(
+            {
+                "action": action,
+                "addr": addr,
+                "size": size,
+                "stream": 0,
+                "time_us": t,
+                "frames": frames,
+            }
+        )
+
+    base = 1 << 40
+    add("free_completed", base + 3 * GIB, 64 * MIB, old)  # allocated before recording
+    add("alloc", base + GIB, 512 * MIB, forward)
+    add("alloc", base + GIB + 512 * MIB, 512 * MIB, forward)
+    add("alloc", base + 2 * GIB, 100 * MIB, temp)
+    add("free_completed", base + 2 * GIB, 100 * MIB, temp)
+    add("free_completed", base + GIB, 512 * MIB, forward)
+    add("free_completed", base + GIB + 512 * MIB, 512 * MIB, forward)
+    segments = [
+        {
+            "device": 0,
+            "address": base,
+            "total_size": GIB,
+            "stream": 0,
+            "is_expandable": False,
+            "segment_pool_id": (0, 0),
+            "blocks": [
+                {
+                    "address": base,
+                    "size": GIB,
+                    "requested_size": GIB,
+                    "state": "active_allocated",
+                    "frames": weights,
+                }
+            ],
+        },
+        {
+            "device": 0,
+            "address": base + GIB,
+            "total_size": 2 * GIB,
+            "stream": 0,
+            "is_expandable": False,
+            "segment_pool_id": (0, 0),
+            "blocks": [
+                {
+                    "address": base + GIB,
+                    "size": 2 * GIB,
+                    "requested_size": 2 * GIB,
+                    "state": "inactive",
+                    "frames": [],
+                }
+            ],
+        },
+    ]
+    return {
+        "segments": segments,
+        "device_traces": [entries],
+        "allocator_settings": {"expandable_segments": False, "PYTORCH_CUDA_ALLOC_CONF": ""},
+        "external_annotations": [],
+    }
+
+
+def _write(
+    tmp_path: Path, document: Any, name: str = "snap.pickle", *, zipped: bool = False
+) -> Path:
+    data = pickle.dumps(document, protocol=4)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if zipped else data)
+    return path
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=True)
+
+
+class _Evil:
+    def __init__(self, function: Any, argument: str) -> None:
+        self.function = function
+        self.argument = argument
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return self.function, (self.argument,)
+
+
+@pytest.mark.parametrize("function", [os.system, eval])
+def test_a_pickle_naming_a_global_is_refused_in_one_line_and_nothing_runs(
+    tmp_path: Path, function: Any
+) -> None:
+    marker = tmp_path / "ran"
+    command = f"open({str(marker)!r}, 'w')" if function is eval else f"touch {marker}"
+    path = _write(tmp_path, {"segments": [], "device_traces": [_Evil(function, command)]})
+    result = _run("diagnose", str(path))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "refused" in lines[0] and "names the global" in lines[0] and str(path) in lines[0]
+    assert not marker.exists()
+    with pytest.raises(RefusedGlobalError):
+        loads_plain(path.read_bytes())
+
+
+def test_plain_data_loads() -> None:
+    assert loads_plain(pickle.dumps({"a": [1, (2, 3)], "b": 1.5}, protocol=5)) == {
+        "a": [1, (2, 3)],
+        "b": 1.5,
+    }
+
+
+def test_a_cut_off_snapshot_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "cut.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(), protocol=4)[:-300])
+    result = _run("diagnose", str(path))
+    assert result.exit_code == 2
+    assert (
+        result.output.strip().splitlines()
+        == [f"gpuscope: {path}: the pickle is cut off: the snapshot cannot be read"]
+        or "cut off" in result.output
+    )
+
+
+def test_an_inconsistent_snapshot_is_one_line(tmp_path: Path) -> None:
+    document = _snapshot()
+    document["segments"][0]["blocks"][0]["size"] = 5 * GIB  # more than its segment
+    result = _run("diagnose", str(_write(tmp_path, document)))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "inconsistent snapshot" in result.output
+
+
+def test_over_the_memory_budget_is_one_line(tmp_path: Path) -> None:
+    from gpuscope.readers import _io
+
+    path = _write(tmp_path, _snapshot())
+    try:
+        result = _run("diagnose", "--max-memory", "2k", str(path))
+    finally:
+        _io.set_memory_budget(None)
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "memory budget" in result.output
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_built_snapshot_gives_its_known_answers(tmp_path: Path, zipped: bool) -> None:
+    job = load(_write(tmp_path, _snapshot(), zipped=zipped))
+    d = diagnose(job)
+    (m,) = d.memory
+    # The dump holds the 1 GiB of weights; the events' net change is -64 MiB (the free of a
+    # block allocated before recording), so recording began with 1 GiB + 64 MiB.
+    assert m.end_allocated_bytes == GIB
+    assert m.baseline_bytes == GIB + 64 * MIB
+    assert m.frees_before_alloc == 1
+    assert m.peak_allocated_bytes == GIB + GIB + 100 * MIB
+    assert m.end_reserved_bytes == 3 * GIB
+    top = m.sites[0]
+    assert top.location == "model.py:20" and top.bytes == GIB and top.category == "activations"
+    assert top.chain == ["model.py:20 forward", "train.py:7 main"]  # the library frame skipped
+    assert m.categories["parameters"] == GIB
+    assert m.peak_phase == "forward"
+    # At the end 2 GiB are free: the 1.1 GiB the peak needed beyond the end is cached (harmless),
+    # the rest was reserved beyond even the peak's need.
+    assert m.at_end.free_bytes == 2 * GIB and m.at_end.cached_bytes == GIB + 100 * MIB
+    assert m.at_end.fragmented_bytes == GIB - 100 * MIB
+    assert [f.cause for f in d.findings] == ["activation_peak"]
+
+
+def test_the_snapshot_diagnosis_round_trips_through_json(tmp_path: Path) -> None:
+    from gpuscope.diagnosis import saved
+
+    d = diagnose(load(_write(tmp_path, _snapshot())))
+    again = saved.from_builtins(saved.to_builtins(d))
+    assert again.memory == d.memory and again.findings == d.findings  # (the verdict's idle is NaN)
+    assert saved.to_builtins(again) == saved.to_builtins(d)
+
+
+# --- the corpus (MANIFEST answers) -------------------------------------------------------------
+
+
+def test_flexgen_oom_the_weights_alone_do_not_fit() -> None:
+    d = diagnose(load(corpus("memory/oom_flexgen_opt6.7b_weights.pickle")))
+    (m,) = d.memory
+    assert round(m.end_allocated_bytes / MIB) == 11_292
+    assert round(m.end_reserved_bytes / MIB) == 11_296
+    assert m.oom is not None and m.oom.verdict == "weights"
+    assert m.categories["parameters"] == m.end_allocated_bytes
+    assert sum(s.blocks for s in m.sites) == 460
+    assert d.findings[0].cause == "weights_exceed_memory"
+    assert all(f.cause != "allocator_fragmentation" for f in d.findings)
+
+
+def test_cs336_cached_free_is_an_activation_peak_and_harmless_cache() -> None:
+    d = diagnose(load(corpus("memory/cs336_step_cached_free.pickle")))
+    (m,) = d.memory
+    rise = m.peak_allocated_bytes - m.baseline_bytes
+    assert 11.6 * GIB < rise < 11.8 * GIB
+    locations = [s.location for s in m.sites[:5]]
+    assert "model.py:39" in locations and "model.py:532" in locations
+    assert any(loc.startswith("nn_utils.py:") and loc[-1] >= "6" for loc in locations)
+    assert all(s.category == "activations" for s in m.sites[:5])
+    assert m.peak_phase == "forward"
+    # After the step 11.9 of 13.2 GiB reserved is free, nearly all of it cached, not harmful.
+    assert 11.8 * GIB < m.at_end.free_bytes < 12.0 * GIB
+    assert m.at_end.cached_bytes > 0.95 * m.at_end.free_bytes
+    assert d.findings[0].cause == "activation_peak"
+
+
+def test_cs336_compiled_peaks_in_the_optimizer_step_with_recording_begun_mid_run() -> None:
+    d = diagnose(load(corpus("memory/cs336_small_train_step_compiled.pickle")))
+    (m,) = d.memory
+    assert m.frees_before_alloc == 222
+    assert "estimated" in m.baseline_note
+    assert m.peak_phase == "optimizer step"
+    assert "Optimizer.step#AdamW.step" in m.peak_phase_source
+    assert round((m.peak_allocated_bytes - m.baseline_bytes) / GIB, 2) == 0.73
+    assert m.rise_sites[0].location == "optimizer.py:74-78"
+    assert m.rise_sites[0].category == "optimizer state"
+    assert round(m.end_reserved_bytes / GIB, 2) == 3.95
+    assert round(m.end_allocated_bytes / GIB, 2) == 2.86
+    assert m.at_end.free_blocks == 103
+    assert round((m.at_end.largest_free_bytes or 0) / GIB, 2) == 0.14
+    assert d.findings[0].cause == "lazy_optimizer_state"
+
+
+def test_a_snapshot_is_recognised_by_content_whatever_its_name(tmp_path: Path) -> None:
+    path = _write(tmp_path, _snapshot(), name="trace.json")
+    result = _run("diagnose", str(path))
+    assert result.exit_code == 0, result.output
+    assert "Who holds the peak" in result.output and "model.py:20" in result.output

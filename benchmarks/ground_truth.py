@@ -32,6 +32,7 @@ def main() -> None:
     print(f"\ntop finding right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")
     print(f"location exact: {located}/{with_location}")
     wild()
+    counters()
 
 
 def _excluded(d: Diagnosis) -> set[str]:
@@ -162,6 +163,20 @@ def wild() -> None:
         print(f"  {'right' if right else 'WRONG'}  {name}")
         print(f"         known: {answer}\n         said:  {said}")
     print(f"real traces right: {sum(r[3] for r in rows)}/{len(rows)}")
+
+
+def counters() -> None:
+    """The generated counter cases (issue 33): each family's planted bound against the bound
+    the counters gave, with the evidence printed."""
+    from gpuscope.testing.counters import run_counter_suite
+
+    outcomes = run_counter_suite()
+    print("\ncounter cases (planted bound vs measured, gpuscope.testing.counters)")
+    for o in outcomes:
+        print(f"  {'right' if o.right else 'WRONG'}  {o.case}: {o.family}: planted {o.planted}")
+        print(f"         said: {o.found}: {o.evidence}")
+    right = sum(o.right for o in outcomes)
+    print(f"counter cases right: {right}/{len(outcomes)} ({100 * right / len(outcomes):.1f}%)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -20,3 +23,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_sep("!", "THE BROWSER TESTS DID NOT RUN", red=True, bold=True)
         for reason in sorted(reasons):
             terminalreporter.write_line(f"the HTML report was not drawn in a browser: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_inputs() -> Iterator[None]:
+    """Each test starts with no file noted as an input: the CLI runs in-process under
+    ``CliRunner``, and a path read by one test (``/dev/null``) must not refuse another's output."""
+    from gpuscope import _files
+
+    _files._inputs.clear()
+    yield
+    _files._inputs.clear()

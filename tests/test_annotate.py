@@ -62,7 +62,7 @@ def assert_gaps_match(added: list[dict[str, Any]], diagnosis: Diagnosis) -> None
     assert len(slices) == len(gaps)
     for event, (device, i) in zip(slices, gaps, strict=True):
         g = device.idle.gaps
-        assert event["cat"] == CATEGORY and event["name"] == CAUSES[int(g.cause[i])].value
+        assert event["cat"] == CATEGORY and event["name"] == CAUSES[int(g.cause[i])]
         assert to_ns(event["ts"]) == int(g.start_ns[i])
         assert to_ns(event["dur"]) == int(g.end_ns[i] - g.start_ns[i])
         assert event["args"]["cause"] == event["name"]

@@ -6,7 +6,7 @@ import pytest
 
 from corpus import corpus
 from gpuscope import diagnose, load
-from gpuscope.analyses.attribution import Cause
+from gpuscope.analyses.attribution import CAUSES
 
 HOST_CAUSES = {"host_sync", "data_loader", "h2d_copy", "launch_overhead", "allocator", "cpu_other"}
 
@@ -76,4 +76,4 @@ def test_findings_never_count_a_nanosecond_twice(relative: str) -> None:
     assert sum(f.lost_ns for f in d.findings) <= span
     for dev in d.devices:
         assert sum(c.lost_ns for c in dev.idle.causes) == dev.temporal.idle_ns
-        assert {c.cause for c in dev.idle.causes} <= set(Cause)
+        assert {c.cause for c in dev.idle.causes} <= set(CAUSES)

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from corpus import corpus
 from gpuscope import fleet
-from gpuscope.analyses.attribution import Cause
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.cli import main
 from gpuscope.render.fleet import busy_histogram, render_html, render_terminal
 from gpuscope.render.html import embedded_figures
@@ -49,7 +49,7 @@ def test_every_cause_has_an_icse_category() -> None:
     titles = [
         importlib.import_module(f"gpuscope.diagnosis.{m}")._TITLES for m in ("findings", "sampled")
     ]
-    causes = {c.value for c in Cause}.union(*titles)
+    causes = set(CAUSES).union(*titles)
     assert causes <= set(fleet.ICSE_CATEGORIES)
     assert {c for c, _ in fleet.ICSE_CATEGORIES.values()} <= {"data", "model", "job", "library"}
     assert fleet.category("data_loader") == ("data", "data preprocessing")

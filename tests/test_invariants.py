@@ -23,7 +23,7 @@ from rich.console import Console
 
 from corpus import corpus_root
 from gpuscope import diagnose, load
-from gpuscope.analyses.attribution import Cause
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.diagnosis.findings import BUSY_NOT_HOST_PCT
 from gpuscope.errors import InputError
@@ -140,7 +140,7 @@ def _dollars_are_savings(d: Diagnosis) -> None:
     if price is not None and d.based_on.startswith("timeline"):
         for f in d.findings:
             if f.prediction is None:
-                if f.cause in {c.value for c in Cause}:
+                if f.cause in CAUSES:
                     assert f.cost_usd_per_gpu_hour is None, f  # idle time, not a saving
                 elif f.cost_usd_per_gpu_hour is not None:  # busy time: its own estimate
                     assert f.cost_usd_per_gpu_hour <= f.share_pct / 100.0 * price + 1e-9, f

@@ -114,7 +114,7 @@ def test_the_call_stack_gives_the_users_line_of_an_idle_gap(trace_2021: Path) ->
     job = load(trace_2021)
     assert not np.any(job.traces[0].events.kind == Kind.PYTHON)  # no python_function events
     device = diagnose(job).devices[0]
-    sync = next(c for c in device.idle.causes if c.cause.value == "host_sync")
+    sync = next(c for c in device.idle.causes if c.cause == "host_sync")
     # The frame of the user's code nearest the op, past torch's decorator.
     assert sync.locations[0].location == "/home/u/proj/train.py:47 (train_step)"
     # One gap per step: the last one, after the last kernel, is inside the last profiled step.

@@ -270,7 +270,7 @@ def test_h100_diagnosis_end_to_end_shows_h2d_copies_and_syncs() -> None:
         # ~51 GB of pinned H2D copies fill 97% of each GPU's window; kernels run ~2%.
         assert t.exclusive_memcpy_ns > 0.9 * t.span_ns
         assert t.compute_ns < 0.05 * t.span_ns
-        causes = [c.cause.value for c in report.idle.causes]
+        causes = [c.cause for c in report.idle.causes]
         assert "host_sync" in causes and "h2d_copy" in causes
         # The host sits in cudaStreamSynchronize while the copies run.
         ev = trace.events

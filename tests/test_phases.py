@@ -84,7 +84,7 @@ def test_whole_analyses_everything_and_says_start_up_is_included() -> None:
     assert d.findings[0].cost_usd_per_day is None
     assert d.verdict.summary.startswith("whole trace, start-up included")
     (device,) = d.devices
-    warm = next(c for c in device.idle.causes if c.cause.value == "warmup")
+    warm = next(c for c in device.idle.causes if c.cause == "warmup")
     assert warm.kinds[0].kind.value == "context_init"
     assert warm.kinds[0].location == "cudagraph_mwe.py:6 (do_work)"
     assert device.idle.lost_ns(warm.cause) > 1_300_000_000
@@ -134,7 +134,7 @@ def test_generated_start_up_is_left_out_and_the_steady_answer_stays(kind: str) -
 def test_generated_start_up_with_whole_is_warmup_idle_time(kind: str) -> None:
     d, truth = _generated(kind, whole=True)
     (device,) = d.devices
-    warm = next(c for c in device.idle.causes if c.cause.value == "warmup")
+    warm = next(c for c in device.idle.causes if c.cause == "warmup")
     assert [k.kind.value for k in warm.kinds] == [kind]
     assert abs(warm.lost_ns - truth.lost_ns_by_cause["warmup"]) <= 0.01 * warm.lost_ns
     assert d.findings[0].cause == "warmup" and d.findings[0].cost_usd_per_day is None

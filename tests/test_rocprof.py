@@ -135,7 +135,7 @@ def test_copies_calls_and_kernels_are_joined(tmp_path: Path) -> None:
     assert ev.device.tolist() == [-1, 1, -1, 1, 1] and ev.stream[3] == 5
     assert ev.link.tolist()[:4] == [1, 0, 3, 2]  # each call and the work it launched
     assert ev.grid_blocks[3] == 8 and ev.block_threads[3] == 256  # 2048 work-items / 256
-    assert trace.warnings == [f"{path}: 1 records without start and end timestamps skipped"]
+    assert trace.warnings == [f"{path}: 1 records without usable start and end timestamps skipped"]
 
 
 def test_a_rocprofv3_file_without_device_work_says_what_to_record(tmp_path: Path) -> None:

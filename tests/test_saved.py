@@ -168,3 +168,84 @@ def test_a_json_document_without_the_saved_diagnosis_is_bad_input(tmp_path: Path
     result = CliRunner().invoke(main, ["report", str(old), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2
     assert "without the saved diagnosis" in result.output and "Traceback" not in result.output
+
+
+# --- idle causes are saved by name ---------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+def _cause_names(d: Diagnosis) -> dict[str, Any]:
+    """The positional idle-cause columns of ``d`` as names (what a saved file must keep)."""
+    from gpuscope.analyses.attribution import CAUSES
+
+    assert d.drawn is not None
+    return {
+        "devices": [
+            {
+                "gaps": [CAUSES[c] for c in x.idle.gaps.cause.tolist()],
+                "states": {c: sum(x.series.states_ns[i + 1]) for i, c in enumerate(CAUSES)},
+            }
+            for x in d.devices
+        ],
+        "idle_lanes": [
+            {
+                "category": [CAUSES[c] for c in lane.category.tolist()],
+                "run_category": [CAUSES[c] for c in lane.run_category.tolist()],
+            }
+            for lane in d.drawn.timeline.lanes
+            if lane.stream is None
+        ],
+    }
+
+
+def test_a_diagnosis_saved_before_causes_had_names_reads_the_same() -> None:
+    """``saved_v1_whole.json`` was written by gpuscope at f47e360 (``diagnose --whole --json``
+    of a generated trace with six injected causes), when a gap's cause was its position in an
+    enum; ``.expected.json`` holds those positions as names, as that code read them."""
+    old = saved.read(DATA / "saved_v1_whole.json")
+    expected = msgspec.json.decode((DATA / "saved_v1_whole.expected.json").read_bytes())
+    names = _cause_names(old)
+    expected_states = [{k: v for k, v in d["states"].items()} for d in expected["devices"]]
+    assert [d["gaps"] for d in names["devices"]] == [d["gaps"] for d in expected["devices"]]
+    assert [
+        {k: v for k, v in d["states"].items() if k in e}
+        for d, e in zip(names["devices"], expected_states, strict=True)
+    ] == expected_states
+    assert names["idle_lanes"] == expected["idle_lanes"]
+    assert {"warmup", "data_loader", "h2d_copy"} <= set(names["devices"][0]["gaps"])
+    # Everything else reads as it was written (fields added since take their defaults).
+    document = msgspec.json.decode((DATA / "saved_v1_whole.json").read_bytes())[saved.SAVED_KEY]
+    again = saved.to_builtins(old)
+    for key in ("findings", "verdict", "inputs", "window", "all_fixes", "kernel_ns"):
+        assert _as_written(again[key], document[key]) == document[key], key
+
+
+def _as_written(value: Any, written: Any) -> Any:
+    """``value`` without the dictionary keys ``written`` lacks (fields added since)."""
+    if isinstance(value, dict) and isinstance(written, dict):
+        return {k: _as_written(v, written[k]) for k, v in value.items() if k in written}
+    if isinstance(value, list) and isinstance(written, list) and len(value) == len(written):
+        return [_as_written(v, w) for v, w in zip(value, written, strict=True)]
+    return value
+
+
+def test_the_order_of_the_cause_table_does_not_change_a_saved_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file saved with one order of idle causes reads the same under another (a row added
+    anywhere in data/causes.csv moves the codes; the names saved with them map them back)."""
+    from gpuscope.analyses import attribution
+
+    d = saved.read(DATA / "saved_v1_whole.json")
+    written = saved.to_builtins(d)
+    assert written[saved.CAUSES_KEY] == list(attribution.CAUSES)
+    before = _cause_names(d)
+    shuffled = tuple(reversed(attribution.CAUSES))
+    monkeypatch.setattr(attribution, "CAUSES", shuffled)
+    monkeypatch.setattr(saved, "CAUSES", shuffled)
+    again = saved.from_builtins(written)
+    assert _cause_names(again) == before
+    # The frozen order of files saved without names.
+    assert saved.LEGACY_IDLE_CAUSES[:3] == ("host_sync", "data_loader", "h2d_copy")
+    assert len(saved.LEGACY_IDLE_CAUSES) == 11 and saved.LEGACY_IDLE_CAUSES[9] == "warmup"

@@ -11,7 +11,8 @@ from corpus import corpus
 from gpuscope import diagnose, load
 from gpuscope.analyses.bounds import KernelKind, kernel_kind_of_name
 from gpuscope.diagnosis import Options
-from gpuscope.diagnosis.fixes import Hardware, advice
+from gpuscope.diagnosis.copies import CopyStat
+from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.facts import device_facts, family_facts
 from gpuscope.model import Job
 from gpuscope.testing import generator as g
@@ -122,10 +123,13 @@ def test_unified_memory_migrations_are_a_page_migration_finding_with_the_prefetc
 
 
 def test_pageable_copies_get_pinning_advice_and_pinned_ones_do_not() -> None:
-    pageable = "Memcpy HtoD (Pageable -> Device)"
-    seen_pageable = [f"10 of 10 copies use pageable host memory {pageable}"]
-    assert "pin_memory=True" in advice("h2d_copy", seen_pageable)
-    pinned = advice("h2d_copy", ["every copy uses pinned host memory"])
+    def copies(pinned: int) -> FixEvidence:
+        stat = CopyStat(10, 1_000_000, 2_000_000, -1, 10 - pinned, pinned, None, None, None)
+        return FixEvidence(copies=stat)
+
+    assert "pin_memory=True" in advice("h2d_copy", copies(pinned=0))
+    assert "Pin the few copies" in advice("h2d_copy", copies(pinned=6))
+    pinned = advice("h2d_copy", copies(pinned=10))
     assert "already come from pinned memory" in pinned
     assert "DataLoader(pin_memory=True)" not in pinned
 
@@ -160,13 +164,14 @@ def test_precision_advice_follows_the_architecture(
 
 
 def test_no_cuda_graph_advice_for_work_already_launched_as_graphs() -> None:
-    plain = advice("launch_overhead", ["train.py:52"])
+    plain = advice("launch_overhead", FixEvidence(("train.py:52",)))
     assert "capture the step in a CUDA graph" in plain
-    for seen in (["graph-launched"], ["cudaGraphLaunch"]):
+    for seen in (FixEvidence(graph_launched=True), FixEvidence(("cudaGraphLaunch",))):
         text = advice("launch_overhead", seen)
         assert "already launched as CUDA/HIP graphs" in text
         assert "capture the step in a CUDA graph" not in text
-    assert "already launched" in advice("launch_overhead", ["hipGraphLaunch"], Hardware(None, None))
+    hip = FixEvidence(("hipGraphLaunch",), hardware=Hardware(None, None))
+    assert "already launched" in advice("launch_overhead", hip)
 
 
 def test_per_day_cost_only_from_several_steps(tmp_path: Path) -> None:

@@ -36,31 +36,43 @@ from pathlib import Path
 
 from gpuscope.errors import InputError
 
-#: (device, inode) of every file read as input by this process.
-_inputs: set[tuple[int, int]] = set()
+#: (device, inode) of every file the running command read -> what it was read as ("input",
+#: or "history" for the run history). A command starts with none (:func:`forget_inputs`).
+_inputs: dict[tuple[int, int], str] = {}
 
 #: The signals that, during a write, remove the named temporary before the process ends.
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def note_input(status: os.stat_result) -> None:
+def note_input(status: os.stat_result, role: str = "input") -> None:
     """Record a file read as input (its ``stat``), which no output may then overwrite."""
-    _inputs.add((status.st_dev, status.st_ino))
+    _inputs.setdefault((status.st_dev, status.st_ino), role)
 
 
-def note_input_path(path: str | Path) -> None:
+def note_input_path(path: str | Path, role: str = "input") -> None:
     """:func:`note_input` by path; a path that cannot be examined is not recorded."""
     with contextlib.suppress(OSError, ValueError):
-        note_input(os.stat(path))
+        note_input(os.stat(path), role)
 
 
-def is_input(path: str | Path) -> bool:
-    """Whether ``path`` names (through any link) a file this process read as input."""
+def input_role(path: str | Path) -> str | None:
+    """What the running command read ``path`` (through any link) as; None if it did not."""
     try:
         status = os.stat(path)
     except (OSError, ValueError):
-        return False
-    return (status.st_dev, status.st_ino) in _inputs
+        return None
+    return _inputs.get((status.st_dev, status.st_ino))
+
+
+def is_input(path: str | Path) -> bool:
+    """Whether ``path`` names (through any link) a file the running command read."""
+    return input_role(path) is not None
+
+
+def forget_inputs() -> None:
+    """Start a command: files an earlier command of the same process read (a test's, an MCP
+    session's earlier tool call) are not this one's inputs, and their inodes may be reused."""
+    _inputs.clear()
 
 
 def write_output(

@@ -3,11 +3,15 @@
 Contract: :func:`cause_table` reads the table once and validates it (a malformed row is a
 packaging error and raises ``ValueError`` naming the row): snake_case names listed once, a known
 source and ICSE category, a title and a pattern for every reported cause, and for idle causes a
-fix and a colour and letter that no other cause (nor busy time) uses. Rules decide which cause
-applies; the table only describes each one: its title, default pattern, ICSE 2024 category, how an
-idle cause is drawn (colour, letter) and its fix template. Adding a cause is one row here plus the
-rule that finds it (for an idle cause, a function in ``gpuscope.analyses.attribution.RULES``; see
-``docs/how-it-works.md``).
+fix, what the idle GPU waits for, and a colour and letter that no other cause (nor busy time)
+uses. Rules decide which cause applies; the table describes each one: its title, the pattern its
+finding carries, what an idle cause waits for (which makes it host time, a peer's, one-time
+start-up that is never waste, or unexplained), its ICSE 2024 category, how an idle cause is drawn
+(colour, letter), its fix and the what-if replay's assumption. Code registers only what decides,
+keyed by the cause's name: the rule that finds it (``gpuscope.analyses.attribution.RULES`` for an
+idle cause), the what-if edit (``gpuscope.analyses.whatif.edits.EDITS``) and a fix refinement from
+typed evidence (``gpuscope.diagnosis.fixes.REFINEMENTS``). Adding a cause is one row here plus its
+rule and the rule's test (``docs/how-it-works.md``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ import msgspec
 from gpuscope.classify import DATA
 
 SOURCES = ("idle", "timeline", "measured", "memory", "category")
+#: What an idle GPU waits for: the host (host time the verdict explains), a peer rank (the
+#: verdict's communication share), one-time start-up (paid once per process: never priced, never
+#: counted as waste), or nothing the trace shows.
+WAITS_FOR = ("host", "peer", "startup", "unexplained")
 ICSE_CATEGORIES = ("data", "model", "job", "library")
 _COLOUR = re.compile(r"^#[0-9a-f]{6}$")
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -31,11 +39,13 @@ _COLUMNS = [
     "source",
     "title",
     "pattern",
+    "waits_for",
     "icse_category",
     "icse_subcategory",
     "colour",
     "letter",
     "fix",
+    "whatif",
 ]
 
 
@@ -44,11 +54,19 @@ class CauseInfo(msgspec.Struct, frozen=True):
     source: str  # idle | timeline | measured | category
     title: str
     pattern: str
+    waits_for: str | None  # idle causes: host | peer | startup | unexplained
     icse_category: str
     icse_subcategory: str
     colour: str | None  # idle causes: the timeline colour
     letter: str | None  # idle causes: the terminal timeline character
     fix: str
+    whatif: str | None  # causes with a what-if edit: what the replay assumes
+
+    @property
+    def waste(self) -> bool:
+        """Whether its time is waste a fix removes (one-time start-up is not: it is priced and
+        counted nowhere)."""
+        return self.waits_for != "startup"
 
 
 @cache
@@ -61,18 +79,24 @@ def cause_table() -> dict[str, CauseInfo]:
     table: dict[str, CauseInfo] = {}
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(_COLUMNS):
-            raise ValueError(f"data/causes.csv row {number}: {len(row)} fields, not 9")
-        cause, source, title_, pattern, category, subcategory, colour, letter, fix_ = row
+            raise ValueError(
+                f"data/causes.csv row {number}: {len(row)} fields, not {len(_COLUMNS)}"
+            )
+        cause, source, title_, pattern, waits, category, subcategory, colour, letter, fix_, what = (
+            row
+        )
         info = CauseInfo(
             cause,
             source,
             title_,
             pattern,
+            waits or None,
             category,
             subcategory,
             colour or None,
             letter or None,
             fix_,
+            what or None,
         )
         problem = _problem(info, table)
         if problem:
@@ -102,6 +126,12 @@ def _problem(info: CauseInfo, seen: dict[str, CauseInfo]) -> str | None:
             return "an idle cause needs a colour and a letter"
         if not info.fix:
             return "an idle cause needs a fix (its advice is printed with every gap)"
+        if info.waits_for not in WAITS_FOR:
+            return f"an idle cause needs waits_for, one of {', '.join(WAITS_FOR)}"
+    elif info.waits_for is not None:
+        return "only an idle cause says what the idle GPU waits for"
+    if info.whatif is not None and ("\n" in info.whatif or "{" in info.whatif):
+        return "the what-if assumption must be one paragraph without {placeholders}"
     return _style_problem(info, seen) or _fix_problem(info)
 
 
@@ -127,6 +157,32 @@ def _fix_problem(info: CauseInfo) -> str | None:
     if "\n" in info.fix or info.fix != info.fix.strip():
         return "the fix must be one paragraph without surrounding spaces"
     return None
+
+
+def describe(cause: str) -> CauseInfo:
+    return cause_table()[cause]
+
+
+def idle_causes() -> tuple[str, ...]:
+    """The idle causes, in table order: a gap's cause code is its position here (a saved
+    diagnosis stores the names beside the codes: :mod:`gpuscope.diagnosis.saved`)."""
+    return tuple(c.cause for c in cause_table().values() if c.source == "idle")
+
+
+def is_waste(cause: str) -> bool:
+    """Whether a finding of ``cause`` is waste a fix removes (not one-time start-up)."""
+    row = cause_table().get(cause)
+    return row is None or row.waste
+
+
+def waiting_for(waits: str) -> frozenset[str]:
+    """The idle causes whose GPU waits for ``waits`` (one of :data:`WAITS_FOR`)."""
+    return frozenset(c.cause for c in cause_table().values() if c.waits_for == waits)
+
+
+def assumptions() -> dict[str, str]:
+    """Cause -> what the what-if replay assumes when it removes it (causes with an edit)."""
+    return {c.cause: c.whatif for c in cause_table().values() if c.whatif}
 
 
 def title(cause: str) -> str:

@@ -47,6 +47,13 @@ class _Commands(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
+        from gpuscope._files import forget_inputs
+        from gpuscope.readers._io import set_memory_budget
+
+        # A command starts afresh (one process may run several: tests, an embedding program):
+        # it protects the files it reads (gpuscope._files), under its own --max-memory.
+        forget_inputs()
+        set_memory_budget(None)
         try:
             return super().invoke(ctx)
         except click.ClickException as error:

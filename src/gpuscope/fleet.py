@@ -339,6 +339,8 @@ def _run_ray(
     import ray  # noqa: PLC0415 - optional extra
 
     started = not ray.is_initialized()
+    if started and engine.ray_address is not None:
+        _require_listening(engine.ray_address)
     if started:
         local = engine.ray_address is None
         ray.init(
@@ -362,6 +364,26 @@ def _run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+#: Seconds to wait for a Ray cluster's address to accept a connection.
+RAY_CONNECT_S = 5.0
+
+
+def _require_listening(address: str) -> None:
+    """One line when nothing listens at a Ray address: ``ray.init`` retries such an address for
+    minutes. ``auto`` and addresses that are not ``host:port`` are left to Ray."""
+    import socket  # noqa: PLC0415
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+        raise InputError(address, f"no Ray cluster answers at this address ({why})") from None
 
 
 # --- storage ------------------------------------------------------------------------------------

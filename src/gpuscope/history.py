@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from gpuscope._files import is_input, note_input_path
+from gpuscope._files import input_role, note_input_path
 from gpuscope.analyses.diff import RunSummary
 from gpuscope.errors import InputError
 
@@ -103,7 +103,7 @@ class History:
         #: Rows that did not decode, skipped by :meth:`runs`.
         self.skipped = 0
         _refuse_odd(self.path, writing=not readonly)
-        note_input_path(self.path)  # no command's output may be written over the history
+        note_input_path(self.path, "history")  # no command's output may be written over it
         try:
             if readonly:
                 self._db = _open_readonly(self.path)
@@ -111,6 +111,9 @@ class History:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db.isolation_level = None  # explicit transactions only
+            # Text that is not UTF-8 (a corrupt page) reads with U+FFFD; its row then fails to
+            # decode and is skipped, never a traceback.
+            self._db.text_factory = lambda raw: raw.decode("utf-8", "replace")
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if readonly:
                 self._check_version()
@@ -124,8 +127,10 @@ class History:
                 self._migrate(upto)
         except sqlite3.OperationalError as error:
             raise InputError(self.path, _locked_or(error, "cannot be opened")) from None
-        except sqlite3.DatabaseError as error:
-            raise InputError(self.path, f"not a gpuscope history database ({error})") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
+            raise InputError(
+                self.path, f"not a gpuscope history database ({_said(error)})"
+            ) from None
         except OSError as error:
             raise InputError(self.path, f"cannot be opened ({error.strerror or error})") from None
 
@@ -187,9 +192,10 @@ class History:
             return self._insert(when, label, git_commit, source_sha256, summary, metrics, findings)
         except sqlite3.OperationalError as error:
             raise InputError(self.path, _locked_or(error, "the run was not saved")) from None
-        except sqlite3.DatabaseError as error:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
             raise InputError(
-                self.path, f"not a gpuscope history database ({error}); the run was not saved"
+                self.path,
+                f"not a gpuscope history database ({_said(error)}); the run was not saved",
             ) from None
 
     def _insert(
@@ -254,11 +260,21 @@ class History:
             return query()
         except sqlite3.OperationalError as error:
             raise InputError(self.path, _locked_or(error, "not a gpuscope history")) from None
-        except sqlite3.DatabaseError as error:
-            raise InputError(self.path, f"not a gpuscope history database ({error})") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
+            raise InputError(
+                self.path, f"not a gpuscope history database ({_said(error)})"
+            ) from None
 
 
 T = TypeVar("T")
+
+
+def _said(error: Exception) -> str:
+    """What SQLite said; one whose message quotes bytes that are not UTF-8 (a corrupt schema)
+    reaches Python as a UnicodeDecodeError."""
+    if isinstance(error, UnicodeDecodeError):
+        return "corrupt: its schema does not decode"
+    return str(error)
 
 
 def _locked_or(error: sqlite3.Error, otherwise: str) -> str:
@@ -286,7 +302,7 @@ def _refuse_odd(path: Path, *, writing: bool) -> None:
         raise InputError(
             path, f"is not a regular file: {ENV_VAR} must name a history database (or none yet)"
         )
-    if writing and is_input(path):
+    if writing and input_role(path) not in (None, "history"):
         raise InputError(path, f"is one of the command's inputs, not a history ({ENV_VAR})")
 
 

@@ -344,6 +344,18 @@ class Step(msgspec.Struct, frozen=True):
         return self.end_ns - self.start_ns
 
 
+class CounterSeries(msgspec.Struct):
+    """One hardware counter of one GPU sampled over time (Nsight Systems ``GPU_METRICS``, CUPTI
+    PM sampling in a Kineto or ``.pftrace`` trace). ``name`` is the counter as the tool names
+    it; ``value[i]`` holds from ``time_ns[i]`` to the next sample (NaN: not measured)."""
+
+    device: int
+    name: str
+    time_ns: I64  # on the trace's clock, ascending
+    value: NDArray[np.float64]
+    source: str  # "nsys", "kineto", "pftrace"
+
+
 class Trace(msgspec.Struct):
     """One profile of one process (one rank): the unit every analysis works on."""
 
@@ -361,6 +373,8 @@ class Trace(msgspec.Struct):
     #: The allocator's events the trace records (Kineto ``[memory]``, Nsight Systems memory
     #: usage), None when it records none.
     memory: MemoryEvents | None = None
+    #: Sampled hardware counters (empty when the trace has none; see :class:`CounterSeries`).
+    counters: list[CounterSeries] = msgspec.field(default_factory=list)
 
     def name(self, row: int) -> str:
         return self.names[int(self.events.name_id[row])]

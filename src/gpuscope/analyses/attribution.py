@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from enum import Enum
 from functools import cached_property
 from typing import NamedTuple
 
@@ -54,6 +53,7 @@ from gpuscope.analyses.intervals import (
 )
 from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
+from gpuscope.causes import idle_causes
 from gpuscope.model import Kind, Trace
 
 #: Gaps up to this long with nothing blocking the host are launch overhead.
@@ -72,22 +72,14 @@ LONG_HOST_GAP_NS = 1_000_000
 LOCATIONS_RESOLVED = 256
 
 
-class Cause(str, Enum):
-    HOST_SYNC = "host_sync"
-    DATA_LOADER = "data_loader"
-    H2D_COPY = "h2d_copy"
-    LAUNCH_OVERHEAD = "launch_overhead"
-    ALLOCATOR = "allocator"
-    COMMUNICATION_WAIT = "communication_wait"
-    CHECKPOINT = "checkpoint"
-    CPU_OTHER = "cpu_other"
-    UNKNOWN = "unknown"
-    WARMUP = "warmup"  # one-time start-up; its kinds are in CauseStat.kinds
-    PAGE_MIGRATION = "page_migration"  # the driver servicing unified-memory page faults
-
-
-CAUSES = list(Cause)
+#: An idle cause: its name in ``data/causes.csv`` (a row of source ``idle``).
+Cause = str
+#: The idle causes, in the table's order: a gap's cause code (:attr:`IdleGaps.cause`) is its
+#: position here. Saved diagnoses store these names with the codes, so a row may go anywhere.
+CAUSES: tuple[Cause, ...] = idle_causes()
 _CODE = {c: i for i, c in enumerate(CAUSES)}
+UNKNOWN: Cause = "unknown"  # what no rule explains
+WARMUP: Cause = "warmup"  # one-time start-up (claim_startup); its kinds are in CauseStat.kinds
 
 
 class LocationStat(msgspec.Struct, frozen=True):
@@ -130,7 +122,7 @@ class IdleAttribution(msgspec.Struct, frozen=True):
     causes: list[CauseStat]  # every cause with time lost, costliest first
 
     def lost_ns(self, cause: Cause) -> int:
-        return next((c.lost_ns for c in self.causes if c.cause is cause), 0)
+        return next((c.lost_ns for c in self.causes if c.cause == cause), 0)
 
 
 def attribute_idle(
@@ -175,8 +167,7 @@ def attribute_idle(
     causes = _cause_stats(gap_set, work.span_ns, resolved)
     if kinds:
         causes = [
-            msgspec.structs.replace(c, kinds=kinds) if c.cause is Cause.WARMUP else c
-            for c in causes
+            msgspec.structs.replace(c, kinds=kinds) if c.cause == WARMUP else c for c in causes
         ]
     return IdleAttribution(
         span_ns=work.span_ns,
@@ -207,7 +198,7 @@ def claim_startup(
         rows, starts = rows[order], starts[order]
         i = np.searchsorted(starts, claimed.end_ns, side="left") - 1
         decider = np.where(i >= 0, rows[np.maximum(i, 0)], -1)
-        pieces.append(_segments(claimed.start_ns, claimed.end_ns, Cause.WARMUP, decider))
+        pieces.append(_segments(claimed.start_ns, claimed.end_ns, WARMUP, decider))
         longest = max(mine, key=lambda p: p.end_ns - p.start_ns)
         where = host.location(longest.row) if longest.row >= 0 else None
         if where is None and len(ev):
@@ -287,7 +278,7 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
     # thread was doing just before and during it.
     ctx = GapContext(work, host, gap, remaining, thread_rows, thread_activity, rows_of)
     size = ctx.start.size
-    cause = np.full(size, _CODE[Cause.UNKNOWN], dtype=np.uint8)
+    cause = np.full(size, _CODE[UNKNOWN], dtype=np.uint8)
     decider = np.full(size, -1, dtype=np.int64)
     for c, rule in RULES:
         if not ctx.undecided.any():
@@ -577,12 +568,12 @@ _ON_DEMAND = re.compile(r"^Unified Memory \w+ \((?!User prefetch\))")
 #: cause); a collective waited for on the host is a peer's lateness; allocator calls and waited
 #: for copies synchronise as part of their own work; a bare sync comes last.
 CLAIMS: tuple[tuple[HostActivity, Cause], ...] = (
-    (HostActivity.CHECKPOINT, Cause.CHECKPOINT),
-    (HostActivity.DATA_LOADER, Cause.DATA_LOADER),
-    (HostActivity.COMM_WAIT, Cause.COMMUNICATION_WAIT),
-    (HostActivity.ALLOCATOR, Cause.ALLOCATOR),
-    (HostActivity.H2D_COPY, Cause.H2D_COPY),
-    (HostActivity.HOST_SYNC, Cause.HOST_SYNC),
+    (HostActivity.CHECKPOINT, "checkpoint"),
+    (HostActivity.DATA_LOADER, "data_loader"),
+    (HostActivity.COMM_WAIT, "communication_wait"),
+    (HostActivity.ALLOCATOR, "allocator"),
+    (HostActivity.H2D_COPY, "h2d_copy"),
+    (HostActivity.HOST_SYNC, "host_sync"),
 )
 
 #: The rules for what the claims leave, in order; the first that explains a piece decides it.
@@ -594,26 +585,29 @@ CLAIMS: tuple[tuple[HostActivity, Cause], ...] = (
 #: host code of ordinary length, any op, Python frames, the thread recorded on a CPU). Nothing
 #: left: ``unknown``.
 RULES: tuple[tuple[Cause, Rule], ...] = (
-    (Cause.ALLOCATOR, sync_was_an_allocator_call),
-    (Cause.H2D_COPY, sync_was_a_copy),
-    (Cause.HOST_SYNC, sync_returned),
-    (Cause.PAGE_MIGRATION, fault_service),
-    (Cause.COMMUNICATION_WAIT, waited_for_a_peer),
-    (Cause.LAUNCH_OVERHEAD, queued_launch_latency),
-    (Cause.UNKNOWN, queued_dependency),
-    (Cause.LAUNCH_OVERHEAD, short_gap),
-    (Cause.CPU_OTHER, cpu_op_without_launches),
-    (Cause.LAUNCH_OVERHEAD, host_code_between_launches),
-    (Cause.CPU_OTHER, inside_a_cpu_op),
-    (Cause.CPU_OTHER, python_frames),
-    (Cause.CPU_OTHER, thread_on_a_cpu),
+    ("allocator", sync_was_an_allocator_call),
+    ("h2d_copy", sync_was_a_copy),
+    ("host_sync", sync_returned),
+    ("page_migration", fault_service),
+    ("communication_wait", waited_for_a_peer),
+    ("launch_overhead", queued_launch_latency),
+    (UNKNOWN, queued_dependency),
+    ("launch_overhead", short_gap),
+    ("cpu_other", cpu_op_without_launches),
+    ("launch_overhead", host_code_between_launches),
+    ("cpu_other", inside_a_cpu_op),
+    ("cpu_other", python_frames),
+    ("cpu_other", thread_on_a_cpu),
 )
 
 #: Idle causes no rule above gives, and where they come from.
 PRODUCED_ELSEWHERE: dict[Cause, str] = {
-    Cause.WARMUP: "claim_startup: idle time inside one-time start-up phases (analyses.phases)",
-    Cause.UNKNOWN: "_explain: what no rule explains",
+    WARMUP: "claim_startup: idle time inside one-time start-up phases (analyses.phases)",
+    UNKNOWN: "_explain: what no rule explains",
 }
+_NAMED = {c for _, c in CLAIMS} | {c for c, _ in RULES} | set(PRODUCED_ELSEWHERE)
+if not set(CAUSES) >= _NAMED:  # a typo, or a rule whose row is missing: fail on import
+    raise ValueError(f"idle causes with no row in data/causes.csv: {sorted(_NAMED - set(CAUSES))}")
 
 
 def _segments(
@@ -657,7 +651,7 @@ def _locations(
     length = g1 - g0
     chosen: list[NDArray[np.intp]] = []
     for code in np.flatnonzero(np.bincount(cause, minlength=len(CAUSES))).tolist():
-        if CAUSES[code] is Cause.UNKNOWN:
+        if CAUSES[code] == UNKNOWN:
             continue
         members = np.flatnonzero(cause == code)
         chosen.append(_costliest(members, length[members], LOCATIONS_RESOLVED * 4))

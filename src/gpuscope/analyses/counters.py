@@ -233,14 +233,32 @@ def counter_index(summaries: list[CounterSummary]) -> CounterIndex:
     return CounterIndex(exact, no_params, unique)
 
 
+class FamilyBound(msgspec.Struct, frozen=True):
+    """One kernel family's bound as sampled hardware counters measured it (see
+    ``analyses.counter_series``)."""
+
+    name: str
+    kernels: int  # launches
+    time_ns: int  # their summed duration
+    measured_ns: int  # of which the counters cover
+    bound: str | None  # "memory", "compute", "latency"; None: not enough counters to say
+    figures_pct: dict[str, float]  # counter -> time-weighted mean over the measured time
+    evidence: str  # the figures and the rule, in words
+
+
 class MeasuredBounds(msgspec.Struct, frozen=True):
-    """Kernel bounds with the measured limiters in place where a counter report matched."""
+    """Kernel bounds with the measured limiters in place where counters measured the kernels."""
 
     bounds: KernelBounds
     measured: NDArray[np.bool_]  # per row of ``bounds``: the bound came from ncu
     measured_ns: int  # summed duration of those kernels
     kernel_ns: int  # summed duration of all kernels on the device
     matched_names: list[str]  # the ncu kernel names that matched at least one kernel
+    #: What measured them: "ncu" (Nsight Compute), "nsys GPU metrics" or "PM sampling" (hardware
+    #: counters sampled over time, see ``analyses.counter_series``).
+    source: str = "ncu"
+    evidence: list[str] = msgspec.field(default_factory=list)  # the figures, per kernel family
+    families: list[FamilyBound] = msgspec.field(default_factory=list)  # sampled counters only
 
     @property
     def measured_share_pct(self) -> float | None:

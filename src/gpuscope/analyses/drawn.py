@@ -167,7 +167,7 @@ def step_causes(work: DeviceWork, gaps: list[Intervals], steps: list[StepStat]) 
     exposed = covered_ns(difference(work.by_class[WorkClass.COMMUNICATION], compute), lo, hi)
     busy = np.array([s.busy_ns for s in steps], dtype=np.int64)
     memory = np.maximum(busy - compute_ns - exposed, 0)
-    lost = {c.value: covered_ns(iv, lo, hi) for c, iv in zip(CAUSES, gaps, strict=True)}
+    lost = {c: covered_ns(iv, lo, hi) for c, iv in zip(CAUSES, gaps, strict=True)}
     accounted = compute_ns + exposed + memory + sum(lost.values(), np.zeros(lo.shape, np.int64))
     return StepCauses(
         compute_ns=compute_ns.tolist(),

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from gpuscope._arrays import distinct
 from gpuscope.analyses.intervals import Intervals, last_containing, union
 from gpuscope.model import CopyDirection, Ids, Kind, Trace, narrow
+from gpuscope.runtime_apis import runtime_role
 
 
 class HostActivity(IntEnum):
@@ -39,43 +40,6 @@ class HostActivity(IntEnum):
     LAUNCH = 7  # launching device work
 
 
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-_SYNC_RUNTIME = re.compile(
-    r"^(?:cuda|hip)(?:Device|Stream|Event|Ctx)Synchronize|^cu(?:Ctx|Stream|Event)Synchronize"
-)
-_BLOCKING_COPY = re.compile(
-    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol|WithStream)?$|^(?:cu|hip)Memcpy[DH]to[DH]$"
-    r"|^(?:cuda|hip)Memcpy2D(?:ToArray|FromArray)$"
-)
-_ASYNC_COPY = re.compile(r"^(?:cuda|hip)Memcpy\w*Async$|^cuMemcpy\w*Async$")
-_ALLOCATOR = re.compile(
-    r"^(?:cuda|hip)(?:Free|Malloc)(?:Host|Async|Managed|Pitch)?$|^cudaHostAlloc$"
-    r"|^hipHost(?:Malloc|Free)$|^hipExtMallocWithFlags$|^cuMem(?:Free|Alloc)"
-)
-_LAUNCH = re.compile(
-    r"^(?:cuda|hip|cu)(?:Launch|ExtLaunch|ModuleLaunch|GraphLaunch|MemsetAsync|ExtModuleLaunch)"
-    r"|^cuLaunch|^runFunction"
-)
-#: One-time start-up APIs (see analyses/phases.py): context creation, module loading, vendor
-#: library handles, graph capture and instantiation. Twins listed in data/runtime_apis.csv.
-_CONTEXT = re.compile(
-    r"^cuInit$|^cuDevicePrimaryCtxRetain$|^cuCtxCreate|^(?:cuda|hip)SetDevice$|^hipInit$"
-    r"|^cudaInitDevice$|^hipDevicePrimaryCtxRetain$|^hipCtxCreate$"
-)
-_MODULE_LOAD = re.compile(r"^cuModuleLoad|^cuLibraryLoad|^hipModuleLoad|^hipLibraryLoad")
-_LIBRARY_INIT = re.compile(
-    r"^(?:cublas|cublasLt|cudnn|cusparse|cusolverDn|hipblas|hipblasLt|hipsparse|miopen|rocblas_"
-    r"|hipsolver)(?:Create|_create_handle|CreateHandle)\w*$|^nccl(?:CommInitRank|CommInitAll)\w*$"
-    r"|^rccl(?:CommInitRank|CommInitAll)\w*$"
-)
-#: Teardown at exit: unloading modules, destroying or resetting the context (CUDA Driver API,
-#: module and context management; HIP twins).
-_TEARDOWN = re.compile(
-    r"^(?:cu|hip)ModuleUnload$|^(?:cu|hip)LibraryUnload$|^(?:cu|hip)CtxDestroy"
-    r"|^(?:cuda|hip)DeviceReset$|^(?:cu|hip)DevicePrimaryCtxRelease|^(?:cuda|hip)ThreadExit$"
-)
-_CAPTURE = re.compile(r"^(?:cuda|hip|cu)Stream(?:Begin|End)Capture")
-_INSTANTIATE = re.compile(r"^(?:cuda|hip|cu)GraphInstantiate")
 _SYNC_OP = re.compile(r"^aten::(?:item|_local_scalar_dense|nonzero|is_nonzero|equal|tolist)$")
 _DATA_LOADER = re.compile(
     r"^enumerate\(DataLoader\)|torch/utils/data/dataloader\.py|DataLoaderIter"
@@ -110,44 +74,20 @@ def _is_user_frame(name: str) -> bool:
     return top not in _STDLIB
 
 
-@lru_cache(maxsize=_NAMES_REMEMBERED)
+#: The host activity of a runtime call, by its role (data/runtime_apis.csv): a blocking copy
+#: counts as a sync until its direction refines it (a host-to-device copy is ``H2D_COPY``).
+_ACTIVITY_OF_ROLE = {
+    "sync": HostActivity.HOST_SYNC,
+    "alloc": HostActivity.ALLOCATOR,
+    "free": HostActivity.ALLOCATOR,
+    "copy": HostActivity.HOST_SYNC,
+    "async_copy": HostActivity.LAUNCH,
+    "launch": HostActivity.LAUNCH,
+}
+
+
 def _runtime_activity(name: str) -> HostActivity:
-    bare = _VERSION_SUFFIX.sub("", name)
-    if _SYNC_RUNTIME.search(bare):
-        return HostActivity.HOST_SYNC
-    if _ALLOCATOR.search(bare):
-        return HostActivity.ALLOCATOR
-    if _BLOCKING_COPY.search(bare):
-        return HostActivity.HOST_SYNC  # refined per event by the copy's direction
-    if _LAUNCH.search(bare) or _ASYNC_COPY.search(bare):
-        return HostActivity.LAUNCH
-    return HostActivity.NONE
-
-
-@lru_cache(maxsize=_NAMES_REMEMBERED)
-def runtime_role(name: str) -> str:
-    """What a CUDA/HIP runtime or driver call does, as the rules use it: ``sync``, ``copy`` (a
-    copy the host may wait for), ``async_copy``, ``allocator``, ``launch``, ``context``,
-    ``module_load``, ``library_init``, ``teardown``, ``capture``, ``graph_instantiate`` or
-    ``none``. A CUDA
-    name and its HIP twin have the same role (tested against data/runtime_apis.csv)."""
-    bare = _VERSION_SUFFIX.sub("", name)
-    for pattern, role in (
-        (_CONTEXT, "context"),
-        (_MODULE_LOAD, "module_load"),
-        (_LIBRARY_INIT, "library_init"),
-        (_TEARDOWN, "teardown"),
-        (_CAPTURE, "capture"),
-        (_INSTANTIATE, "graph_instantiate"),
-        (_SYNC_RUNTIME, "sync"),
-        (_ALLOCATOR, "allocator"),
-        (_BLOCKING_COPY, "copy"),
-        (_ASYNC_COPY, "async_copy"),
-        (_LAUNCH, "launch"),
-    ):
-        if pattern.search(bare):
-            return role
-    return "none"
+    return _ACTIVITY_OF_ROLE.get(runtime_role(name), HostActivity.NONE)
 
 
 @lru_cache(maxsize=_NAMES_REMEMBERED)

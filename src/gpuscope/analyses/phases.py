@@ -50,7 +50,7 @@ from msgspec.structs import replace
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
-from gpuscope.analyses.host import HostActivity, HostIndex, runtime_role
+from gpuscope.analyses.host import HostActivity, HostIndex
 from gpuscope.analyses.intervals import (
     Intervals,
     clip,
@@ -60,6 +60,7 @@ from gpuscope.analyses.intervals import (
     union,
 )
 from gpuscope.model import BUSY_KINDS, Kind, Trace
+from gpuscope.runtime_apis import ALLOCATOR, runtime_role
 
 #: A start-up call lasts at least this long: context creation takes 100 ms to seconds, and an
 #: ordinary allocator or query call microseconds to a few milliseconds.
@@ -178,8 +179,6 @@ def _pattern(source: str) -> re.Pattern[str]:
     return re.compile(source)
 
 
-_BEGIN_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
-_END_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _TORCHSCRIPT_FALLBACK = "fallback_function"
 
 
@@ -317,7 +316,7 @@ def _edges(trace: Trace, host: HostIndex, window: tuple[int, int]) -> list[Phase
     exiting = (ev.kind == Kind.RUNTIME) & (ev.start_ns >= last)
     frees = np.flatnonzero(exiting & (host.activity == HostActivity.ALLOCATOR))
     for r in frees.tolist():
-        if runtime_role(trace.name(r)) == "allocator" and "Free" in trace.name(r):
+        if runtime_role(trace.name(r)) in ALLOCATOR and "Free" in trace.name(r):
             found.append(Phase(WarmupKind.TEARDOWN, int(ev.start_ns[r]), int(ev.end_ns[r]), r))
     return found
 
@@ -434,7 +433,7 @@ def _silent_before_generated(trace: Trace, host: HostIndex) -> list[Phase]:
     return found
 
 
-_ROLES = ["none", "capture", *_ROLE_KIND]
+_ROLES = ["none", "capture_begin", "capture_end", *_ROLE_KIND]
 
 
 def _role_codes(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.int8]:
@@ -512,17 +511,14 @@ def _runtime_phases(trace: Trace, host: HostIndex, runtime: NDArray[np.int64]) -
                 )
 
     # Capture: from BeginCapture to the next EndCapture on the same thread.
-    begins = runtime[code == _ROLES.index("capture")]
+    begins = runtime[code == _ROLES.index("capture_begin")]
     for r in begins.tolist():
-        name = trace.names[int(ev.name_id[r])]
-        if not _BEGIN_CAPTURE.search(name):
-            continue
         thread = host.rows_of_thread(int(ev.pid[r]), int(ev.tid[r]))
         after = thread[thread > r]
         ends = [
             a
             for a in after[ev.kind[after] == Kind.RUNTIME].tolist()
-            if _END_CAPTURE.search(trace.name(a))
+            if runtime_role(trace.name(a)) == "capture_end"
         ][:1]
         end_ns = int(ev.end_ns[ends[0]]) if ends else int(ev.end_ns[r])
         found.append(Phase(WarmupKind.GRAPH_CAPTURE, int(ev.start_ns[r]), end_ns, r))

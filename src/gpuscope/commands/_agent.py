@@ -30,6 +30,9 @@ COMPACT_LOCATIONS = 3
 COMPACT_ROWS = 8
 #: Files listed at most by ``list_traces``.
 LISTED = 500
+#: Entries ``list_traces`` examines at most, and the seconds it walks at most.
+EXAMINED = 20_000
+WALK_SECONDS = 5.0
 
 
 class Session:
@@ -42,6 +45,8 @@ class Session:
         from gpuscope.diagnosis import Options, diagnose
         from gpuscope.readers import load
 
+        if not path.strip():  # Path("") is the server's working folder: never meant
+            raise InputError(repr(path), "an empty path: give a trace file or folder")
         where = Path(path).expanduser()
         if not where.exists():
             raise InputError(where, "no such file or folder")
@@ -138,35 +143,65 @@ class Session:
             other = self.diagnosis(compare_with, gpu_hour_usd)
             change = diff.diff(diff.summarize(d), diff.summarize(other))
             data = rendered(DiffHtml(), Comparison(d, other, change))
+        if not output.strip():
+            raise InputError(repr(output), "an empty path: give the HTML file to write")
         target = Path(output).expanduser()
-        write_output(target, data)
+        # The traces may come from the session's cache, not read by this call: named as inputs.
+        sources = (Path(path).expanduser(), *([Path(compare_with)] if compare_with else []))
+        write_output(target, data, inputs=sources)
         return {"output": str(target), "bytes": len(data)}
 
 
 def list_traces(folder: str) -> dict[str, Any]:
-    """The files under ``folder`` that gpuscope reads, with their format (by content)."""
+    """The files under ``folder`` that gpuscope reads, with their format (by content).
+
+    The walk is bounded, so that ``list_traces("/")`` answers in seconds: at most
+    :data:`EXAMINED` entries and :data:`WALK_SECONDS` seconds, then ``"more": true``. Only
+    regular files are opened (a FIFO or a device is never waited on), links are not followed,
+    and hidden folders and the kernel's (``/proc``, ``/sys``, ``/dev``) are skipped."""
+    import stat
+    import time
+
     from gpuscope.readers import READERS
     from gpuscope.readers._io import head_bytes
 
+    if not folder.strip():  # Path("") is the server's working folder: never meant
+        raise InputError(repr(folder), "an empty path: give a folder")
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise InputError(root, "no such folder" if not root.exists() else "not a folder")
     found: list[dict[str, Any]] = []
-    others = 0
+    others = examined = 0
+    deadline = time.monotonic() + WALK_SECONDS
+
+    def answer(more: bool) -> dict[str, Any]:
+        return {"folder": str(root), "traces": found, "other_files": others, "more": more}
+
     for base, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and os.path.join(base, d) not in _SYSTEM
+        )
         for name in sorted(files):
             if name.startswith("."):
                 continue
+            examined += 1
+            if len(found) == LISTED or examined > EXAMINED or time.monotonic() > deadline:
+                return answer(more=True)
             path = Path(base) / name
-            if len(found) == LISTED:
-                return {"folder": str(root), "traces": found, "other_files": others, "more": True}
-            kind = _format_of(path, READERS, head_bytes)
+            try:
+                status = path.lstat()
+            except OSError:
+                continue
+            kind = _format_of(path, READERS, head_bytes) if stat.S_ISREG(status.st_mode) else None
             if kind is None:
                 others += 1
             else:
-                found.append({"path": str(path), "format": kind, "bytes": path.stat().st_size})
-    return {"folder": str(root), "traces": found, "other_files": others, "more": False}
+                found.append({"path": str(path), "format": kind, "bytes": status.st_size})
+    return answer(more=False)
+
+
+#: The kernel's folders: their files are not profiles, and some block when read.
+_SYSTEM = frozenset({"/proc", "/sys", "/dev", "/run"})
 
 
 def _format_of(path: Path, readers: Any, head_bytes: Any) -> str | None:

@@ -19,7 +19,13 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--label", help="Only runs saved with this label.")
-@click.option("--limit", default=20, show_default=True, help="Newest runs to show.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0, max=2**63 - 1, clamp=True),
+    default=20,
+    show_default=True,
+    help="Newest runs to show.",
+)
 @click.option(
     "--metric",
     help="Show this metric's trend: step_time_ns, gpu_busy_pct, idle_pct,"

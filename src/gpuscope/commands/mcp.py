@@ -66,6 +66,9 @@ def build_server() -> Any:
     session = _agent.Session()
 
     def answer(call: Callable[[], T]) -> T:
+        from gpuscope._files import forget_inputs
+
+        forget_inputs()  # each tool call protects the files it reads (see gpuscope._files)
         try:
             return call()
         except InputError as error:

@@ -144,8 +144,9 @@ def diagnose(job: Job, options: Options | None = None) -> Diagnosis:
         from gpuscope.diagnosis.memory import diagnose_memory  # noqa: PLC0415
 
         return diagnose_memory(job, options)
-    if job.counters or job.samples:
-        # Kernel counters (ncu) and sampled utilisation: their modules load only when needed.
+    if job.counters or job.samples or any(t.counters for t in job.traces):
+        # Kernel counters (ncu, sampled hardware counters) and sampled utilisation: their
+        # modules load only when needed.
         from gpuscope.diagnosis.measured import diagnose_measured  # noqa: PLC0415
 
         return diagnose_measured(job, options)

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
-from gpuscope.analyses.attribution import Cause, LocationStat
+from gpuscope.analyses.attribution import CAUSES, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.copies import (
@@ -33,7 +33,7 @@ from gpuscope.diagnosis.copies import (
     fault_notes,
 )
 from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
-from gpuscope.diagnosis.fixes import Hardware, advice
+from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
 
@@ -46,23 +46,15 @@ BLOATED_CONTEXT_PCT = 50.0
 #: Kernels of one chain are at most this far apart on their stream.
 CHAIN_GAP_NS = 20_000
 
-HOST_CAUSES = frozenset(
-    {
-        Cause.HOST_SYNC,
-        Cause.DATA_LOADER,
-        Cause.H2D_COPY,
-        Cause.LAUNCH_OVERHEAD,
-        Cause.ALLOCATOR,
-        Cause.CHECKPOINT,
-        Cause.CPU_OTHER,
-        Cause.PAGE_MIGRATION,
-    }
-)
+#: Idle causes by what the idle GPU waits for (data/causes.csv's ``waits_for``): the host's own
+#: work, or a peer rank (the verdict counts the latter as communication).
+HOST_CAUSES = causes.waiting_for("host")
+PEER_CAUSES = causes.waiting_for("peer")
 _TITLES = causes.titles("idle", "timeline")  # data/causes.csv
 
 
 class Finding(msgspec.Struct, frozen=True):
-    pattern: str  # ghost_gpu | bloated_context | latency_mirage | tensor_cores_unused
+    pattern: str  # the cause's pattern in data/causes.csv (diagnosis.patterns), or a rule's
     cause: str
     title: str
     lost_ns: int  # summed over the job's devices, over the whole window
@@ -96,6 +88,9 @@ class Verdict(msgspec.Struct, frozen=True):
     price_source: str
     world_size: int
     figures: dict[str, float | None] = msgspec.field(default_factory=dict)
+    #: Which evidence the bounds came from, when counters measured some kernels ("" otherwise:
+    #: every bound is the roofline estimate from kernel names and recorded shapes).
+    bound_evidence: str = ""
 
 
 def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float | None, str]:
@@ -121,22 +116,22 @@ def findings(
     steps = max((e.steps for e in evidence), default=0)
     raw: list[RawFinding] = []
     copies = _copy_stats(evidence)
-    for cause in Cause:
+    for cause in CAUSES:
         lost = sum(e.idle.lost_ns(cause) for e in evidence)
-        stats = [s for e in evidence for s in e.idle.causes if s.cause is cause]
+        stats = [s for e in evidence for s in e.idle.causes if s.cause == cause]
         count = sum(s.gaps for s in stats)
         locations = _merge_locations([loc for s in stats for loc in s.locations])
-        pattern = "latency_mirage" if cause is Cause.COMMUNICATION_WAIT else "ghost_gpu"
+        row = causes.describe(cause)
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
-        # One-time start-up is paid once per process, not per GPU-hour: no dollars.
-        saving: int | None = None if cause.value == "warmup" else lost
+        # Time that is no waste (one-time start-up, paid once per process) has no dollars.
+        saving: int | None = lost if row.waste else None
         h2d = copies["h2d"]
-        if cause is Cause.H2D_COPY and h2d.exposed_ns:
+        if cause == "h2d_copy" and h2d.exposed_ns:
             note += h2d.notes("host-to-device")
             saving = lost + (h2d.saving_ns or 0)
             lost += h2d.exposed_ns
         um = copies["um"]
-        if cause is Cause.PAGE_MIGRATION and um.exposed_ns:
+        if cause == "page_migration" and um.exposed_ns:
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
             service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
@@ -144,9 +139,9 @@ def findings(
             saving = lost + (um.saving_ns or 0)
             count = um.count  # the migrations, as for the other copy findings
             lost += um.exposed_ns
-        if cause is Cause.PAGE_MIGRATION:
+        if cause == "page_migration":
             note += fault_notes(evidence)
-        raw.append((pattern, cause.value, lost, count, locations, note, saving))
+        raw.append((row.pattern, cause, lost, count, locations, note, saving))
     for group, cause_name, words in (
         ("d2h", "d2h_copy", "device-to-host"),
         ("p2p", "p2p_copy", "peer-to-peer"),
@@ -155,7 +150,7 @@ def findings(
         if stat.exposed_ns:
             raw.append(
                 (
-                    "ghost_gpu",
+                    causes.describe(cause_name).pattern,
                     cause_name,
                     stat.exposed_ns,
                     stat.count,
@@ -175,7 +170,7 @@ def findings(
         exposed_locations = ranks.exposed_locations
     raw.append(
         (
-            "latency_mirage",
+            causes.describe("exposed_communication").pattern,
             "exposed_communication",
             exposed,
             0,
@@ -190,18 +185,25 @@ def findings(
     compute_total = sum(e.temporal.compute_ns for e in evidence)
     scale = min(1.0, compute_total / (fp32_lost + mem_lost)) if fp32_lost + mem_lost else 1.0
     fp32 = int(fp32_lost * scale)
-    raw.append(("tensor_cores_unused", "fp32_gemm", fp32, 0, [], fp32_note, fp32))
+    raw.append((causes.describe("fp32_gemm").pattern, "fp32_gemm", fp32, 0, [], fp32_note, fp32))
     mem = int(mem_lost * scale)
     raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
 
-    seen_names = _launch_names(evidence)
+    graph_launched = _graph_launched(evidence)
+    hardware = _hardware(evidence)
     result: list[Finding] = []
     for pattern, cause_name, lost, count, locations, note, saving in raw:
         share = 100.0 * lost / total_span if total_span else 0.0
         kept = ranks is not None and cause_name in ranks.always
         if (share < MIN_SHARE_PCT or lost <= 0) and not kept:
             continue
-        seen = [loc.location for loc in locations] + note + seen_names
+        of = _COPY_GROUP_OF.get(cause_name)
+        fix_evidence = FixEvidence(
+            tuple(loc.location for loc in locations),
+            copies[of] if of is not None and copies[of].exposed_ns else None,
+            graph_launched,
+            hardware,
+        )
         cost_hour = (
             saving / total_span * gpu_hour_usd
             if gpu_hour_usd is not None and saving is not None and total_span
@@ -224,16 +226,20 @@ def findings(
                 locations=locations,
                 evidence=note,
                 fix=(ranks.fixes.get(cause_name) if ranks else None)
-                or advice(cause_name, seen, _hardware(evidence)),
+                or advice(cause_name, fix_evidence),
             )
         )
     result.sort(key=lambda f: -f.lost_ns)
     return result
 
 
-def _launch_names(evidence: list[DeviceEvidence]) -> list[str]:
-    """Facts about how the work was launched that change the advice: graph launches (the work is
-    already a CUDA / HIP graph, so capturing it saves nothing more)."""
+#: The copy group (diagnosis.copies) behind each copy finding: its fix reads the copies.
+_COPY_GROUP_OF = {"h2d_copy": "h2d", "d2h_copy": "d2h", "p2p_copy": "p2p", "page_migration": "um"}
+
+
+def _graph_launched(evidence: list[DeviceEvidence]) -> bool:
+    """Whether half the launches or more are graph launches (the work is already a CUDA / HIP
+    graph, so capturing it saves nothing more)."""
     graph = total = 0
     for e in evidence:
         ev = e.work.trace.events
@@ -248,7 +254,7 @@ def _launch_names(evidence: list[DeviceEvidence]) -> list[str]:
                 for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
                 if "GraphLaunch" in names[i]
             )
-    return ["graph-launched"] if total and graph * 2 >= total else []
+    return bool(total) and graph * 2 >= total
 
 
 def _hardware(evidence: list[DeviceEvidence]) -> Hardware:
@@ -330,7 +336,12 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
             saving += float((totals * (1.0 - 1.0 / counts)).sum())
             kernels += int(counts[counts > 1].sum())
     share = 100.0 * memory_ns / busy_ns if busy_ns else 0.0
-    pattern = "bloated_context" if share >= BLOATED_CONTEXT_PCT else "fusion"
+    # Memory-bound work that dominates is Bloated Context, not only unfused kernels.
+    pattern = (
+        "bloated_context"
+        if share >= BLOATED_CONTEXT_PCT
+        else causes.describe("memory_bound").pattern
+    )
     note = [
         f"memory-bound kernels run {memory_ns / 1e6:,.2f} ms: {share:.0f}% of busy time",
         f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
@@ -367,7 +378,7 @@ def verdict(
     share: copies that fill it make it transfer-bound, not host-bound."""
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
-    comm_wait = sum(e.idle.lost_ns(Cause.COMMUNICATION_WAIT) for e in evidence)
+    comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
     host_causes = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
     busy = dict.fromkeys(Bound, 0)
     for e in evidence:
@@ -482,7 +493,7 @@ def _summary(
         )
     top = found[0] if found else None
     if top is not None:
-        idle_only = top.cause in {c.value for c in Cause} and top.share_pct <= idle_pct + 1e-9
+        idle_only = top.cause in CAUSES and top.share_pct <= idle_pct + 1e-9
         if idle_only and bound == "host":
             text += f", {top.share_pct:.0f} percentage points of it lost because {top.title}"
         else:

@@ -1,8 +1,9 @@
 """What to change for each cause: concrete advice, in the words a PyTorch user would type.
 
-Contract: :func:`advice` returns the fix for a finding's cause given what the evidence says
-(locations, names seen in the trace) and the hardware it ran on. The text is data for the
-renderers; nothing here measures.
+Contract: :func:`advice` returns the fix for a finding's cause: its row's ``fix`` in
+``data/causes.csv``, sharpened by the cause's refinement in :data:`REFINEMENTS` from typed
+evidence (:class:`FixEvidence`: locations and names seen in the trace, its copies, the hardware it
+ran on). The text is data for the renderers; nothing here measures.
 
 Advice fits the evidence and the hardware, or it is not given:
 
@@ -16,11 +17,12 @@ Advice fits the evidence and the hardware, or it is not given:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 from gpuscope import causes
 from gpuscope.analyses.ranks import StragglerStat
+from gpuscope.diagnosis.copies import CopyStat
 
 
 class Hardware(NamedTuple):
@@ -39,19 +41,50 @@ _FP8 = frozenset({"hopper", "blackwell", "cdna3", "cdna4"})
 _FIXES: dict[str, str] = causes.fixes()
 
 
-def advice(cause: str, seen: Sequence[str] = (), hardware: Hardware | None = None) -> str:
-    """The fix for ``cause``, sharpened by names seen in the evidence and fitted to the hardware."""
-    hw = hardware or Hardware(None, None)
+class FixEvidence(NamedTuple):
+    """What a refinement reads: typed facts of one finding (never its evidence sentences)."""
+
+    #: The finding's code locations and the host events behind it, as the trace names them.
+    locations: tuple[str, ...] = ()
+    #: Its copies, when they held the device with nothing else running (copy findings only).
+    copies: CopyStat | None = None
+    #: Most launches of the job are CUDA / HIP graph launches: the work is already captured.
+    graph_launched: bool = False
+    hardware: Hardware = Hardware(None, None)
+
+    def location_has(self, *words: str) -> bool:
+        return any(w in loc for loc in self.locations for w in words)
+
+
+#: A refinement: the cause's fix text, sharpened by what its finding's evidence shows.
+Refinement = Callable[[str, FixEvidence], str]
+
+
+def advice(cause: str, evidence: FixEvidence | None = None) -> str:
+    """The fix for ``cause`` (its row's ``fix``), sharpened by its refinement from the evidence
+    and fitted to the hardware."""
     text = _FIXES.get(cause, _FIXES["unknown"])
-    joined = " ".join(seen)
-    pinned = "every copy uses pinned host memory" in joined
-    mostly_pinned = "already use pinned host memory" in joined
-    if cause == "data_loader" and "_SingleProcessDataLoaderIter" in joined:
-        text = "The loader runs in the training process (`num_workers=0`). " + text
-    if cause == "h2d_copy" and (pinned or mostly_pinned):
-        text = (
+    refine = REFINEMENTS.get(cause)
+    return refine(text, evidence or FixEvidence()) if refine is not None else text
+
+
+def _data_loader(text: str, e: FixEvidence) -> str:
+    """PyTorch names the loader's iterator ``_SingleProcessDataLoaderIter`` when it runs in the
+    training process (``num_workers=0``)."""
+    if e.location_has("_SingleProcessDataLoaderIter"):
+        return "The loader runs in the training process (`num_workers=0`). " + text
+    return text
+
+
+def _h2d_copy(text: str, e: FixEvidence) -> str:
+    """Copies that already come from pinned memory gain nothing from pinning: overlap decides."""
+    c = e.copies
+    if c is None:
+        return text
+    if c.pinned and c.pinned * 2 >= c.count:
+        return (
             ""
-            if pinned
+            if c.pinned == c.count
             else "Pin the few copies that still come from pageable memory (`pin_memory=True`). "
         ) + (
             "The copies already come from pinned memory: pinning will not help more. Overlap them"
@@ -59,36 +92,50 @@ def advice(cause: str, seen: Sequence[str] = (), hardware: Hardware | None = Non
             " `non_blocking=True`) while this one runs, keep data resident on the GPU across"
             " steps, or move less (smaller dtypes, decode on the GPU)."
         )
-    elif cause == "h2d_copy" and "copies with nothing else running" in joined:
-        text += (
-            " When the copies are large and already pinned, overlap them with compute: copy the"
-            " next batch on a side stream (`torch.cuda.Stream`, `non_blocking=True`) while this one"
-            " runs, keep data resident on the GPU across steps, or move less (smaller dtypes,"
-            " decode on the GPU)."
-        )
-    if cause == "d2h_copy":
-        text = (
-            "Keep results on the GPU: copies to the host (`.cpu()`, `.numpy()`, `.tolist()`,"
-            " logging tensors) stall the step; batch them every N steps"
-            + (
-                " and issue them with `non_blocking=True` on a side stream (they already use"
-                " pinned memory)."
-                if pinned
-                else " into pinned buffers with `non_blocking=True`."
-            )
-        )
-    if cause == "host_sync" and ("item" in joined or "_local_scalar_dense" in joined):
-        text = "`.item()` in the step loop forces a sync. " + text
-    if cause == "launch_overhead" and ("graph-launched" in seen or "GraphLaunch" in joined):
-        text = (
-            "The work is already launched as CUDA/HIP graphs, so capturing more will not remove"
-            " these gaps: they sit between graph launches, where the host prepares the next one."
-            " Put more of the step in each graph (fewer, larger graphs), move the host work"
-            " between replays off the loop, or raise the batch size so each replay does more."
-        )
-    if cause in ("fp32_gemm", "memory_bound"):
-        text = _precision_fit(cause, text, hw)
+    return text + (
+        " When the copies are large and already pinned, overlap them with compute: copy the"
+        " next batch on a side stream (`torch.cuda.Stream`, `non_blocking=True`) while this one"
+        " runs, keep data resident on the GPU across steps, or move less (smaller dtypes,"
+        " decode on the GPU)."
+    )
+
+
+def _d2h_copy(text: str, e: FixEvidence) -> str:
+    """Copies to pinned buffers need only to leave the step: a side stream, not pinning."""
+    if e.copies is None or not e.copies.pinned or e.copies.pinned != e.copies.count:
+        return text
+    return (
+        "Keep results on the GPU: copies to the host (`.cpu()`, `.numpy()`, `.tolist()`,"
+        " logging tensors) stall the step; batch them every N steps and issue them with"
+        " `non_blocking=True` on a side stream (they already use pinned memory)."
+    )
+
+
+def _host_sync(text: str, e: FixEvidence) -> str:
+    """``.item()`` reads a scalar through ``aten::_local_scalar_dense``, which syncs."""
+    if e.location_has("item", "_local_scalar_dense"):
+        return "`.item()` in the step loop forces a sync. " + text
     return text
+
+
+def _launch_overhead(text: str, e: FixEvidence) -> str:
+    """Work already launched as graphs gets no "capture a CUDA graph" advice."""
+    if not (e.graph_launched or e.location_has("GraphLaunch")):
+        return text
+    return (
+        "The work is already launched as CUDA/HIP graphs, so capturing more will not remove"
+        " these gaps: they sit between graph launches, where the host prepares the next one."
+        " Put more of the step in each graph (fewer, larger graphs), move the host work"
+        " between replays off the loop, or raise the batch size so each replay does more."
+    )
+
+
+def _fp32_gemm(text: str, e: FixEvidence) -> str:
+    return _precision_fit("fp32_gemm", text, e.hardware)
+
+
+def _memory_bound(text: str, e: FixEvidence) -> str:
+    return _precision_fit("memory_bound", text, e.hardware)
 
 
 def _precision_fit(cause: str, text: str, hw: Hardware) -> str:
@@ -121,6 +168,18 @@ def _precision_fit(cause: str, text: str, hw: Hardware) -> str:
             " training doubles GEMM throughput again where accuracy allows."
         )
     return text
+
+
+#: The refinement of each cause's fix, by the cause's name (causes not here: the row's fix).
+REFINEMENTS: dict[str, Refinement] = {
+    "data_loader": _data_loader,
+    "h2d_copy": _h2d_copy,
+    "d2h_copy": _d2h_copy,
+    "host_sync": _host_sync,
+    "launch_overhead": _launch_overhead,
+    "fp32_gemm": _fp32_gemm,
+    "memory_bound": _memory_bound,
+}
 
 
 def straggler_advice(s: StragglerStat) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from gpuscope.analyses.bounds import KernelBounds
+from gpuscope.analyses.counter_series import apply_counter_series, device_series
 from gpuscope.analyses.counters import (
     CounterSummary,
     MeasuredBounds,
@@ -17,6 +18,7 @@ from gpuscope.analyses.counters import (
 from gpuscope.analyses.samples import gpu_utilisation
 from gpuscope.analyses.timeline import DeviceWork
 from gpuscope.diagnosis import (
+    DeviceReport,
     Diagnosis,
     InputSummary,
     Options,
@@ -39,9 +41,17 @@ def diagnose_measured(job: Job, options: Options) -> Diagnosis:
     index = counter_index(counters) if counters else None
 
     def adjust(bounds: KernelBounds, work: DeviceWork) -> MeasuredBounds | None:
-        """Measured limiters (ncu) in place of the estimated bounds, for the kernels that
-        match."""
-        return apply_counters(bounds, work, index) if index is not None else None
+        """Measured limiters in place of the estimated bounds: Nsight Compute's for the kernels
+        a report matches, else the sampled hardware counters' for the kernels they cover."""
+        sampled = None
+        series = device_series(work.trace.counters, work.device)
+        if series:
+            sampled = apply_counter_series(bounds, work, series)
+        if index is not None:
+            ncu = apply_counters(sampled.bounds if sampled else bounds, work, index)
+            if ncu.measured_ns or sampled is None:
+                return ncu
+        return sampled
 
     timelines = diagnose_timelines(job, options, adjust)
     price = Price(timelines.gpu_hour_usd, timelines.price_source)
@@ -68,12 +78,23 @@ def _with_measurements(
     if job.traces:
         if price.gpu_hour_usd is None:
             price = timeline_price
-        measured = any(d.counters is not None and d.counters.measured_ns for d in result.devices)
+        sources = {
+            d.counters.source for d in result.devices if d.counters and d.counters.measured_ns
+        }
+        based_on = "timeline+ncu" if "ncu" in sources else "timeline"
+        if sources - {"ncu"}:
+            based_on += "+counters"
         return replace(
             result,
+            verdict=replace(
+                result.verdict,
+                bound_evidence=bound_evidence(
+                    result.devices, sampled=any(t.counters for t in job.traces)
+                ),
+            ),
             inputs=inputs,
             findings=result.findings + sampled_findings(sampled, price),
-            based_on="timeline+ncu" if measured else "timeline",
+            based_on=based_on,
             sampled=sampled,
             counters=counters,
         )
@@ -108,3 +129,26 @@ def _measured_inputs(job: Job) -> list[InputSummary]:
         for s in job.samples
     ]
     return counters + samples
+
+
+def bound_evidence(devices: list[DeviceReport], *, sampled: bool = False) -> str:
+    """Which evidence the verdict's bounds used: measured counters for how much kernel time,
+    from what, with the costliest family's figures; the rest is the roofline estimate.
+    ``sampled``: the traces hold sampled counters (said when they measured no kernel)."""
+    measured = [d.counters for d in devices if d.counters is not None and d.counters.measured_ns]
+    if not measured:
+        if sampled:
+            return (
+                "hardware counters were sampled but cover no kernel (gaps, NaN, or no kernel"
+                " under the samples): bounds estimated from kernel names and shapes (roofline)"
+            )
+        return ""
+    kernel_ns = sum(d.counters.kernel_ns for d in devices if d.counters is not None)
+    covered = sum(m.measured_ns for m in measured)
+    share = 100.0 * covered / kernel_ns if kernel_ns else 0.0
+    sources = " and ".join(dict.fromkeys(m.source for m in measured))
+    text = f"bounds measured by {sources} for {share:.0f}% of kernel time"
+    if covered < kernel_ns:
+        text += ", the rest estimated from kernel names and shapes (roofline)"
+    first = next((e for m in measured for e in m.evidence), None)
+    return f"{text}; {first}" if first else text

@@ -32,7 +32,7 @@ import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
-from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind
 from gpuscope.analyses.host import HostActivity, host_activity
 from gpuscope.analyses.intervals import covered_ns, union
@@ -157,12 +157,9 @@ def _outside(trace: Trace, host: HostIndex, phases: list[Phase]) -> NDArray[np.u
 def _unpriced(f: Finding) -> Finding:
     """No fix of this finding was replayed: idle time is stated as time, no saving is priced;
     busy time keeps its finding's own estimate of what its fix saves."""
-    if f.cause not in _IDLE_CAUSES:
+    if f.cause not in CAUSES:
         return f
     return replace(f, cost_usd_per_gpu_hour=None, cost_usd_per_day=None)
-
-
-_IDLE_CAUSES = frozenset(c.value for c in Cause)
 
 
 def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus: int) -> Finding:
@@ -198,7 +195,7 @@ def _inputs(
     cuts: list[WaitCuts] | None,
 ) -> EditInputs:
     ev = trace.events
-    launch_code = CAUSES.index(Cause.LAUNCH_OVERHEAD)
+    launch_code = CAUSES.index("launch_overhead")
     gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
     ratio, bandwidth = 2.0, None
     for d in reports:

@@ -6,6 +6,7 @@ import msgspec
 
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
+from gpuscope.causes import describe
 from gpuscope.diagnosis.evidence import RawFinding
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
 from gpuscope.names import plural
@@ -31,13 +32,13 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
         notes = [_straggler_note(s) for s in analysis.stragglers[:3]]
         count = sum(s.last_arrivals for s in analysis.stragglers)
         lost = analysis.straggler_exposed_wait_ns
-        raw.append(("latency_mirage", "straggler", lost, count, [], notes, lost))
+        raw.append((describe("straggler").pattern, "straggler", lost, count, [], notes, lost))
         fixes["straggler"] = straggler_advice(analysis.stragglers[0])
     if analysis.collective_wait_ns is not None:
         other = analysis.exposed_wait_ns - analysis.straggler_exposed_wait_ns
         raw.append(
             (
-                "latency_mirage",
+                describe("collective_wait").pattern,
                 "collective_wait",
                 other,
                 analysis.matched_collectives,

@@ -13,11 +13,12 @@ import msgspec
 import numpy as np
 from msgspec.structs import replace
 
-from gpuscope.analyses.attribution import Cause, KindStat, LocationStat, claim_startup
+from gpuscope.analyses.attribution import WARMUP, KindStat, LocationStat, claim_startup
 from gpuscope.analyses.host import HostIndex
 from gpuscope.analyses.intervals import clip, gaps, union
 from gpuscope.analyses.phases import KIND_WORDS, Phase, SteadyWindow, WarmupKind
 from gpuscope.analyses.timeline import device_work
+from gpuscope.causes import describe
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.model import Trace
@@ -152,7 +153,7 @@ def _seconds(ns: float) -> str:
 
 
 def _fix(kinds: list[WarmupKind]) -> str:
-    return " ".join([*(_KIND_FIX[k] for k in kinds[:3]), advice(Cause.WARMUP.value)])
+    return " ".join([*(_KIND_FIX[k] for k in kinds[:3]), advice(WARMUP)])
 
 
 def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Finding:
@@ -179,8 +180,8 @@ def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Findi
     ]
     whole = excluded + steady_span_ns
     return Finding(
-        pattern="startup",
-        cause=Cause.WARMUP.value,
+        pattern=describe(WARMUP).pattern,
+        cause=WARMUP,
         title=f"start-up left out of the steady state: {_words(stats)}",
         lost_ns=idle,
         lost_ns_per_step=None,
@@ -206,7 +207,7 @@ def revise(
     revised: list[Finding] = []
     for finding in found:
         f = finding
-        if f.cause == Cause.WARMUP.value:
+        if f.cause == WARMUP:
             kinds = sorted(kinds_in_window, key=lambda k: -k.lost_ns)
             f = replace(
                 finding,

@@ -220,15 +220,24 @@ def _gunzip(path: Path, raw: bytes, budget: int | None = None) -> Content:
     except ZLIB_ERROR as error:
         raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
     truncated = not inflater.eof
-    # A file of concatenated gzip members (pigz, re-gzipped chunks) continues in unused_data.
-    while len(data) <= limit and inflater.eof and inflater.unused_data.startswith(GZIP_MAGIC):
-        rest = inflater.unused_data
+    # A file of concatenated gzip members (pigz, bgzip's 64 kB blocks) continues after the first
+    # member's end. Members are joined once at the end and the input is read through a view: both
+    # ``data += ...`` and ``unused_data`` copy, which made many members quadratic.
+    pieces = [data]
+    size = len(data)
+    view = memoryview(raw)
+    offset = len(raw) - len(inflater.unused_data)
+    while size <= limit and inflater.eof and view[offset : offset + 2] == GZIP_MAGIC:
         inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)
         try:
-            data += inflater.decompress(rest, limit + 1 - len(data))
+            piece = inflater.decompress(view[offset:], limit + 1 - size)
         except ZLIB_ERROR as error:
             raise CorruptInputError(path, f"corrupt gzip data ({error})") from None
+        pieces.append(piece)
+        size += len(piece)
+        offset = len(raw) - len(inflater.unused_data) - len(inflater.unconsumed_tail)
         truncated = not inflater.eof
+    data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
     if len(data) > limit:
         if limit == bomb:
             raise inflated_too_much(path, bomb)

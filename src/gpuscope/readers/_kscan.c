@@ -34,7 +34,7 @@
  *   extras      (ids, texts): bytes of int32, per extra row the index in texts of its kept
  *               arguments (the members of args the model keeps, as one JSON object); each
  *               distinct text once (the same shapes recur at every step)
- *   flows       the flow events (phases s, f, t) as one JSON array: its text, or past 16 MB
+ *   flows       the flow and counter events (phases s, f, t, C) as one JSON array: its text, or past 16 MB
  *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
  *
  * Nothing returned points into ``data``.
@@ -1073,7 +1073,7 @@ static int read_event(Cursor *c, Scan *s) {
         s->error = NULL;
         return OK;
     }
-    if (phase == 's' || phase == 'f' || phase == 't')
+    if (phase == 's' || phase == 'f' || phase == 't' || phase == 'C') /* C: counter samples */
         return packed_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
     if (phase != 'X') return OK;
     if (unsupported) {

@@ -16,7 +16,7 @@ import msgspec
 from gpuscope._files import note_input_path
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
-from gpuscope.readers import _scan
+from gpuscope.readers import _plausible, _scan
 from gpuscope.readers._early import Prefetch
 from gpuscope.readers._io import head_bytes, is_folder
 from gpuscope.readers._scan import Scan, looks_like_kineto
@@ -39,6 +39,13 @@ def _read_kineto(path: Path, scan: Scan | None = None) -> Job:
             ) from None
         raise
     return Job(source=str(path), traces=[trace])
+
+
+def _read_pftrace(path: Path) -> Job:
+    job: Job = _lazy("pftrace", "read")(path)
+    for trace in job.traces:
+        require_device_activity(path, trace)
+    return job
 
 
 def _read_ncu(path: Path) -> Job:
@@ -67,6 +74,7 @@ def _lazy(module: str, function: str) -> Callable[..., Any]:
 READERS: list[Reader] = [
     Reader("kineto", looks_like_kineto, _read_kineto),
     Reader("nsys", _lazy("nsys", "looks_like_nsys"), _lazy("nsys", "read")),
+    Reader("pftrace", _lazy("pftrace", "looks_like_pftrace"), _read_pftrace),
     Reader("rocprofv3", _lazy("rocprof", "looks_like_rocprof"), _lazy("rocprof", "read")),
     Reader("ncu-csv", _lazy("ncu", "looks_like_ncu"), _read_ncu),
     Reader("nvml-jsonl", _lazy("samples", "looks_like_nvml_jsonl"), _sampled("read_nvml_jsonl")),
@@ -98,7 +106,14 @@ def load(path: str | Path, *, prefetch: Prefetch | None = None) -> Job:
 
 
 def load_file(path: Path, *, prefetch: Prefetch | None = None) -> Job:
-    """Read one file, whatever its format."""
+    """Read one file, whatever its format; events of impossible times set aside, with a warning
+    (:mod:`gpuscope.readers._plausible`)."""
+    job = _read_file(path, prefetch)
+    job.traces = [_plausible.set_aside(t) for t in job.traces]
+    return job
+
+
+def _read_file(path: Path, prefetch: Prefetch | None) -> Job:
     if path.suffix == ".nsys-rep":
         raise UnknownFormatError(
             path,

@@ -17,6 +17,7 @@ imports wait for the GIL (a third slower on two cores).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,9 +89,22 @@ def looks_like_kineto(head: bytes) -> bool:
     Kineto writes ``traceEvents`` after the device properties, which can take many kilobytes:
     a JSON object whose head names any Kineto top-level key counts too.
     """
-    if head.lstrip()[:1] != b"{":
+    head = head.removeprefix(UTF8_BOM).lstrip()
+    if head[:1] != b"{":
         return False
-    return any(key in head for key in KINETO_KEYS)
+    return any(key in head for key in KINETO_KEYS) or any(
+        key in _ESCAPE.sub(_unescaped, head) for key in KINETO_KEYS
+    )
+
+
+#: The UTF-8 byte-order mark some editors and Windows tools write first: not part of the JSON.
+UTF8_BOM = b"\xef\xbb\xbf"
+#: A JSON escape of an ASCII character (``"trace\u0045vents"`` is the key ``traceEvents``).
+_ESCAPE = re.compile(rb"\\u00([0-7][0-9a-fA-F])")
+
+
+def _unescaped(match: re.Match[bytes]) -> bytes:
+    return bytes([int(match.group(1), 16)])
 
 
 def scanner_built() -> bool:
@@ -109,7 +123,7 @@ class TextState:
 
     def metadata_document(self) -> bytes:
         """The document's other keys: the text around the events, closed as a JSON object."""
-        head = self.header.rstrip()
+        head = self.header.removeprefix(UTF8_BOM).rstrip()
         head = head[:-1] if head.endswith(b",") else head
         tail = self.tail.strip()
         tail = tail[1:] if tail.startswith(b",") else tail

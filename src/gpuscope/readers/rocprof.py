@@ -120,27 +120,29 @@ class _Columns:
 
 
 def _trace(path: Path, process: dict[str, Any]) -> Trace:
-    agents = [a for a in process.get("agents") or [] if isinstance(a, dict)]
+    agents = [a for a in _list(process.get("agents")) if isinstance(a, dict)]
     gpus = {_handle(a.get("id")): a for a in agents if a.get("type") == _GPU_AGENT}
-    device_of = {h: int(a.get("logical_node_type_id", i)) for i, (h, a) in enumerate(gpus.items())}
+    device_of = {h: _device_index(a, i) for i, (h, a) in enumerate(gpus.items())}
     symbols = {
-        int(s.get("kernel_id", -1)): str(s.get("demangled_kernel_name") or s.get("kernel_name"))
-        for s in process.get("kernel_symbols") or []
+        _int(s.get("kernel_id")): str(s.get("demangled_kernel_name") or s.get("kernel_name"))
+        for s in _list(process.get("kernel_symbols"))
         if isinstance(s, dict)
     }
-    operations = _operations(process.get("strings") or {})
-    records = process.get("buffer_records") or {}
+    operations = _operations(_dict(process.get("strings")))
+    records = _dict(process.get("buffer_records"))
     out = _Columns()
     skipped = 0
-    skipped += _dispatches(records.get("kernel_dispatch") or [], device_of, symbols, out)
-    skipped += _copies(records.get("memory_copy") or [], device_of, operations, out)
-    skipped += _hip_calls(records.get("hip_api") or [], operations, out)
-    pid = int((process.get("metadata") or {}).get("pid", -1))
+    skipped += _dispatches(_list(records.get("kernel_dispatch")), device_of, symbols, out)
+    skipped += _copies(_list(records.get("memory_copy")), device_of, operations, out)
+    skipped += _hip_calls(_list(records.get("hip_api")), operations, out)
+    metadata = _dict(process.get("metadata"))
+    pid = _int(metadata.get("pid"))
     events = _events(out, pid)
     warnings = []
     if skipped:
-        warnings.append(f"{path}: {skipped} records without start and end timestamps skipped")
-    metadata = process.get("metadata") or {}
+        warnings.append(
+            f"{path}: {skipped} records without usable start and end timestamps skipped"
+        )
     return Trace(
         source=str(path),
         format="rocprofv3",
@@ -156,22 +158,53 @@ def _trace(path: Path, process: dict[str, Any]) -> Trace:
     )
 
 
+#: The largest value a column holds (int64): a larger integer in a record is a corrupt one.
+_INT64_MAX = 2**63 - 1
+
+
+def _int(value: Any, default: int = -1) -> int:
+    """An integer field as the column stores it; anything else (a string, a float, a list, a
+    boolean, an integer beyond 64 bits: a hand-edited or corrupt record) reads as ``default``."""
+    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
+        return default
+    return value
+
+
+def _device_index(agent: dict[str, Any], position: int) -> int:
+    """The GPU's logical index; its position among the GPU agents where that is missing or not
+    a plausible index (the device column is 32-bit)."""
+    index = _int(agent.get("logical_node_type_id"))
+    return index if 0 <= index < 1 << 16 else position
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _handle(value: Any) -> int:
-    return int(value.get("handle", -1)) if isinstance(value, dict) else -1
+    return _int(value.get("handle")) if isinstance(value, dict) else -1
 
 
 def _operations(strings: dict[str, Any]) -> dict[tuple[int, int], str]:
     """(record kind, operation) -> the operation's name, from ``strings.buffer_records``."""
     names: dict[tuple[int, int], str] = {}
-    for kind, entry in enumerate(strings.get("buffer_records") or []):
-        for op, name in enumerate(entry.get("operations") or [] if isinstance(entry, dict) else []):
+    for kind, entry in enumerate(_list(strings.get("buffer_records"))):
+        for op, name in enumerate(_list(_dict(entry).get("operations"))):
             names[(kind, op)] = str(name)
     return names
 
 
-def _times(record: dict[str, Any]) -> tuple[int, int] | None:
-    start, end = record.get("start_timestamp"), record.get("end_timestamp")
-    if not isinstance(start, int) or not isinstance(end, int) or end < start:
+def _times(record: Any) -> tuple[int, int] | None:
+    """(start, duration) in ns; None for a record that is no object, or whose times are not
+    64-bit integers with the end at or after the start."""
+    if not isinstance(record, dict):
+        return None
+    start, end = _int(record.get("start_timestamp"), -2), _int(record.get("end_timestamp"), -2)
+    if start < 0 or end < start:
         return None
     return start, end - start
 
@@ -187,19 +220,19 @@ def _dispatches(
     skipped = 0
     for r in records:
         times = _times(r)
-        info = r.get("dispatch_info") or {}
+        info = _dict(r.get("dispatch_info")) if times is not None else {}
         if times is None:
             skipped += 1
             continue
-        grid, group = info.get("grid_size") or {}, info.get("workgroup_size") or {}
+        grid, group = info.get("grid_size"), info.get("workgroup_size")
         threads = _volume(group)
-        kernel_id = int(info.get("kernel_id", -1))
+        kernel_id = _int(info.get("kernel_id"))
         out.add(
             kind=Kind.KERNEL,
             name_id=out.name(symbols.get(kernel_id, f"kernel {kernel_id}")),
             start_ns=times[0],
             dur_ns=times[1],
-            tid=int(r.get("thread_id", -1)),
+            tid=_int(r.get("thread_id")),
             device=device_of.get(_handle(info.get("agent_id")), -1),
             stream=_stream(r, _handle(info.get("queue_id"))),
             correlation=_correlation(r),
@@ -226,7 +259,7 @@ def _copies(
             device_of.get(_handle(r.get("src_agent_id"))),
             device_of.get(_handle(r.get("dst_agent_id"))),
         )
-        op = operations.get((int(r.get("kind", -1)), int(r.get("operation", -1))), "")
+        op = operations.get((_int(r.get("kind")), _int(r.get("operation"))), "")
         direction = _COPY_DIRECTIONS.get(op, CopyDirection.OTHER)
         if direction == CopyDirection.D2D and src is not None and dst is not None and src != dst:
             direction = CopyDirection.P2P
@@ -236,11 +269,11 @@ def _copies(
             name_id=out.name(_COPY_NAMES[direction]),
             start_ns=times[0],
             dur_ns=times[1],
-            tid=int(r.get("thread_id", -1)),
+            tid=_int(r.get("thread_id")),
             device=-1 if device is None else device,
             stream=_stream(r, 0),
             correlation=_correlation(r),
-            bytes=int(r.get("bytes", -1)),
+            bytes=_int(r.get("bytes")),
             copy_direction=direction,
         )
     return skipped
@@ -255,13 +288,13 @@ def _hip_calls(
         if times is None:
             skipped += 1
             continue
-        kind, op = int(r.get("kind", -1)), int(r.get("operation", -1))
+        kind, op = _int(r.get("kind")), _int(r.get("operation"))
         out.add(
             kind=Kind.RUNTIME,
             name_id=out.name(operations.get((kind, op), f"HIP call {op}")),
             start_ns=times[0],
             dur_ns=times[1],
-            tid=int(r.get("thread_id", -1)),
+            tid=_int(r.get("thread_id")),
             correlation=_correlation(r),
         )
     return skipped
@@ -269,13 +302,21 @@ def _hip_calls(
 
 def _correlation(record: dict[str, Any]) -> int:
     value = record.get("correlation_id")
-    return int(value.get("internal", -1)) if isinstance(value, dict) else -1
+    return _int(value.get("internal")) if isinstance(value, dict) else -1
 
 
 def _volume(size: Any) -> int:
+    """Work-items (or a work-group's size): -1 where a dimension is not a positive integer or
+    the product would not fit a 64-bit column."""
     if not isinstance(size, dict):
         return -1
-    return int(size.get("x", 1)) * int(size.get("y", 1)) * int(size.get("z", 1))
+    volume = 1
+    for axis in "xyz":
+        extent = _int(size.get(axis, 1))
+        if extent <= 0:
+            return -1
+        volume *= extent
+    return volume if volume <= _INT64_MAX else -1
 
 
 def _events(out: _Columns, pid: int) -> Events:
@@ -298,7 +339,7 @@ def _device_info(index: int, agent: dict[str, Any]) -> DeviceInfo:
         index=index,
         name=str(agent.get("product_name") or "") or None,
         vendor="amd",
-        num_sms=int(cus) if isinstance(cus, int) and cus > 0 else None,
+        num_sms=cus if 0 < _int(cus) < 1 << 20 else None,
         total_memory_bytes=None,
         compute_capability=str(agent.get("name") or "") or None,
     )

@@ -132,6 +132,15 @@ def _sample_set(path: Path, fmt: str, gpus: dict[int, _Gpu], warnings: list[str]
     _drop_implausible(path, gpus, warnings)
     if not any(g.times_ns for g in gpus.values()):
         raise EmptyTraceError(path, "no GPU samples in the file")
+    moments = {t for g in gpus.values() for t in g.times_ns}
+    if len(moments) == 1:
+        # Idle time and its cost are measured over the time sampled: one instant is none.
+        count = sum(len(g.times_ns) for g in gpus.values())
+        raise EmptyTraceError(
+            path,
+            f"all {count} sample(s) carry one time: no time span to measure idle time over"
+            " (samples at two times at least are needed)",
+        )
     seen = {k for g in gpus.values() for row in g.rows for k, v in row.items() if not math.isnan(v)}
     if not seen & _MEASURES:
         raise CorruptInputError(
@@ -448,7 +457,7 @@ def _smi_values(header: list[tuple[str, str]], row: list[str]) -> dict[str, floa
 
 # --- NVML JSON lines (SuperBench monitor) -------------------------------------------------------
 
-_JSON_KEY = re.compile(r"^(gpu_[a-z_]+):(\d+)$")
+_JSON_KEY = re.compile(r"^(gpu_[a-z_]+):([0-9]{1,6})$")
 _JSON_FIELDS = {
     "gpu_usage": UTIL,
     "gpu_util": UTIL,
@@ -468,7 +477,7 @@ def looks_like_nvml_jsonl(head: bytes) -> bool:
         return False
     try:
         obj = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and any(_JSON_KEY.match(str(k)) for k in obj)
 
@@ -495,6 +504,8 @@ def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             obj = json.loads(line)
         except ValueError:
             raise CorruptInputError(path, f"line {number} is not JSON (cut off?)") from None
+        except RecursionError:
+            raise CorruptInputError(path, f"line {number} is JSON nested too deep") from None
         if not isinstance(obj, dict):
             raise CorruptInputError(path, f"line {number} is not a JSON object")
         yield number, obj
@@ -593,7 +604,7 @@ _PROM_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_RESERVED": ("reserved", float(MIB)),
 }
 _PROM_LINE = re.compile(
-    r"^(DCGM_FI_\w+)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$",
+    r"^(DCGM_FI_\w+)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?[0-9]+))?\s*$",
 )
 _PROM_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _COUNTER_LIST_LINE = re.compile(r"^#?\s*DCGM_FI_\w+\s*,\s*(gauge|counter|label)\s*,", re.I)
@@ -665,10 +676,14 @@ def _scrapes(path: Path, gpus: dict[int, _Gpu]) -> list[_Scrape]:
             continue
         metric, labels_text, value_text, stamp = match.groups()
         labels = dict(_PROM_LABEL.findall(labels_text or ""))
-        if metric not in _PROM_FIELDS or not labels.get("gpu", "").isdigit():
+        if metric not in _PROM_FIELDS or _GPU_INDEX.match(labels.get("gpu", "")) is None:
             continue
         index = int(labels["gpu"])
-        time_ns = int(stamp) * 1_000_000 if stamp is not None else None
+        time_ns = _prometheus_time_ns(stamp) if stamp is not None else None
+        if stamp is not None and time_ns is None:
+            raise CorruptInputError(
+                path, f"line {number}: the timestamp {stamp[:24]} is not milliseconds since 1970"
+            )
         if not scrapes or (metric, index) in seen or time_ns != scrapes[-1].time_ns:
             scrapes.append(_Scrape(time_ns))
             seen = set()
@@ -679,6 +694,19 @@ def _scrapes(path: Path, gpus: dict[int, _Gpu]) -> list[_Scrape]:
         target, scale = _PROM_FIELDS[metric]
         scrapes[-1].values.setdefault(index, {})[target] = parse_value(value_text)[0] * scale
     return scrapes
+
+
+#: A GPU index as a label holds it: ASCII digits, a plausible count (``"²".isdigit()`` is true).
+_GPU_INDEX = re.compile(r"^[0-9]{1,6}$")
+
+
+def _prometheus_time_ns(stamp: str) -> int | None:
+    """A sample's timestamp (milliseconds since 1970) in ns; None beyond 64-bit nanoseconds or
+    before 1970 (a corrupt line: Python would compute it, numpy could not hold it)."""
+    if len(stamp) > 19:
+        return None
+    milliseconds = int(stamp)
+    return milliseconds * 1_000_000 if 0 <= milliseconds <= 9_000_000_000_000 else None
 
 
 def _with_total(values: dict[str, float]) -> dict[str, float]:

@@ -201,7 +201,7 @@ def _idle_events(pid: int, tid: int, d: DeviceReport) -> list[dict[str, Any]]:
     starts, ends, causes = g.start_ns.tolist(), g.end_ns.tolist(), g.cause.tolist()
     events = []
     for i, (start, end, code) in enumerate(zip(starts, ends, causes, strict=True)):
-        cause = CAUSES[code].value
+        cause = CAUSES[code]
         args: dict[str, Any] = {
             "cause": cause,
             "location": g.location[i],
@@ -272,7 +272,7 @@ def _args(f: Finding) -> dict[str, Any]:
 
 def _longest_gap_start(devices: Sequence[DeviceReport], cause: str) -> int | None:
     """Where the longest idle gap of ``cause`` starts on these devices, or None."""
-    codes = [i for i, c in enumerate(CAUSES) if c.value == cause]
+    codes = [i for i, c in enumerate(CAUSES) if c == cause]
     best: tuple[int, int] | None = None
     for d in devices:
         g = d.idle.gaps

@@ -62,6 +62,7 @@ def _verdict(v: Verdict) -> dict[str, Any]:
         "gpu_hour_usd": v.gpu_hour_usd,
         "price_source": v.price_source,
         "world_size": v.world_size,
+        "bound_evidence": v.bound_evidence,
     }
 
 
@@ -189,7 +190,7 @@ def _device(d: DeviceReport) -> dict[str, Any]:
         "streams": [asdict(s) for s in d.streams],
         "idle_causes": [
             {
-                "cause": c.cause.value,
+                "cause": c.cause,
                 "lost_ns": c.lost_ns,
                 "share_pct": _pct(c.share_pct),
                 "gaps": c.gaps,
@@ -295,7 +296,8 @@ def _bounds_source(d: DeviceReport) -> dict[str, Any]:
     if m is None or not m.measured_ns:
         return {"measured_from": "estimated", "measured_kernel_ns": 0, "measured_share_pct": 0.0}
     return {
-        "measured_from": "ncu" if m.measured_ns == m.kernel_ns else "ncu+estimated",
+        "measured_from": m.source if m.measured_ns == m.kernel_ns else f"{m.source}+estimated",
+        "measured_evidence": m.evidence,
         "measured_kernel_ns": m.measured_ns,
         "measured_share_pct": _pct(m.measured_share_pct),
         "ncu_kernels_matched": m.matched_names,

@@ -91,6 +91,8 @@ _BOUND_STYLE = {
 def _verdict(v: Verdict) -> Text:
     text = Text()
     text.append(v.summary, style=f"bold {_BOUND_STYLE.get(v.bound, 'white')}")
+    if v.bound_evidence:
+        text.append(f"\n{v.bound_evidence}", style="dim")
     if v.gpu_hour_usd is None:
         text.append(f"\n({v.price_source})", style="dim")
     else:
@@ -288,7 +290,7 @@ def _idle_causes(d: DeviceReport) -> Table:
     table.add_column("top location")
     for c in d.idle.causes:
         top = short_location(c.locations[0].location, 60) if c.locations else "-"
-        table.add_row(c.cause.value, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
+        table.add_row(c.cause, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
     return table
 
 
@@ -357,6 +359,13 @@ def _streams(d: DeviceReport) -> Table:
 def _measured_bounds(d: DeviceReport) -> Text:
     m = d.counters
     assert m is not None
+    if m.source != "ncu":
+        lines = [
+            f"bounds measured by hardware counters ({m.source}) for {_ms(m.measured_ns)} of"
+            f" {_ms(m.kernel_ns)} kernel time ({_pct(m.measured_share_pct)}); the rest estimated",
+            *m.evidence,
+        ]
+        return Text("\n".join(lines), style="dim")
     return Text(
         f"bounds measured by Nsight Compute for {_ms(m.measured_ns)} of {_ms(m.kernel_ns)}"
         f" kernel time ({_pct(m.measured_share_pct)}; ncu kernels matched:"
@@ -500,5 +509,5 @@ def _column_states(d: DeviceReport, columns: int) -> list[str]:
             None,
         )
         states = states @ (overlap * fine).T
-    names = ["busy", *(c.value for c in CAUSES)]
+    names = ["busy", *CAUSES]
     return [names[i] for i in states.argmax(axis=0).tolist()]

@@ -173,7 +173,7 @@ def _prediction_checks(
 def _metric_diffs(
     before: RunSummary, after: RunSummary, items_per_step: float | None
 ) -> list[MetricDiff]:
-    causes = [c.value for c in CAUSES] + [EXPOSED_COMMUNICATION]
+    causes = [*CAUSES, EXPOSED_COMMUNICATION]
     lost = [LOST_PREFIX + c for c in causes]
     present = [name for name in lost if _any_nonzero(before, name) or _any_nonzero(after, name)]
     specs = [

@@ -16,6 +16,7 @@ from gpuscope.analyses.diff.stats import (
     MAX_STEPS_TO_SETTLE,
     _left_out_note,
     robust_sd,
+    shift_differences,
     shift_interval,
     steps_to_settle,
     typical_steps,
@@ -72,11 +73,10 @@ def regression(before: Sequence[float], after: Sequence[float], max_pct: float) 
     b = np.asarray(kept_b, dtype=np.float64)
     a = np.asarray(kept_a, dtype=np.float64)
     base = float(np.median(b))
-    differences = np.sort(np.subtract.outer(a, b).ravel())
+    differences, n, m = shift_differences(b, a)  # bounded memory however many steps
     shift = float(np.median(differences))
     tail = (1.0 - CONFIDENCE) / 2.0  # the diff's two-sided interval: its lower end
-    low, _ = shift_interval(differences, b.size, a.size, tail)
-    _, high = shift_interval(differences, b.size, a.size, tail)
+    low, high = shift_interval(differences, n, m, tail)
     to_pct = 100.0 / base
     change_pct = shift * to_pct
     lower = None if low is None else low * to_pct

@@ -25,6 +25,11 @@ SLOW_STEP_SDS = 5.0
 SLOW_STEP_MIN_PCT = 10.0
 #: Steps to settle a question are reported up to this many ("more than" beyond).
 MAX_STEPS_TO_SETTLE = 1000
+#: The most (before, after) step pairs whose differences are held at once (8 bytes each: 32 MB).
+#: Beyond it the shift and its interval come from an even sample of each side's sorted steps
+#: (:func:`shift_differences`), and the rank test from ranks, never from the pairs: 30,000 steps a
+#: side would otherwise take 6.7 GiB.
+MAX_PAIRS = 4_000_000
 
 # --- statistics ---------------------------------------------------------------------------------
 
@@ -59,7 +64,7 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
     b = np.asarray(before, dtype=np.float64)
     a = np.asarray(after, dtype=np.float64)
     mb, ma = float(np.median(b)), float(np.median(a))
-    differences = np.sort(np.subtract.outer(a, b).ravel())
+    differences, n, m = shift_differences(b, a)
     change = float(np.median(differences))
     change_pct = 100.0 * change / mb if mb else None
     thin = Comparison(
@@ -75,6 +80,7 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
         after_mean=float(a.mean()),
         before_n=int(b.size),
         after_n=int(a.size),
+        note=_sampled_note(b.size, a.size, n, m),
     )
     if not reachable(b.size, a.size, SIGNIFICANCE_LEVEL / 2.0):
         note = (
@@ -84,16 +90,46 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
         )
         return msgspec.structs.replace(thin, note=note)
     p_value = mann_whitney_p(b, a)
-    low, high = shift_interval(differences, b.size, a.size, SIGNIFICANCE_LEVEL / 2.0)
+    low, high = shift_interval(differences, n, m, SIGNIFICANCE_LEVEL / 2.0)
     return msgspec.structs.replace(
         thin, ci_low=low, ci_high=high, p_value=p_value, significant=p_value <= SIGNIFICANCE_LEVEL
+    )
+
+
+def shift_differences(b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The sorted after - before differences of every pair, and the sizes they come from. Up to
+    :data:`MAX_PAIRS` pairs, every step's; beyond, each side is first thinned to evenly spaced
+    order statistics (its sorted values at even ranks: the same distribution, fewer values), so
+    the memory stays bounded and the interval, from fewer values, is wider, never narrower."""
+    if b.size * a.size > MAX_PAIRS:
+        side = math.isqrt(MAX_PAIRS)
+        b, a = _thinned(b, side), _thinned(a, side)
+    return np.sort(np.subtract.outer(a, b).ravel()), int(b.size), int(a.size)
+
+
+def _thinned(values: np.ndarray, most: int) -> np.ndarray:
+    if values.size <= most:
+        return values
+    ranks = np.round(np.linspace(0, values.size - 1, most)).astype(np.intp)
+    return np.sort(values)[ranks]
+
+
+def _sampled_note(n: int, m: int, used_n: int, used_m: int) -> str | None:
+    if (used_n, used_m) == (n, m):
+        return None
+    return (
+        f"shift and interval from {used_n:,} of {n:,} steps before and {used_m:,} of {m:,} after,"
+        " evenly spaced in each side's order (bounded memory); the rank test uses every step"
     )
 
 
 def reachable(n: int, m: int, tail: float) -> bool:
     """Whether a one-sided rank test of ``n`` against ``m`` values can reach ``tail`` at all: the
     most extreme of the C(n + m, n) equally likely orders has probability 1 / C(n + m, n)."""
-    return n >= 1 and m >= 1 and 1.0 / math.comb(n + m, n) <= tail
+    if n < 1 or m < 1 or tail <= 0.0:
+        return False
+    # In integers: C(n + m, n) of 30,000 steps a side has 18,000 digits, beyond any float.
+    return math.comb(n + m, min(n, m, 64)) >= math.ceil(1.0 / tail)
 
 
 def steps_to_reach(tail: float) -> int:
@@ -128,9 +164,24 @@ def mann_whitney_p(b: np.ndarray, a: np.ndarray) -> float:
 
 
 def _u_statistic(b: np.ndarray, a: np.ndarray) -> float:
-    """Pairs (before, after) with after > before, ties counting one half."""
-    diff = np.subtract.outer(a, b)
-    return float((diff > 0).sum()) + 0.5 * float((diff == 0).sum())
+    """Pairs (before, after) with after > before, ties counting one half: from the pairs up to
+    :data:`MAX_PAIRS`, else from ranks (the after side's rank sum less its least possible)."""
+    if b.size * a.size <= MAX_PAIRS:
+        diff = np.subtract.outer(a, b)
+        return float((diff > 0).sum()) + 0.5 * float((diff == 0).sum())
+    ranks = _average_ranks(np.concatenate([b, a]))
+    return float(ranks[b.size :].sum()) - a.size * (a.size + 1) / 2.0
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks from 1, tied values sharing the mean of their ranks."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], ordered.size]
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
 
 
 @lru_cache(maxsize=256)

@@ -9,8 +9,9 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope.analyses.attribution import CAUSES, Cause
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.drawn import step_periods
+from gpuscope.causes import is_waste
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding
 
@@ -139,7 +140,7 @@ def _window_shares(diagnosis: Diagnosis) -> dict[str, float]:
     shares = {GPU_BUSY: 100.0 - diagnosis.verdict.idle_pct}
     price = diagnosis.verdict.gpu_hour_usd
     if price is not None:
-        lost = sum(f.share_pct for f in diagnosis.findings if f.pattern != "startup")
+        lost = sum(f.share_pct for f in diagnosis.findings if is_waste(f.cause))
         shares[COST] = lost / 100.0 * price
     return shares
 
@@ -175,9 +176,9 @@ def _device_series(d: DeviceReport, diagnosis: Diagnosis) -> dict[str, list[floa
     wasted = np.zeros(lo.shape, dtype=np.float64)
     finding_causes = {f.cause for f in diagnosis.findings}
     for cause in CAUSES:
-        lost = per_step(table.lost_ns[cause.value])
-        out[LOST_PREFIX + cause.value] = lost.tolist()
-        if cause.value in finding_causes:
+        lost = per_step(table.lost_ns[cause])
+        out[LOST_PREFIX + cause] = lost.tolist()
+        if cause in finding_causes and is_waste(cause):  # start-up is paid once: no waste
             wasted += lost
     exposed_ns = per_step(table.exposed_communication_ns)
     out[LOST_PREFIX + EXPOSED_COMMUNICATION] = exposed_ns.tolist()
@@ -185,7 +186,7 @@ def _device_series(d: DeviceReport, diagnosis: Diagnosis) -> dict[str, list[floa
         wasted += exposed_ns
     price = diagnosis.verdict.gpu_hour_usd
     if price is not None:
-        idle_like = finding_causes & ({c.value for c in Cause} | {EXPOSED_COMMUNICATION})
+        idle_like = finding_causes & {*CAUSES, EXPOSED_COMMUNICATION}
         other_pct = sum(f.share_pct for f in diagnosis.findings if f.cause not in idle_like)
         out[COST] = ((wasted / period + other_pct / 100.0) * price).tolist()
     return out
@@ -202,5 +203,5 @@ def metric_names(summary: RunSummary) -> list[str]:
 
 def all_metric_names() -> list[str]:
     """Every metric a run can have (a run without steps or price has fewer)."""
-    lost = [LOST_PREFIX + c.value for c in CAUSES] + [LOST_PREFIX + EXPOSED_COMMUNICATION]
+    lost = [LOST_PREFIX + c for c in [*CAUSES, EXPOSED_COMMUNICATION]]
     return ["idle_pct", STEP_TIME, GPU_BUSY, COST, *lost]

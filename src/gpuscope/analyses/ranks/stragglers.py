@@ -112,7 +112,7 @@ def _straggler_stat(
     idle_inside = covered_ns(windows, gaps.start_ns, gaps.end_ns)
     for code, ns in zip(gaps.cause.tolist(), idle_inside.tolist(), strict=True):
         if ns > 0:
-            cause = CAUSES[code].value
+            cause = CAUSES[code]
             causes[cause] = causes.get(cause, 0) + ns
     busy = int(covered_ns(work.busy, windows.start_ns, windows.end_ns).sum())
     return StragglerStat(

@@ -16,9 +16,10 @@ Each node lies on one *chain*, a thread or a stream, in its original order. The 
   trace's median latency (a queued kernel's observed delay holds queueing, not latency);
 * **host synchronisation**: a blocking call (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
   ``cudaEventSynchronize``, ``cudaFree``, a copy from or to pageable memory or a ``cudaMemcpy``
-  without ``Async``) returns no earlier than the work it waits for ends, plus the few µs it
-  took to return. A copy waits for its own transfer; the others for the latest work launched
-  before the call that ended by the time it returned (CUDA returns only when that work is
+  without ``Async``: the roles ``sync``, ``free`` and ``copy`` of ``data/runtime_apis.csv``, which
+  the idle attribution reads too) returns no earlier than the work it waits for ends, plus the
+  few µs it took to return. A copy waits for its own transfer; the others for the latest work
+  launched before the call that ended by the time it returned (CUDA returns only when that work is
   done; work still running after the return cannot have been waited for). A call is blocking
   only if the trace agrees: a copy call that returned before its transfer ended did not block;
 * **cross-stream events**: ``cudaStreamWaitEvent`` (and ``hipStreamWaitEvent``) makes the next

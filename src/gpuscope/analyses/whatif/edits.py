@@ -5,62 +5,21 @@ Contract in :mod:`gpuscope.analyses.whatif`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope.analyses.host import HostActivity
 from gpuscope.analyses.whatif.graph import NEG, Edit, Graph
+from gpuscope.causes import assumptions
 from gpuscope.model import CopyDirection, Kind
 
 I64 = NDArray[np.int64]
 
 
 # --- the edits: one per fix ---------------------------------------------------------------------
-
-#: What each edit assumes, in the words a finding shows. Causes not here have no edit.
-ASSUMPTIONS: dict[str, str] = {
-    "data_loader": (
-        "the data loader keeps up (workers prefetch the next batch): the host's time inside"
-        " the loader's __next__ becomes 0"
-    ),
-    "host_sync": (
-        "the host no longer waits at these syncs (the value is read later, or not at all): each"
-        " returns at once and the work behind it keeps running"
-    ),
-    "launch_overhead": (
-        "the kernels after launch gaps run back to back, as under a CUDA graph: they keep their"
-        " durations and the host's time issuing them goes"
-    ),
-    "h2d_copy": (
-        "the copies come from pinned memory, asynchronously: the host does not wait for them"
-        " and each runs at the pinned rate (the fastest pinned host-to-device copy in the trace,"
-        " else twice its pageable rate), overlapping the work that does not depend on it"
-    ),
-    "exposed_communication": (
-        "collectives that ran with no compute alongside start as soon as they are launched"
-        " (their data is ready earlier, as with DDP's buckets during backward) and overlap the"
-        " compute that does not depend on them"
-    ),
-    "fp32_gemm": (
-        "FP32 GEMMs run on tensor cores: faster by the facts table's tensor-core / FP32 peak"
-        " ratio, but no faster than their bytes at the memory bandwidth"
-    ),
-    "straggler": (
-        "the straggler arrives with the next-to-last rank: the others' waiting inside the"
-        " collectives it came last at shrinks by its lateness, and it keeps pace with them"
-    ),
-    "collective_wait": (
-        "the ranks arrive at each collective together: the waiting inside collectives goes"
-    ),
-    "allocator": (
-        "allocations hit the caching allocator: cudaMalloc / cudaFree return at once and no"
-        " longer synchronise the device"
-    ),
-    "checkpoint": (
-        "checkpoints are written in the background: the host's time saving them, and its waits"
-        " for their copies, go"
-    ),
-}
 
 
 class EditInputs(msgspec.Struct):
@@ -79,58 +38,112 @@ class EditInputs(msgspec.Struct):
     straggler_cut_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
+#: An edit: changes an :class:`Edit` of the graph, in place, to the fix of its cause.
+EditFn = Callable[[Graph, EditInputs, Edit], None]
+
+
+def _data_loader(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _drop_host_time(g, inputs, edit, HostActivity.DATA_LOADER)
+
+
+def _checkpoint(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _drop_host_time(g, inputs, edit, HostActivity.CHECKPOINT)
+    _unblock(g, edit, _calls_in(g, inputs, HostActivity.CHECKPOINT), pinned=False)
+
+
+def _host_sync(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _unblock(g, edit, _calls_of(g, inputs, HostActivity.HOST_SYNC), pinned=False)
+
+
+def _allocator(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    calls = _calls_of(g, inputs, HostActivity.ALLOCATOR)
+    _unblock(g, edit, calls, pinned=False)
+    edit.dur[calls] = 0
+
+
+def _h2d_copy(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
+
+
+def _launch_overhead(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    # Only the host time the GPU waited for goes (a gap's launch-overhead part): the host's
+    # other work before a launch (a data loader, a sync) is another finding's.
+    nodes = g.node_of_row[inputs.launch_gap_rows]
+    idle = inputs.launch_gap_ns[nodes >= 0]
+    nodes = nodes[nodes >= 0]
+    at = np.searchsorted(g.launch_dst, nodes)
+    if g.launch_dst.size == 0:  # no launch linked to device work (an export without kernels)
+        at = at[:0]
+        nodes, idle = nodes[:0], idle[:0]
+    ok = (at < g.launch_dst.size) & (
+        g.launch_dst[np.minimum(at, max(g.launch_dst.size - 1, 0))] == nodes
+    )
+    at, idle = at[ok], idle[ok]
+    edit.launch_delay[at] = NEG
+    calls = g.launch_src[at]
+    cut = np.minimum(edit.gap[calls], idle)
+    np.subtract.at(edit.gap, calls, cut)
+    edit.dur[calls] = 0
+
+
+def _exposed_communication(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    nodes = _nodes(g, inputs.exposed_comm_rows)
+    edit.event_keep &= ~np.isin(g.event_dst, nodes)
+
+
+def _fp32_gemm(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    nodes = _nodes(g, inputs.fp32_rows)
+    known = g.node_of_row[inputs.fp32_rows] >= 0
+    faster = edit.dur[nodes] / max(inputs.tensor_ratio, 1.0)
+    if inputs.memory_bytes_per_s:
+        floor = inputs.fp32_bytes[known] / inputs.memory_bytes_per_s * 1e9
+        faster = np.where(np.isnan(floor), faster, np.maximum(faster, floor))
+    edit.dur[nodes] = np.minimum(edit.dur[nodes], faster.astype(np.int64))
+
+
+def _shorten_collectives(g: Graph, inputs: EditInputs, edit: Edit, cut: I64) -> None:
+    nodes = _nodes(g, inputs.collective_rows)
+    known = g.node_of_row[inputs.collective_rows] >= 0
+    edit.dur[nodes] = np.maximum(edit.dur[nodes] - cut[known], 0)
+
+
+def _straggler(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _shorten_collectives(g, inputs, edit, inputs.straggler_cut_ns)
+
+
+def _collective_wait(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    _shorten_collectives(g, inputs, edit, inputs.wait_ns)
+
+
+#: The edit of each cause's fix, by the cause's name; what it assumes is the cause's ``whatif``
+#: in data/causes.csv (required there for every cause here). Causes not here have no edit.
+EDITS: dict[str, EditFn] = {
+    "data_loader": _data_loader,
+    "checkpoint": _checkpoint,
+    "host_sync": _host_sync,
+    "allocator": _allocator,
+    "h2d_copy": _h2d_copy,
+    "launch_overhead": _launch_overhead,
+    "exposed_communication": _exposed_communication,
+    "fp32_gemm": _fp32_gemm,
+    "straggler": _straggler,
+    "collective_wait": _collective_wait,
+}
+
+#: What each edit assumes, in the words a finding shows (data/causes.csv's ``whatif``).
+ASSUMPTIONS: dict[str, str] = assumptions()
+if set(ASSUMPTIONS) != set(EDITS):  # an edit without its row's assumption, or the reverse
+    raise ValueError(
+        "data/causes.csv: a whatif for every cause with an edit and none other; differs for"
+        f" {sorted(set(ASSUMPTIONS) ^ set(EDITS))}"
+    )
+
+
 def apply_edit(g: Graph, inputs: EditInputs, cause: str, edit: Edit) -> None:
     """Change ``edit`` in place to the fix of ``cause`` (a no-op for causes with no edit)."""
-    from gpuscope.analyses.host import HostActivity  # noqa: PLC0415 - only edits need it
-
-    if cause == "data_loader":
-        _drop_host_time(g, inputs, edit, HostActivity.DATA_LOADER)
-    elif cause == "checkpoint":
-        _drop_host_time(g, inputs, edit, HostActivity.CHECKPOINT)
-        _unblock(g, edit, _calls_in(g, inputs, HostActivity.CHECKPOINT), pinned=False)
-    elif cause == "host_sync":
-        _unblock(g, edit, _calls_of(g, inputs, HostActivity.HOST_SYNC), pinned=False)
-    elif cause == "allocator":
-        calls = _calls_of(g, inputs, HostActivity.ALLOCATOR)
-        _unblock(g, edit, calls, pinned=False)
-        edit.dur[calls] = 0
-    elif cause == "h2d_copy":
-        _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
-    elif cause == "launch_overhead":
-        # Only the host time the GPU waited for goes (a gap's launch-overhead part): the host's
-        # other work before a launch (a data loader, a sync) is another finding's.
-        nodes = g.node_of_row[inputs.launch_gap_rows]
-        idle = inputs.launch_gap_ns[nodes >= 0]
-        nodes = nodes[nodes >= 0]
-        at = np.searchsorted(g.launch_dst, nodes)
-        if g.launch_dst.size == 0:  # no launch linked to device work (an export without kernels)
-            at = at[:0]
-            nodes, idle = nodes[:0], idle[:0]
-        ok = (at < g.launch_dst.size) & (
-            g.launch_dst[np.minimum(at, max(g.launch_dst.size - 1, 0))] == nodes
-        )
-        at, idle = at[ok], idle[ok]
-        edit.launch_delay[at] = NEG
-        calls = g.launch_src[at]
-        cut = np.minimum(edit.gap[calls], idle)
-        np.subtract.at(edit.gap, calls, cut)
-        edit.dur[calls] = 0
-    elif cause == "exposed_communication":
-        nodes = _nodes(g, inputs.exposed_comm_rows)
-        edit.event_keep &= ~np.isin(g.event_dst, nodes)
-    elif cause == "fp32_gemm":
-        nodes = _nodes(g, inputs.fp32_rows)
-        known = g.node_of_row[inputs.fp32_rows] >= 0
-        faster = edit.dur[nodes] / max(inputs.tensor_ratio, 1.0)
-        if inputs.memory_bytes_per_s:
-            floor = inputs.fp32_bytes[known] / inputs.memory_bytes_per_s * 1e9
-            faster = np.where(np.isnan(floor), faster, np.maximum(faster, floor))
-        edit.dur[nodes] = np.minimum(edit.dur[nodes], faster.astype(np.int64))
-    elif cause in ("straggler", "collective_wait"):
-        cut = inputs.straggler_cut_ns if cause == "straggler" else inputs.wait_ns
-        nodes = _nodes(g, inputs.collective_rows)
-        known = g.node_of_row[inputs.collective_rows] >= 0
-        edit.dur[nodes] = np.maximum(edit.dur[nodes] - cut[known], 0)
+    fix = EDITS.get(cause)
+    if fix is not None:
+        fix(g, inputs, edit)
 
 
 def _nodes(g: Graph, rows: I64) -> I64:

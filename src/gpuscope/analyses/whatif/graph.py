@@ -5,14 +5,13 @@ Contract in :mod:`gpuscope.analyses.whatif`.
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
 from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
+from gpuscope.runtime_apis import COPIES, ENQUEUES, WAITS_FOR_DEVICE, runtime_role
 
 I64 = NDArray[np.int64]
 B = NDArray[np.bool_]
@@ -30,20 +29,6 @@ DEFAULT_LAUNCH_LATENCY_NS = 5_000
 #: Work that starts within this of its stream predecessor's end was queued behind it, not
 #: waiting for its launch (back-to-back kernels start 1-5 µs apart).
 QUEUED_GAP_NS = 10_000
-
-_RECORD = re.compile(r"^(?:cuda|hip)EventRecord|^cuEventRecord")
-_WAIT_EVENT = re.compile(r"^(?:cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
-_SYNC = re.compile(
-    r"^(?:cuda|hip)(?:Device|Stream|Event|Ctx)Synchronize|^cu(?:Ctx|Stream|Event)Synchronize"
-)
-_FREE = re.compile(r"^(?:cuda|hip)Free(?:Host)?(?:_v\d+)?$|^cuMemFree")
-_BLOCKING_COPY = re.compile(
-    r"^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH]"
-)
-_COPY_CALL = re.compile(r"^(?:cuda|hip|cu)Memcpy")
-_QUERY = re.compile(r"^(?:cuda|hip)(?:Event|Stream)Query|^cu(?:Event|Stream)Query")
-#: Calls that only enqueue work: their median cost is what a launch costs the host.
-_ENQUEUE = re.compile(r"Launch|^(?:cuda|hip)Memcpy\w*Async|^(?:cuda|hip)MemsetAsync")
 
 
 class Graph(msgspec.Struct):
@@ -190,12 +175,12 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     fixed[no_launch] = start[no_launch]
 
     host_ids = ev.name_id[host_rows]
-    enqueues = _named(trace, host_ids, _ENQUEUE)
+    enqueues = _named(trace, host_ids, ENQUEUES)
     call_ns = int(np.median(dur[:nh][enqueues])) if enqueues.any() else 5_000
     # Polling: a run of event / stream queries on a thread is the host waiting for work to end
     # (the loop exits on the query that finds it done). The last query is a sync; the polling
     # before it is waiting, not the host's own work, so it takes no time of its own.
-    query = _named(trace, host_ids, _QUERY)
+    query = _named(trace, host_ids, frozenset({"query"}))
     in_chain_prev = np.zeros(nh, dtype=np.bool_)
     in_chain_prev[1:] = query[:-1] & ~first[1:nh]
     in_chain_next = np.zeros(nh, dtype=np.bool_)
@@ -311,9 +296,9 @@ def _waits(
 ) -> tuple[I64, I64, I64, B, I64]:
     """Blocking calls: (awaited node, call node, tail, waits for its own copy, own copy node)."""
     n = start.size
-    is_sync = _named(trace, host_ids, _SYNC) | _named(trace, host_ids, _FREE) | poll_last
-    is_copy = _named(trace, host_ids, _COPY_CALL)
-    blocking_name = _named(trace, host_ids, _BLOCKING_COPY)
+    is_sync = _named(trace, host_ids, WAITS_FOR_DEVICE) | poll_last
+    is_copy = _named(trace, host_ids, COPIES)
+    blocking_name = _named(trace, host_ids, frozenset({"copy"}))
     hnodes = np.arange(nh)
     link = ev.link[host_rows]
     own = np.where(link >= 0, node_of_row[np.maximum(link, 0)], -1)
@@ -370,8 +355,8 @@ def _event_edges(
     nh = int(host.sum())
     n = start.size
     name_ids = ev.name_id[rows[:nh]]
-    is_rec = _named(trace, name_ids, _RECORD)
-    is_wait = _named(trace, name_ids, _WAIT_EVENT)
+    is_rec = _named(trace, name_ids, frozenset({"event_record"}))
+    is_wait = _named(trace, name_ids, frozenset({"stream_wait_event"}))
     empty = np.zeros(0, dtype=np.int64)
     if not is_wait.any() or n == nh:
         return empty, empty
@@ -416,10 +401,11 @@ def _event_edges(
     return src.astype(np.int64), dst.astype(np.int64)
 
 
-def _named(trace: Trace, name_ids: NDArray[np.int32], pattern: re.Pattern[str]) -> B:
-    """Rows whose name matches, decided once per distinct name of the calls."""
+def _named(trace: Trace, name_ids: NDArray[np.int32], roles: frozenset[str]) -> B:
+    """Rows of calls with one of ``roles`` (data/runtime_apis.csv), decided once per distinct
+    name of the calls."""
     used = distinct(name_ids)
-    hits = np.array([pattern.search(trace.names[i]) is not None for i in used.tolist()])
+    hits = np.array([runtime_role(trace.names[i]) in roles for i in used.tolist()])
     if not hits.any():
         return np.zeros(name_ids.size, dtype=np.bool_)
     return hits[np.searchsorted(used, name_ids)]

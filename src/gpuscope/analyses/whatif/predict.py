@@ -5,6 +5,8 @@ Contract in :mod:`gpuscope.analyses.whatif`.
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
@@ -105,6 +107,10 @@ class Replayer:
         step_ns = float(np.median([np.median(m) for m in measured]))
         fixed_ns = float(np.median([np.median(p) for p in predicted if p.size]))
         saving = step_ns - fixed_ns
+        if not (math.isfinite(saving) and step_ns > 0.0 and saving <= step_ns):
+            # A step predicted to take less than nothing: the replay met times it cannot order
+            # (shuffled or corrupt); no prediction rather than an impossible one.
+            return None
         total = round(float(pooled.sum()))
         note = None
         if waiting_removed and len(causes) == 1:
@@ -129,8 +135,8 @@ class Replayer:
             step_ns=step_ns,
             predicted_step_ns=step_ns - saving,
             saving_ns_per_step=saving,
-            saving_low_ns_per_step=low,
-            saving_high_ns_per_step=high,
+            saving_low_ns_per_step=min(low, step_ns),
+            saving_high_ns_per_step=min(high, step_ns),
             saving_ns=total,
             steps=max(int(m.size) for m in measured),
             note=note,

@@ -17,6 +17,7 @@ from gpuscope._arrays import among, distinct
 from gpuscope.errors import EmptyTraceError
 from gpuscope.model import ID_COLUMNS, DeviceInfo, Events, Extras, Kind, Step, Trace, narrow
 from gpuscope.readers._links import join_launches, link_launches
+from gpuscope.readers.kineto._counters import counter_series, events_in
 from gpuscope.readers.kineto._shape import (
     _CATEGORY,
     _DEVICE_KINDS,
@@ -33,6 +34,7 @@ from gpuscope.readers.kineto._shape import (
     _STEP_NAME,
     _TID,
     _TS,
+    _CounterEvent,
     _Event,
 )
 from gpuscope.readers.kineto._values import (
@@ -102,6 +104,8 @@ class _Columns:
         self.old_schema = False
         self.float_ts = False
         self.flows: list[Any] = []
+        #: Counter samples (``"ph": "C"``): hardware counters per GPU (see ``_counters``).
+        self.counter_events: list[Any] = []
         #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
         #: The memory the columns, extras and flows take so far (checked against the budget).
@@ -133,6 +137,8 @@ class _Columns:
         decoded with the lenient structs (default: as the whole document was)."""
         lenient = self.lenient if lenient is None else lenient
         self.events += len(raw_events)
+        if not lenient:
+            self.counter_events += [e for e in raw_events if type(e) is _CounterEvent]
         if lenient:
             complete = [e for e in raw_events if e.ph == "X"]
         else:
@@ -176,6 +182,7 @@ class _Columns:
         events."""
         events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
         self.events += events
+        self.counter_events += events_in(flows)
         if n == 0:
             return
         # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
@@ -409,6 +416,7 @@ class _Columns:
             events=table,
             steps=_steps(table, names),
             metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
+            counters=counter_series(self.counter_events) if self.counter_events else [],
         )
         if "cuda_profiler_range" in self.kind_of:
             trace.warnings.append(

@@ -13,7 +13,7 @@ import msgspec
 
 from gpuscope.errors import CorruptInputError
 from gpuscope.readers import _scan
-from gpuscope.readers._scan import TextState
+from gpuscope.readers._scan import UTF8_BOM, TextState
 from gpuscope.readers.kineto._shape import (
     _DECODER,
     _EVENTS_DECODER,
@@ -155,6 +155,8 @@ def _flows_of(data: bytes) -> list[Any]:
 
 
 def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
+    if data.startswith(UTF8_BOM):  # written by some editors and Windows tools: not JSON
+        data = data[len(UTF8_BOM) :]
     try:
         return _decode_any(data), truncated_stream
     except RecursionError:  # valid JSON, but arrays or objects nested thousands deep

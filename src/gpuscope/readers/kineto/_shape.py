@@ -76,8 +76,17 @@ def _skipped_phase(phase: str) -> type:
     return msgspec.defstruct(f"_Phase_{phase}", [], tag=phase, tag_field="ph", gc=False)
 
 
-_CHROME_PHASES = "BEiIsftPNODCbneMRcVpSTF"
-_AnyEvent = Union[(_Event, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
+class _CounterEvent(msgspec.Struct, tag="C", tag_field="ph", gc=False):
+    """A counter sample (``"ph": "C"``): hardware counters per GPU (see ``_counters``)."""
+
+    name: Any = ""
+    pid: Any = None
+    ts: Any = None
+    args: Any = None
+
+
+_CHROME_PHASES = "BEiIsftPNODbneMRcVpSTF"
+_AnyEvent = Union[(_Event, _CounterEvent, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
 
 
 class _Flow(msgspec.Struct, gc=False):

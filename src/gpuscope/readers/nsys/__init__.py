@@ -36,7 +36,8 @@ What becomes what (tables absent when empty are simply skipped):
   --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true``): per process, fault counts
   and the functions that faulted, ``trace.metadata["unified_memory_faults"]``.
 * ``GPU_METRICS`` (when sampled): ``trace.metadata["gpu_metrics"][device]`` is
-  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``.
+  ``{metric name: mean value, "samples": n, "sampling_period_ns": p, "gpu_id": id}``, and every
+  metric as a time series of its device, ``trace.counters``.
   ``OSRT_API`` (when traced): the ten costliest OS runtime calls per process,
   ``trace.metadata["os_runtime_ns"]``.
 
@@ -67,7 +68,7 @@ from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
 from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
 from gpuscope.readers.nsys._export import _Export, _inspect
-from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metrics
+from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metric_series, _gpu_metrics
 from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
 from gpuscope.readers.nsys._um import _um_counters, _um_faults
 
@@ -103,6 +104,12 @@ def read(path: Path) -> Job:
     except UnicodeDecodeError:  # a damaged page: text that is not UTF-8 where SQLite keeps text
         raise CorruptInputError(
             path, "not a readable SQLite database (text that is not UTF-8)"
+        ) from None
+    except (ValueError, TypeError, OverflowError) as error:
+        # SQLite columns are typed by their values, not their declaration: an id column holding
+        # text, a float or an integer beyond 64 bits is a hand-edited or corrupt export.
+        raise CorruptInputError(
+            path, f"a column holds a value of the wrong type or size ({error})"
         ) from None
 
 
@@ -156,6 +163,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     runtime = _runtime(export)
     if not device_parts:
         raise EmptyTraceError(path, _no_device_work_reason(runtime))
+    missing = _missing_kernel_table(path, export, runtime)
     nvtx = _nvtx(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
@@ -170,6 +178,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     busy = events.of_kind(*BUSY_KINDS)
     infos = _device_infos(export)
     metrics = _gpu_metrics(export)
+    series = _gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
@@ -177,11 +186,12 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         link_launches(table)
         trace = _trace(export, table, pid, nvtx.ranks.get(pid), infos)
         _attach_metrics(trace, metrics)
+        trace.counters = [c for d in sorted(trace.devices) for c in series.get(d, [])]
         if pid in os_runtime:
             trace.metadata["os_runtime_ns"] = os_runtime[pid]
         if pid in um_faults:
             trace.metadata["unified_memory_faults"] = um_faults[pid]
-        trace.warnings.extend(notes)
+        trace.warnings.extend([*missing, *notes])
         traces.append(trace)
     return Job(source=str(path), traces=traces)
 
@@ -221,6 +231,20 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
     if not notes:
         return events, []
     return events.take(np.flatnonzero(~(backwards | far))), notes
+
+
+def _missing_kernel_table(path: Path, export: _Export, runtime: Events | None) -> list[str]:
+    """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
+    kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
+    reads as idle between them, and that must not pass as a finding about the program."""
+    if export.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        return []
+    launches = "" if runtime is None or not len(runtime) else " although CUDA API calls were"
+    return [
+        f"{path}: the export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no kernel was"
+        f" recorded{launches}, so the GPU's busy time counts copies, memsets and"
+        " synchronisations only (profile with nsys --trace=cuda)"
+    ]
 
 
 def _no_device_work_reason(runtime: Events | None) -> str:

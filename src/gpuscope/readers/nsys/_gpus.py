@@ -1,11 +1,15 @@
-"""Devices and their sampled metrics: ``TARGET_INFO_GPU`` facts and ``GPU_METRICS`` means."""
+"""Devices and their sampled metrics: ``TARGET_INFO_GPU`` facts, and ``GPU_METRICS`` as means and
+as time series (:class:`~gpuscope.model.CounterSeries`, one per GPU and metric)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuscope.model import DeviceInfo
-from gpuscope.readers.nsys._export import _Export
+import msgspec
+import numpy as np
+
+from gpuscope.model import CounterSeries, DeviceInfo
+from gpuscope.readers.nsys._export import _column_batches, _Export
 
 
 def _device_infos(export: _Export) -> dict[tuple[int, int], DeviceInfo]:
@@ -39,7 +43,8 @@ def _cuda_device_map(export: _Export) -> list[tuple[int, int, int]]:
     if not export.has(table) or not {"gpuId", "cudaId", "pid"} <= export.columns[table]:
         return []
     rows = export.db.execute(f"SELECT pid, cudaId, gpuId FROM {table}").fetchall()
-    return [(int(p), int(c), int(g)) for p, c, g in rows if None not in (p, c, g)]
+    # A row with an id that is not an integer (text, a float: a hand-edited export) maps nothing.
+    return [(p, c, g) for p, c, g in rows if all(type(v) is int for v in (p, c, g))]
 
 
 def _device_info(
@@ -104,3 +109,53 @@ def _cuda_of_gpu(export: _Export) -> dict[int, int]:
         return {}
     rows = export.db.execute("SELECT id, cuDevice FROM TARGET_INFO_GPU").fetchall()
     return {int(g): int(c) for g, c in rows if g is not None and c is not None}
+
+
+_NO_VALUE = -1.0e300
+
+
+def _gpu_metric_series(export: _Export) -> dict[int, list[CounterSeries]]:
+    """Every sampled GPU metric as a time series, per CUDA device (GPU id = ``typeId & 0xFF``).
+
+    ``GPU_METRICS`` holds one row per sample and metric, the value holding until the next sample
+    (``nsys profile --gpu-metrics-devices``, 10 kHz by default); NULL values are gaps (NaN)."""
+    if not (export.has("GPU_METRICS") and export.has("TARGET_INFO_GPU_METRICS")):
+        return {}
+    export.require("GPU_METRICS", ("timestamp", "typeId", "metricId", "value"))
+    export.require("TARGET_INFO_GPU_METRICS", ("typeId", "metricId", "metricName"))
+    names = {
+        (int(t), int(m)): str(n)
+        for t, m, n in export.db.execute(
+            "SELECT DISTINCT typeId, metricId, metricName FROM TARGET_INFO_GPU_METRICS"
+        )
+        if t is not None and m is not None
+    }
+    columns: list[list[np.ndarray]] = [[], [], [], []]
+    # NULL (no value) as a sentinel no percentage or rate takes, NaN once in numpy.
+    select = ("typeId", "metricId", "timestamp", f"coalesce(value, {_NO_VALUE!r})")
+    for batch in _column_batches(export, "GPU_METRICS", select):
+        for i, text in enumerate(batch):
+            columns[i].append(
+                np.asarray(msgspec.json.decode(text), dtype=np.float64 if i == 3 else np.int64)
+            )
+    if not columns[0]:
+        return {}
+    type_id, metric_id, time_ns, value = (np.concatenate(c) for c in columns)
+    value[value == _NO_VALUE] = np.nan
+    cuda_of_gpu = _cuda_of_gpu(export)
+    series: dict[int, list[CounterSeries]] = {}
+    keys = np.unique(np.stack([type_id, metric_id]), axis=1).T.tolist()
+    for t, m in keys:
+        rows = np.flatnonzero((type_id == t) & (metric_id == m))
+        order = rows[np.argsort(time_ns[rows], kind="stable")]
+        gpu = int(t) & 0xFF
+        series.setdefault(cuda_of_gpu.get(gpu, gpu), []).append(
+            CounterSeries(
+                device=cuda_of_gpu.get(gpu, gpu),
+                name=names.get((int(t), int(m)), f"metric {m}"),
+                time_ns=time_ns[order],
+                value=value[order],
+                source="nsys",
+            )
+        )
+    return series

@@ -61,14 +61,26 @@ def render_diff(
             *(_section_html(s) for s in comparison),
             _kernel_changes(change),
             _columns(_side(before, "Before"), _side(after, "After")),
-            *(
-                _columns(_section_html(a), _section_html(b))
-                for a, b in zip(left, right, strict=True)
-            ),
+            *(_columns(a, b) for a, b in _paired(left, right)),
         ]
     )
     title = f"gpuscope: {before.source} vs {after.source}"
     return _page(title, body, [*comparison, *left, *right])
+
+
+def _paired(left: list[_Section], right: list[_Section]) -> list[tuple[str, str]]:
+    """The two runs' sections side by side, matched by heading in the order they come: a run
+    with sections the other lacks (per-rank charts of an 8-rank job beside a one-GPU run) gets
+    them beside an empty column, never a mismatched pair."""
+    waiting: dict[str, list[_Section]] = {}
+    for b in right:
+        waiting.setdefault(b.title, []).append(b)
+    pairs = []
+    for a in left:
+        same = waiting.get(a.title)
+        pairs.append((_section_html(a), _section_html(same.pop(0)) if same else ""))
+    pairs += [("", _section_html(b)) for rest in waiting.values() for b in rest]
+    return pairs
 
 
 def _columns(left: str, right: str) -> str:
@@ -273,7 +285,7 @@ def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> _
 def _cause_shares(d: Diagnosis) -> dict[str, float]:
     """Each idle cause's and exposed communication's share of the job's device time, in %."""
     span = max(sum(x.temporal.span_ns for x in d.devices), 1)
-    shares = {c.value: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
+    shares = {c: 100.0 * sum(x.idle.lost_ns(c) for x in d.devices) / span for c in CAUSES}
     exposed = sum(x.overlap.exposed_ns for x in d.devices)
     shares[EXPOSED_COMMUNICATION] = 100.0 * exposed / span
     return shares

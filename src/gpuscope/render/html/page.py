@@ -81,7 +81,7 @@ KIND_COLOURS = {
 }
 CAUSE_COLOURS = {cause: colour for cause, (_, colour) in causes.idle_styles().items()}
 _KINDS = [k.name.lower() for k in KernelKind]
-_CAUSE_NAMES = [c.value for c in CAUSES]
+_CAUSE_NAMES = list(CAUSES)
 _MERGED_OPACITY = 0.5
 #: Every chart's legend sits in rows under its plot, below the axis title: above it, the mode bar
 #: (zoom, pan, download), which shows in the top right corner on hover, covered its last entries.

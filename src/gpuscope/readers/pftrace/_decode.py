@@ -1,0 +1,661 @@
+"""One ``.pftrace`` decoded into the model (see the package docstring for what becomes what).
+
+The packets are walked once, collecting plain lists; the Kineto reader's column builder
+(:class:`~gpuscope.readers.kineto._columns._Columns`) then makes the table, the launch links, the
+steps and the devices exactly as it does for the same run's JSON, so that the two diagnose alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpuscope.errors import CorruptInputError, EmptyTraceError
+from gpuscope.model import CounterSeries, Kind, Trace
+from gpuscope.readers.kineto._columns import _Columns
+from gpuscope.readers.kineto._shape import _SKIP, _Args, _Document, _LenientArgs
+from gpuscope.readers.kineto._values import _coerce_args, _extras_of
+from gpuscope.readers.pftrace import _schema as pb
+
+#: What a ``.pftrace`` does not carry, so what no finding can be made from.
+NOT_CARRIED = (
+    "copy direction and pinned or pageable host memory (copies are named Memcpy)",
+    "[memory] events (allocations, memory in use)",
+    "rank and world size (distributedInfo)",
+    "device properties (GPU name, SMs, memory: pass --gpu NAME for peaks and prices)",
+    "the External id of GPU work",
+)
+
+_GPU_PROCESS = re.compile(r"^GPU (\d+)$")
+_STREAM = re.compile(r"stream (-?\d+)\s*$")
+_SYNC_NAMES = frozenset(
+    {"Unknown", "Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync"}
+)
+_STAGE_CATEGORY = {
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Annotation": "gpu_user_annotation",
+}
+#: Arguments that make a row's extras (shapes, collectives, call stacks, peer copies).
+_EXTRA_KEYS = frozenset({"Input Dims", "Collective name", "Call stack", "fromDevice", "toDevice"})
+_ARGS_OF = msgspec.convert
+#: Arguments that differ from row to row and are not kept as extras (ids, not shapes).
+_ROW_KEYS = frozenset(
+    {"External id", "external id", "correlation", "Python id", "Python parent id", "cbid"}
+)
+
+
+class Decoded(msgspec.Struct):
+    trace: Trace
+    packets: int
+    lost_tail: bool
+
+
+class _Rows:
+    """The events read so far, one list per column."""
+
+    def __init__(self) -> None:
+        self.category: list[str | None] = []
+        self.name: list[str] = []
+        self.start: list[int] = []
+        self.end: list[int] = []
+        self.pid: list[int] = []
+        self.tid: list[int] = []
+        self.device: list[int] = []
+        self.stream: list[int] = []
+        self.correlation: list[int] = []
+        self.args: list[dict[str, Any] | None] = []
+        self.grid: list[int] = []
+        self.block: list[int] = []
+        self.bytes: list[int] = []
+
+    def add(
+        self,
+        category: str | None,
+        name: str,
+        start: int,
+        end: int,
+        where: tuple[int, int, int, int],
+        args: dict[str, Any] | None,
+    ) -> int:
+        self.category.append(category)
+        self.name.append(name)
+        self.start.append(start)
+        self.end.append(end)
+        pid, tid, device, stream = where
+        self.pid.append(pid)
+        self.tid.append(tid)
+        self.device.append(device)
+        self.stream.append(stream)
+        self.correlation.append(-1)
+        self.args.append(args)
+        self.grid.append(-1)
+        self.block.append(-1)
+        self.bytes.append(-1)
+        return len(self.name) - 1
+
+
+class _Track(msgspec.Struct):
+    pid: int
+    tid: int
+    name: str
+    parent: int
+
+
+def decode(path: Path, data: bytes, *, lost_tail: bool) -> Decoded:
+    """Raises protobuf's ``DecodeError`` for bytes that are not a ``Trace``."""
+    message = pb.Trace.FromString(data)
+    packets = message.packet
+    reader = _Reader(path)
+    if not reader.read_grouped(data, packets):
+        reader = _Reader(path)  # the packets one by one, whatever their order
+        for packet in packets:
+            reader.packet(packet)
+    del message, packets
+    return Decoded(reader.finish(lost_tail), reader.packets, lost_tail)
+
+
+class _Reader:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.packets = 0
+        self.base_ns: int | None = None
+        self.names: dict[int, str] = {}
+        self.categories: dict[int, str] = {}
+        self.stages: dict[int, str] = {}
+        self.kernels: dict[int, str] = {}
+        self.counter_names: dict[int, tuple[int, dict[int, str]]] = {}
+        self.tracks: dict[int, _Track] = {}
+        self.rows = _Rows()
+        self.open: dict[int, deque[int]] = {}  # per track: its open begins, oldest first
+        self.unclosed = 0
+        self.unopened = 0
+        self.launches: list[tuple[int, list[int]]] = []  # (runtime row, render event ids)
+        self.flows: list[tuple[int, int]] = []  # (row, flow id)
+        self.event_rows: dict[int, int] = {}  # render-stage event id -> row
+        self.samples: dict[tuple[int, str], tuple[list[int], list[float]]] = {}
+        self.has_categories = False
+        self.unclosed_grouped = 0
+        self.nested: dict[bytes, Any] = {}
+
+    # --- the track events as columns -------------------------------------------------------------
+
+    def read_grouped(self, data: bytes, packets: Any) -> bool:
+        """Read a file whose track events are one run of packets (PyTorch's exporters write the
+        clock, tracks and interned data, then every slice group, then the render stages and
+        counters): the events' times, types and tracks come as columns (``ColumnTrace``), Python
+        touches only each slice's begin. False, having read nothing, for any other order."""
+        total = len(packets)
+        first = 0
+        stamped_before = 0
+        while first < total and packets[first].WhichOneof("data") != "track_event":
+            stamped_before += packets[first].HasField("timestamp")
+            first += 1
+        merged = pb.ColumnTrace.FromString(data).packet
+        kinds = np.array(merged.track_event.type, dtype=np.int64)
+        uuids = np.array(merged.track_event.track_uuid, dtype=np.uint64)
+        after = first + kinds.size
+        if kinds.size == 0 or uuids.size != kinds.size:
+            return False
+        stamped_after = 0
+        for i in range(after, total):
+            packet = packets[i]
+            if packet.WhichOneof("data") == "track_event":
+                return False  # track events in more than one run
+            stamped_after += packet.HasField("timestamp")
+        stamps = np.array(merged.timestamp, dtype=np.uint64)
+        if stamps.size != stamped_before + kinds.size + stamped_after:
+            return False  # a track event without a timestamp: the columns do not line up
+        for i in range(first):
+            self.packet(packets[i])
+        times = stamps[stamped_before : stamped_before + kinds.size].astype(np.int64)
+        self._grouped(packets, first, kinds, uuids, times, merged.track_event)
+        for i in range(after, total):
+            self.packet(packets[i])
+        return True
+
+    def _grouped(
+        self,
+        packets: Any,
+        first: int,
+        kinds: np.ndarray,
+        uuids: np.ndarray,
+        times: np.ndarray,
+        merged: Any,
+    ) -> None:
+        self.packets += kinds.size
+        begins = np.flatnonzero(kinds == pb.SLICE_BEGIN)
+        ends = np.flatnonzero(kinds == pb.SLICE_END)
+        rows = self.rows
+        base_row = len(rows.name)
+        names = self.names
+        name_iids = merged.name_iid
+        # What no event has need not be looked for in each (from the merged columns).
+        any_launch = merged.HasField("gpu_correlation")
+        any_flow = len(merged.flow_ids) > 0
+        any_category = len(merged.category_iids) > 0
+        if len(name_iids) == begins.size:
+            name_list = [names.get(i, "") for i in name_iids]
+        else:
+            name_list = [packets[first + i].track_event.name for i in begins.tolist()]
+        categories = self.categories
+        tracks = self.tracks
+        plain: dict[int, tuple[int, int, int, int]] = {}
+        gpu_tracks: set[int] = set()
+        for uuid in np.unique(uuids[begins]).tolist():
+            track = tracks.get(uuid)
+            parent = tracks.get(track.parent) if track is not None else None
+            if parent is not None and _GPU_PROCESS.match(parent.name):
+                gpu_tracks.add(uuid)
+            plain[uuid] = self.where(track, None)
+        category_list: list[str | None] = []
+        arg_list: list[dict[str, Any] | None] = []
+        where_list: list[tuple[int, int, int, int]] = []
+        correlation_list: list[int] = []
+        launches, flows = self.launches, self.flows
+        nested = self.nested
+        for k, (i, uuid) in enumerate(zip(begins.tolist(), uuids[begins].tolist(), strict=True)):
+            event = packets[first + i].track_event
+            if any_category:
+                category_ids = event.category_iids
+                category_list.append(categories.get(category_ids[0]) if category_ids else None)
+            else:
+                category_list.append(None)
+            annotations = event.debug_annotations
+            args = _annotations(annotations, nested) if annotations else None
+            arg_list.append(args)
+            where_list.append(
+                self.where(tracks.get(uuid), args) if uuid in gpu_tracks else plain[uuid]
+            )
+            correlation = -1
+            if args is not None and "correlation" in args:
+                correlation = _int(args["correlation"]) or -1
+            correlation_list.append(correlation)
+            if any_launch and event.HasField("gpu_correlation"):
+                ids = list(event.gpu_correlation.render_stage_submission_event_ids)
+                if ids:
+                    launches.append((base_row + k, ids))
+            elif any_flow and event.flow_ids:
+                flows.append((base_row + k, event.flow_ids[0]))
+        if any(c is not None for c in category_list):
+            self.has_categories = True
+        n = begins.size
+        rows.category += category_list
+        rows.name += name_list
+        rows.start += times[begins].tolist()
+        rows.end += self._pair(begins, ends, uuids, times).tolist()
+        rows.pid += [w[0] for w in where_list]
+        rows.tid += [w[1] for w in where_list]
+        rows.device += [w[2] for w in where_list]
+        rows.stream += [w[3] for w in where_list]
+        rows.correlation += correlation_list
+        rows.args += arg_list
+        rows.grid += [-1] * n
+        rows.block += [-1] * n
+        rows.bytes += [-1] * n
+
+    def _pair(
+        self, begins: np.ndarray, ends: np.ndarray, uuids: np.ndarray, times: np.ndarray
+    ) -> np.ndarray:
+        """Each begin's end time: on each track, the k-th end closes the k-th begin (a group's
+        ends come in the order of its begins). A begin never closed ends where it began."""
+        closed = times[begins].copy()
+        _, track_ids = np.unique(uuids, return_inverse=True)
+        track_ids = track_ids.reshape(-1).astype(np.int64)
+        begin_tracks, end_tracks = track_ids[begins], track_ids[ends]
+        begin_order = np.argsort(begin_tracks, kind="stable")
+        end_order = np.argsort(end_tracks, kind="stable")
+        begin_rank = _rank(begin_tracks[begin_order])
+        end_rank = _rank(end_tracks[end_order])
+        # (track, k) of each end, looked up among the begins' (track, k), as one integer key.
+        width = max(int(begin_rank.max(initial=0)), int(end_rank.max(initial=0))) + 1
+        begin_keys = begin_tracks[begin_order] * width + begin_rank
+        end_keys = end_tracks[end_order] * width + end_rank
+        at = np.minimum(np.searchsorted(begin_keys, end_keys), max(begin_keys.size - 1, 0))
+        found = (begin_keys.size > 0) & (begin_keys[at] == end_keys)
+        closed[begin_order[at[found]]] = times[ends[end_order[found]]]
+        self.unopened += int((~found).sum())
+        self.unclosed_grouped = int(begins.size - found.sum())
+        paired: np.ndarray = closed
+        return paired
+
+    # --- packets ---------------------------------------------------------------------------------
+
+    def packet(self, packet: Any) -> None:
+        self.packets += 1
+        which = packet.WhichOneof("data")
+        if which == "track_event":
+            self.track_event(packet.timestamp, packet.track_event)
+        elif which == "gpu_render_stage_event":
+            self.render_stage(packet.timestamp, packet.gpu_render_stage_event)
+        elif which == "gpu_counter_event":
+            self.counter(packet.timestamp, packet.gpu_counter_event)
+        elif which == "track_descriptor":
+            self.track(packet.track_descriptor)
+        elif which == "interned_data":
+            self.interned(packet.interned_data)
+        elif which == "clock_snapshot":
+            for clock in packet.clock_snapshot.clocks:
+                if clock.clock_id == pb.CLOCK_BOOTTIME:
+                    self.base_ns = clock.timestamp
+
+    def track(self, descriptor: Any) -> None:
+        if descriptor.HasField("thread"):
+            thread = descriptor.thread
+            name = thread.thread_name or descriptor.name
+            self.tracks[descriptor.uuid] = _Track(
+                thread.pid, thread.tid, name, descriptor.parent_uuid
+            )
+        else:
+            process = descriptor.process
+            name = process.process_name or descriptor.name
+            self.tracks[descriptor.uuid] = _Track(process.pid, -1, name, 0)
+
+    def interned(self, data: Any) -> None:
+        for entry in data.event_names:
+            self.names[entry.iid] = entry.name
+        for entry in data.event_categories:
+            self.categories[entry.iid] = entry.name
+            self.has_categories = True
+        for spec in data.gpu_specifications:
+            self.stages[spec.iid] = spec.name
+        for kernel in data.compute_kernels:
+            self.kernels[kernel.iid] = kernel.demangled_name or kernel.name
+        for counters in data.gpu_counter_descriptors:
+            named = {s.counter_id: s.name for s in counters.counter_descriptor.specs}
+            self.counter_names[counters.iid] = (counters.gpu_id, named)
+
+    def track_event(self, timestamp: int, event: Any) -> None:
+        kind = event.type
+        uuid = event.track_uuid
+        if kind == pb.SLICE_END:
+            queue = self.open.get(uuid)
+            if queue:
+                self.rows.end[queue.popleft()] = timestamp
+            else:
+                self.unopened += 1
+            return
+        if kind != pb.SLICE_BEGIN:
+            return
+        name = self.names.get(event.name_iid, "") if event.name_iid else event.name
+        category = None
+        if event.category_iids:
+            category = self.categories.get(event.category_iids[0])
+        elif event.categories:
+            category = event.categories[0]
+        annotations = event.debug_annotations
+        args = _annotations(annotations, self.nested) if annotations else None
+        track = self.tracks.get(uuid)
+        where = self.where(track, args)
+        row = self.rows.add(category, name, timestamp, timestamp, where, args)
+        queue = self.open.get(uuid)
+        if queue is None:
+            queue = self.open[uuid] = deque()
+        queue.append(row)
+        if args is not None and "correlation" in args:
+            self.rows.correlation[row] = _int(args["correlation"]) or -1
+        if event.HasField("gpu_correlation"):
+            ids = list(event.gpu_correlation.render_stage_submission_event_ids)
+            if ids:
+                self.launches.append((row, ids))
+        elif event.flow_ids:
+            self.flows.append((row, event.flow_ids[0]))
+
+    def where(self, track: _Track | None, args: dict[str, Any] | None) -> tuple[int, int, int, int]:
+        """pid, tid, device and stream of a slice on ``track``."""
+        if track is None:
+            return -1, -1, -1, -1
+        parent = self.tracks.get(track.parent)
+        gpu = _GPU_PROCESS.match(parent.name) if parent is not None else None
+        if gpu is None:
+            return track.pid, track.tid, -1, -1
+        stream = _STREAM.search(track.name)
+        device = _int(args.get("device")) if args else None
+        lane = _int(args.get("stream")) if args else None
+        return (
+            track.pid,
+            track.tid,
+            int(gpu.group(1)) if device is None else device,
+            (int(stream.group(1)) if stream else track.tid) if lane is None else lane,
+        )
+
+    def render_stage(self, timestamp: int, stage: Any) -> None:
+        stage_name = self.stages.get(stage.stage_iid, "")
+        category = _STAGE_CATEGORY.get(stage_name)
+        if category is None:
+            return  # graph event-record and host-callback nodes: no device work
+        lane = self.stages.get(stage.hw_queue_iid, "")
+        match = _STREAM.search(lane)
+        stream = int(match.group(1)) if match else int(stage.hw_queue_iid)
+        if stage.name_iid:
+            name = self.names.get(stage.name_iid, stage_name)
+        elif stage.kernel_iid:
+            name = self.kernels.get(stage.kernel_iid, stage_name)
+        else:
+            name = stage.name or stage_name
+        device = stage.gpu_id
+        rows = self.rows
+        row = rows.add(
+            category,
+            name,
+            timestamp,
+            timestamp + stage.duration,
+            (device, stream, device, stream),
+            None,
+        )
+        self.event_rows[stage.event_id] = row
+        if category == "kernel" and stage.HasField("launch"):
+            grid, block = stage.launch.grid_size, stage.launch.workgroup_size
+            rows.grid[row] = grid.x * max(grid.y, 1) * max(grid.z, 1) or -1
+            rows.block[row] = block.x * max(block.y, 1) * max(block.z, 1) or -1
+        elif category in ("gpu_memcpy", "gpu_memset"):
+            for extra in stage.extra_data:
+                if extra.name == "bytes":
+                    rows.bytes[row] = _int(extra.value) or -1
+
+    def counter(self, timestamp: int, event: Any) -> None:
+        gpu, named = self.counter_names.get(event.counter_descriptor_iid, (event.gpu_id, {}))
+        if event.HasField("counter_descriptor"):
+            named = {s.counter_id: s.name for s in event.counter_descriptor.specs}
+        for counter in event.counters:
+            value = getattr(counter, counter.WhichOneof("value") or "double_value")
+            name = named.get(counter.counter_id, f"counter {counter.counter_id}")
+            times, values = self.samples.setdefault((gpu, name), ([], []))
+            times.append(timestamp)
+            values.append(float(value))
+
+    # --- the model ------------------------------------------------------------------------------
+
+    def finish(self, lost_tail: bool) -> Trace:
+        rows = self.rows
+        if not rows.name:
+            raise EmptyTraceError(
+                self.path, "a Perfetto trace without slices or GPU render stages (no events)"
+            )
+        self.unclosed = sum(len(q) for q in self.open.values()) + self.unclosed_grouped
+        base = self.base_ns or 0
+        self._correlate()
+        categories = [c if c is not None else self._guess(i) for i, c in enumerate(rows.category)]
+        columns = _Columns(lenient=False)
+        columns.events = len(categories)
+        codes = np.array([columns._kind_code(c) for c in categories], dtype=np.uint8)
+        keep = np.flatnonzero(codes != _SKIP)
+        if keep.size == 0:
+            raise EmptyTraceError(
+                self.path, "no profiler events (no CPU ops, kernels or runtime calls)"
+            )
+        kinds = codes[keep]
+        start = np.asarray(rows.start, dtype=np.int64)[keep]
+        end = np.asarray(rows.end, dtype=np.int64)[keep]
+        args = [rows.args[i] for i in keep.tolist()]
+        is_device = np.isin(
+            kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION]
+        )
+        linked = np.isin(kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME])
+        python = kinds == Kind.PYTHON
+        device = np.asarray(rows.device, dtype=np.int64)[keep]
+        stream = np.asarray(rows.stream, dtype=np.int64)[keep]
+        from_args = _arg_columns(args, ("External id", "bytes", "Python id", "Python parent id"))
+        piece = {
+            "kind": kinds,
+            "name_id": columns._intern([rows.name[i] for i in keep.tolist()]),
+            "start_ns": start - base,
+            "dur_ns": np.maximum(end - start, 0),
+            "pid": np.asarray(rows.pid, dtype=np.int64)[keep],
+            "tid": np.asarray(rows.tid, dtype=np.int64)[keep],
+            "device": np.where(is_device, device, -1),
+            "stream": np.where(is_device, stream, -1),
+            "correlation": np.where(linked, np.asarray(rows.correlation, np.int64)[keep], -1),
+            "external_id": from_args["External id"],
+            "bytes": np.maximum(np.asarray(rows.bytes, dtype=np.int64)[keep], from_args["bytes"]),
+            "python_id": np.where(python, from_args["Python id"], -1),
+            "python_parent_id": np.where(python, from_args["Python parent id"], -1),
+            "grid_blocks": np.asarray(rows.grid, dtype=np.int64)[keep],
+            "block_threads": np.asarray(rows.block, dtype=np.int64)[keep],
+            "occupancy_pct": np.full(keep.size, np.nan, dtype=np.float32),
+        }
+        for name, values in piece.items():
+            columns.parts[name] = [values]
+        self._extras(columns, args)
+        columns.rows = int(keep.size)
+        trace = columns.finish(
+            self.path, _Document(baseTimeNanoseconds=self.base_ns), lost_tail=False
+        )
+        trace.format = "pftrace"
+        trace.schema = "pftrace-cuspy" if self.has_categories else "pftrace-monitor"
+        trace.metadata["not_carried"] = list(NOT_CARRIED)
+        trace.counters = self._series(base)
+        if self.unclosed:
+            trace.warnings.append(
+                f"{self.path}: {self.unclosed:,} slice(s) begin but never end (read as instants)"
+            )
+        return trace
+
+    def _correlate(self) -> None:
+        """Launches and the GPU work they launched share one correlation id: the launch's own
+        ``correlation`` argument when it has one, else a number of its own."""
+        rows = self.rows
+        fresh = -2
+        for row, ids in self.launches:
+            key = _int((rows.args[row] or {}).get("correlation"))
+            if key is None:
+                key, fresh = fresh, fresh - 1
+            rows.correlation[row] = key
+            for event_id in ids:
+                target = self.event_rows.get(event_id)
+                if target is not None:
+                    rows.correlation[target] = key
+        for row, flow in self.flows:
+            rows.correlation[row] = flow & 0x7FFFFFFF
+        if fresh < -2:  # ids of our own: made positive, beyond every recorded one
+            top = max(rows.correlation, default=0) + 1
+            rows.correlation[:] = [top - c if c <= -2 else c for c in rows.correlation]
+
+    def _guess(self, row: int) -> str:
+        """The category of a slice in a trace without categories (the monitor layout)."""
+        rows = self.rows
+        name, args = rows.name[row], rows.args[row] or {}
+        if rows.device[row] >= 0:
+            if name in _SYNC_NAMES:
+                return "cuda_sync"
+            if name.startswith("Memcpy"):
+                return "gpu_memcpy"
+            if name.startswith("Memset"):
+                return "gpu_memset"
+            return "kernel"
+        if "cbid" in args or rows.correlation[row] >= 0:
+            return "cuda_runtime"
+        if "Python id" in args:
+            return "python_function"
+        if name.startswith("ProfilerStep#"):
+            return "user_annotation"
+        return "cpu_op"
+
+    def _extras(self, columns: _Columns, args: list[dict[str, Any] | None]) -> None:
+        """The kept arguments (shapes, collectives, ...) of each row, as the Kineto reader keeps
+        them; worked out once per distinct set (nested values are shared, see _annotations)."""
+        rows: list[int] = []
+        ids: list[int] = []
+        done: dict[tuple[Any, ...], int] = {}
+        for row, values in enumerate(args):
+            if not values or _EXTRA_KEYS.isdisjoint(values):
+                continue
+            key = tuple(
+                (k, id(v) if isinstance(v, (list, dict)) else v)
+                for k, v in values.items()
+                if k not in _ROW_KEYS
+            )
+            value_id = done.get(key)
+            if value_id is None:
+                value_id = done[key] = self._extra_id(columns, values)
+            if value_id >= 0:
+                rows.append(row)
+                ids.append(value_id)
+        if rows:
+            columns.extra_rows.append(np.array(rows, dtype=np.int64))
+            columns.extra_ids.append(np.array(ids, dtype=np.int32))
+
+    @staticmethod
+    def _extra_id(columns: _Columns, values: dict[str, Any]) -> int:
+        try:
+            typed = _ARGS_OF(values, _Args)
+        except msgspec.ValidationError:
+            typed = _coerce_args(_ARGS_OF(values, _LenientArgs))
+        kept = _extras_of(typed)
+        return columns._value_id(columns._shared(kept)) if kept else -1
+
+    def _series(self, base: int) -> list[CounterSeries]:
+        series = []
+        for (gpu, name), (times, values) in sorted(self.samples.items()):
+            order = np.argsort(np.asarray(times, dtype=np.int64), kind="stable")
+            series.append(
+                CounterSeries(
+                    device=gpu,
+                    name=name,
+                    time_ns=np.asarray(times, dtype=np.int64)[order] - base,
+                    value=np.asarray(values, dtype=np.float64)[order],
+                    source="pftrace",
+                )
+            )
+        return series
+
+
+def _rank(sorted_keys: np.ndarray) -> np.ndarray:
+    """Each element's position among the equal keys before it (keys sorted)."""
+    if sorted_keys.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    counts = np.diff(np.r_[starts, sorted_keys.size])
+    return np.arange(sorted_keys.size) - np.repeat(starts, counts)
+
+
+#: The arguments the model reads (the Kineto reader's, and a runtime call's ``cbid``): the
+#: others (strides, sequence numbers, ...) are not decoded at all.
+_WANTED = frozenset(f.encode_name for f in msgspec.structs.fields(_Args)) | {"cbid"}
+
+
+def _annotations(annotations: Any, nested: dict[bytes, Any]) -> dict[str, Any]:
+    """The wanted arguments of a slice. A list or dict value (shapes, types) is decoded once per
+    distinct encoding (``nested``): the same shapes recur at every step."""
+    args = {}
+    for a in annotations:
+        name = a.name
+        if name in _WANTED:
+            which = a.WhichOneof("value")
+            if which is not None:
+                args[name] = getattr(a, which)
+            else:
+                key = a.SerializeToString()
+                value = nested.get(key, nested)
+                if value is nested:
+                    value = nested[key] = _value(a)
+                args[name] = value
+    return args
+
+
+def _value(annotation: Any) -> Any:
+    which = annotation.WhichOneof("value")
+    if which is not None:
+        return getattr(annotation, which)
+    if annotation.dict_entries:
+        return {a.name: _value(a) for a in annotation.dict_entries}
+    if annotation.array_values:
+        return [_value(a) for a in annotation.array_values]
+    return None
+
+
+def _arg_columns(args: list[dict[str, Any] | None], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Integer arguments as columns (-1 where a row lacks one or it is no integer)."""
+    columns = {key: np.full(len(args), -1, dtype=np.int64) for key in keys}
+    for row, values in enumerate(args):
+        if not values:
+            continue
+        for key in keys:
+            value = values.get(key)
+            if value is not None:
+                number = _int(value)
+                if number is not None:
+                    columns[key][row] = number
+    return columns
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else None
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+__all__ = ["NOT_CARRIED", "CorruptInputError", "Decoded", "decode"]

@@ -39,8 +39,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscope.analyses.diff import STEP_TIME, compare, regression, summarize, typical_steps
 from gpuscope.analyses.timeline import device_work, step_breakdown
+from gpuscope.compare.diff import STEP_TIME, compare, regression, summarize, typical_steps
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
 from gpuscope.readers import kineto
@@ -127,7 +127,7 @@ def experiment(
 def sweep_batch_1() -> tuple[float, float]:
     """sweep's batch-1 step time and the generator's truth (the loop's period: the host's step
     at batch 1, where loading the next batch sets the pace)."""
-    from gpuscope.analyses.scaling import sweep
+    from gpuscope.compare.scaling import sweep
 
     built = g.generate_batch_sweep()
     jobs = [

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from gpuscope.analyses.diff import gate, stats
+from gpuscope.compare.diff import gate, stats
 
 
 @pytest.mark.parametrize(("n", "m"), [(5, 7), (60, 80), (3000, 2500)])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.analyses.diff import decisive
+from gpuscope.compare.diff import decisive
 from gpuscope.testing import generator as g
 
 SMALL = {"layers": 1, "hidden": 512, "seq_len": 256}

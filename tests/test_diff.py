@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from corpus import corpus
-from gpuscope.analyses.diff import (
+from gpuscope.cli import main
+from gpuscope.compare.diff import (
     GPU_BUSY,
     ITERATIONS,
     LOST_PREFIX,
@@ -23,7 +24,6 @@ from gpuscope.analyses.diff import (
     summarize,
     typical_steps,
 )
-from gpuscope.cli import main
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Job
 from gpuscope.names import stable_name

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuscope.analyses.diff import RunSummary, summarize
 from gpuscope.cli import main
+from gpuscope.compare.diff import RunSummary, summarize
 from gpuscope.diagnosis import diagnose
 from gpuscope.errors import InputError
 from gpuscope.history import SCHEMA_VERSION, History, default_path, git_commit, source_sha256
@@ -87,7 +87,7 @@ def test_a_newer_schema_or_a_foreign_file_is_refused(db: Path, tmp_path: Path) -
 
 _WRITER = """
 import sys
-from gpuscope.analyses.diff import RunSummary
+from gpuscope.compare.diff import RunSummary
 from gpuscope.history import History
 summary = RunSummary("w", None, 1, None, 0.0, None, 0, {}, "s", {}, [])
 with History() as history:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from corpus import corpus
-from gpuscope.analyses.diff import summarize
 from gpuscope.analyses.host import _stack_user_frame
+from gpuscope.compare.diff import summarize
 from gpuscope.diagnosis import diagnose
 from gpuscope.model import Kind
 from gpuscope.readers import _scan, kineto, load

@@ -43,7 +43,7 @@ def read_both(path: Path) -> tuple[Trace, Trace]:
     scanned = scan_read(path)
     try:
         reference = kineto._read_streamed(path)
-    except (kineto._NotStreamableError, kineto.msgspec.DecodeError):
+    except (kineto.NotStreamableError, kineto.msgspec.DecodeError):
         content = read_bytes(path)
         reference = kineto.read(path, content.data, truncated_stream=content.truncated)
     return scanned, reference

@@ -14,6 +14,7 @@ from corpus import corpus
 from gpuscope.analyses.host import host_activity
 from gpuscope.analyses.phases import WarmupKind, _first_step, startup_phases
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
+from gpuscope.diagnosis.findings import Finding, worth_pct
 from gpuscope.readers import load
 from gpuscope.testing import generator as g
 
@@ -26,6 +27,16 @@ def _diagnosis(relative: str, whole: bool = False) -> Diagnosis:
     return diagnose(load(corpus(relative)), Options(whole=whole))
 
 
+def _startup(d: Diagnosis) -> Finding:
+    """The start-up finding: after every finding whose fix saves step time (it saves none: it is
+    paid once per process), never at the head of the list (docs/verdicts.md)."""
+    found = [f for f in d.findings if f.cause == "warmup"]
+    assert len(found) == 1
+    at = d.findings.index(found[0])
+    assert all(worth_pct(f) == 0.0 for f in d.findings[at:])
+    return found[0]
+
+
 def _kinds(d: Diagnosis) -> list[str]:
     assert d.window is not None
     return [e.kind for e in d.window.excluded]
@@ -33,7 +44,7 @@ def _kinds(d: Diagnosis) -> list[str]:
 
 def test_cudagraph_start_up_is_context_creation_and_the_replays_are_the_steady_state() -> None:
     d = _diagnosis(CUDAGRAPH)
-    top = d.findings[0]
+    top = _startup(d)
     assert (top.pattern, top.cause) == ("startup", "warmup")
     assert "CUDA context creation" in top.title
     # The trace's own span starts 2.18 s before the first kernel, inside the first
@@ -48,13 +59,13 @@ def test_cudagraph_start_up_is_context_creation_and_the_replays_are_the_steady_s
     (device,) = d.devices
     assert 20e6 <= device.temporal.span_ns <= 35e6
     assert 30.0 <= d.verdict.idle_pct <= 60.0
-    assert all(f.cause not in ("allocator", "unknown") for f in d.findings[1:2])
+    assert all(f.cause not in ("allocator", "unknown") for f in d.findings[:1])
 
 
 def test_particle_transformer_names_module_loading_and_compilation() -> None:
     d = _diagnosis(PARTICLE)
     assert {"module_load", "compile"} <= set(_kinds(d))
-    top = d.findings[0]
+    top = _startup(d)
     assert top.cause == "warmup"
     assert "lazy module loading" in top.title and "compilation" in top.title
     lines = "\n".join(top.evidence)
@@ -80,8 +91,7 @@ def test_traces_without_start_up_keep_their_answers(relative: str, expected: lis
 def test_whole_analyses_everything_and_says_start_up_is_included() -> None:
     d = _diagnosis(CUDAGRAPH, whole=True)
     assert d.window is None
-    assert d.findings[0].cause == "warmup"
-    assert d.findings[0].cost_usd_per_day is None
+    assert _startup(d).cost_usd_per_day is None
     assert d.verdict.summary.startswith("whole trace, start-up included")
     (device,) = d.devices
     warm = next(c for c in device.idle.causes if c.cause == "warmup")
@@ -121,11 +131,11 @@ def _generated(kind: str, whole: bool = False) -> tuple[Diagnosis, g.Truth]:
 def test_generated_start_up_is_left_out_and_the_steady_answer_stays(kind: str) -> None:
     d, truth = _generated(kind)
     assert _kinds(d) and set(_kinds(d)) == {kind}
-    top = d.findings[0]
+    top = _startup(d)
     assert (top.pattern, top.cause) == ("startup", "warmup")
     assert top.locations[0].location == "train.py:44 (warmup)"
     assert abs(top.lost_ns - truth.lost_ns_by_cause["warmup"]) <= 0.01 * top.lost_ns
-    assert d.findings[1].cause == "host_sync"
+    assert d.findings[0].cause == "host_sync"
     assert d.window is not None and d.window.start_ns <= truth.gaps[-1].start_ns
     assert len(d.devices[0].steps) == 4  # every step is in the steady state
 
@@ -137,7 +147,7 @@ def test_generated_start_up_with_whole_is_warmup_idle_time(kind: str) -> None:
     warm = next(c for c in device.idle.causes if c.cause == "warmup")
     assert [k.kind.value for k in warm.kinds] == [kind]
     assert abs(warm.lost_ns - truth.lost_ns_by_cause["warmup"]) <= 0.01 * warm.lost_ns
-    assert d.findings[0].cause == "warmup" and d.findings[0].cost_usd_per_day is None
+    assert _startup(d).cost_usd_per_day is None
 
 
 def test_a_slow_first_step_is_start_up_and_equal_steps_are_not() -> None:

@@ -45,7 +45,7 @@ def test_results_are_msgspec_structs_and_findings_are_views_of_finding() -> None
     :class:`gpuscope.Finding` by one function instead of re-declaring where they come from."""
     import msgspec
 
-    from gpuscope.analyses.diff import FindingChange, summarize_finding
+    from gpuscope.compare.diff import FindingChange, summarize_finding
     from gpuscope.fleet import finding_row
 
     for name in (

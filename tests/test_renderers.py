@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from gpuscope import Diagnosis, diagnose, load
-from gpuscope.analyses import diff
+from gpuscope.compare import diff
 from gpuscope.fleet import FleetTable, diagnose_input, summarize
 from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, TinyKernels, generate
 from gpuscope.render.base import (

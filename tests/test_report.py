@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
-from gpuscope.analyses import diff
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
+from gpuscope.compare import diff
 from gpuscope.render import html
 from gpuscope.testing.generator import (
     GeneratedTrace,

@@ -11,14 +11,14 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from gpuscope import load
-from gpuscope.analyses.scaling import (
+from gpuscope.cli import main
+from gpuscope.compare.scaling import (
     ScalingOptions,
     SweepOptions,
     batch_from_name,
     scaling,
     sweep,
 )
-from gpuscope.cli import main
 from gpuscope.errors import InputError
 from gpuscope.model import Job
 from gpuscope.render.ranks import render_scaling, render_sweep, scaling_document, sweep_document

@@ -230,7 +230,7 @@ def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> Non
     assert abs(checks["host_sync"]["error_pct"]) < 10
     assert "predicted on before, fixing host_sync" in " ".join(run.output.split())
     # The HTML before/after report shows the same check, in the same words and figures.
-    from gpuscope.analyses.diff import diff, summarize
+    from gpuscope.compare.diff import diff, summarize
     from gpuscope.render import html
 
     b, a = diagnose(load(before)), diagnose(load(after))

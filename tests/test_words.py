@@ -10,8 +10,8 @@ from rich.console import Console
 
 from corpus import corpus
 from gpuscope import diagnose, load
-from gpuscope.analyses.diff import Comparison
 from gpuscope.causes import cause_table
+from gpuscope.compare.diff import Comparison
 from gpuscope.diagnosis.patterns import PATTERNS
 from gpuscope.names import percentage_change, plural
 from gpuscope.render import html, terminal

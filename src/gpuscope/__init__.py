@@ -19,9 +19,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuscope.analyses.diff import CheckOutcome, RunDiff, RunSummary
     from gpuscope.analyses.ranks import RankAnalysis
-    from gpuscope.analyses.scaling import ScalingReport, SweepReport
+    from gpuscope.compare.diff import CheckOutcome, RunDiff, RunSummary
+    from gpuscope.compare.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import DeviceReport, Diagnosis, InputSummary, Options, diagnose
     from gpuscope.diagnosis.findings import Finding, Verdict
     from gpuscope.errors import GpuscopeError, InputError
@@ -43,12 +43,12 @@ _HOME = {
     "Job": "gpuscope.model",
     "Trace": "gpuscope.model",
     "load": "gpuscope.readers",
-    "RunSummary": "gpuscope.analyses.diff",
-    "RunDiff": "gpuscope.analyses.diff",
-    "CheckOutcome": "gpuscope.analyses.diff",
+    "RunSummary": "gpuscope.compare.diff",
+    "RunDiff": "gpuscope.compare.diff",
+    "CheckOutcome": "gpuscope.compare.diff",
     "RankAnalysis": "gpuscope.analyses.ranks",
-    "ScalingReport": "gpuscope.analyses.scaling",
-    "SweepReport": "gpuscope.analyses.scaling",
+    "ScalingReport": "gpuscope.compare.scaling",
+    "SweepReport": "gpuscope.compare.scaling",
     "FleetTable": "gpuscope.fleet",
 }
 

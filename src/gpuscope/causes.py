@@ -46,6 +46,7 @@ _COLUMNS = [
     "letter",
     "fix",
     "whatif",
+    "fix_runtime",
 ]
 
 
@@ -61,6 +62,9 @@ class CauseInfo(msgspec.Struct, frozen=True):
     letter: str | None  # idle causes: the terminal timeline character
     fix: str
     whatif: str | None  # causes with a what-if edit: what the replay assumes
+    #: The fix in CUDA / HIP runtime terms, for programs with no framework operators (CUDA C,
+    #: MPI, HIP, TensorRT); None: ``fix`` names no framework call.
+    fix_runtime: str | None = None
 
     @property
     def waste(self) -> bool:
@@ -82,9 +86,20 @@ def cause_table() -> dict[str, CauseInfo]:
             raise ValueError(
                 f"data/causes.csv row {number}: {len(row)} fields, not {len(_COLUMNS)}"
             )
-        cause, source, title_, pattern, waits, category, subcategory, colour, letter, fix_, what = (
-            row
-        )
+        (
+            cause,
+            source,
+            title_,
+            pattern,
+            waits,
+            category,
+            subcategory,
+            colour,
+            letter,
+            fix_,
+            what,
+            runtime_fix,
+        ) = row
         info = CauseInfo(
             cause,
             source,
@@ -97,6 +112,7 @@ def cause_table() -> dict[str, CauseInfo]:
             letter or None,
             fix_,
             what or None,
+            runtime_fix or None,
         )
         problem = _problem(info, table)
         if problem:
@@ -154,9 +170,17 @@ def _fix_problem(info: CauseInfo) -> str | None:
     # placeholder would reach the user unfilled; one paragraph, because renderers wrap it.
     if "{" in info.fix or "}" in info.fix:
         return "the fix must not hold {placeholders}: it is printed as written"
-    if "\n" in info.fix or info.fix != info.fix.strip():
-        return "the fix must be one paragraph without surrounding spaces"
+    for fix in (info.fix, info.fix_runtime or ""):
+        if "{" in fix or "}" in fix:
+            return "the fix must not hold {placeholders}: it is printed as written"
+        if "\n" in fix or fix != fix.strip():
+            return "the fix must be one paragraph without surrounding spaces"
     return None
+
+
+def runtime_fixes() -> dict[str, str]:
+    """Cause -> its fix in CUDA / HIP runtime terms (causes whose ``fix`` names framework calls)."""
+    return {c.cause: c.fix_runtime for c in cause_table().values() if c.fix_runtime}
 
 
 def describe(cause: str) -> CauseInfo:

@@ -6,7 +6,7 @@ Contract:
   directory for gpuscope (:func:`default_path`).
 * One row per run (:class:`StoredRun`): id, UTC time, label, git commit of the working directory
   (``None`` outside a repository), SHA-256 of the source file(s), device, metrics (the whole
-  :class:`~gpuscope.analyses.diff.RunSummary` as JSON, per-step values included, so that a saved
+  :class:`~gpuscope.compare.diff.RunSummary` as JSON, per-step values included, so that a saved
   run diffs like a file) and findings (JSON, also inside metrics; kept apart for queries).
 * The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists every step from
   an empty file to the current version, each applied once, in order, in its own transaction. A
@@ -39,7 +39,7 @@ from urllib.parse import quote
 import msgspec
 
 from gpuscope._files import input_role, note_input_path
-from gpuscope.analyses.diff import RunSummary
+from gpuscope.compare.diff import RunSummary
 from gpuscope.errors import InputError
 
 ENV_VAR = "GPUSCOPE_HISTORY"

@@ -110,8 +110,8 @@ class Session:
 
     def diff(self, before: str, after: str, gpu_hour_usd: float | None = None) -> dict[str, Any]:
         """What changed between two runs (files, folders or saved run ids)."""
-        from gpuscope.analyses.diff import diff as diff_runs
-        from gpuscope.analyses.diff import summarize
+        from gpuscope.compare.diff import diff as diff_runs
+        from gpuscope.compare.diff import summarize
         from gpuscope.render.diff import to_document
 
         def summary(ref: str) -> Any:
@@ -138,7 +138,7 @@ class Session:
         if compare_with is None:
             data = rendered(Html(), d)
         else:
-            from gpuscope.analyses import diff
+            from gpuscope.compare import diff
 
             other = self.diagnosis(compare_with, gpu_hour_usd)
             change = diff.diff(diff.summarize(d), diff.summarize(other))

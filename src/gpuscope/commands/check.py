@@ -53,10 +53,10 @@ def check(
     gpu_hour_usd: float | None,
 ) -> None:
     """Exit 1 with a one-line reason when the run breaks a bound (CI gate)."""
-    from gpuscope.analyses.diff import Bounds
-    from gpuscope.analyses.diff import check as check_run
-    from gpuscope.analyses.diff import diff as diff_runs
     from gpuscope.commands.diff import summary_of
+    from gpuscope.compare.diff import Bounds
+    from gpuscope.compare.diff import check as check_run
+    from gpuscope.compare.diff import diff as diff_runs
 
     for option, value in (
         ("--max-idle-pct", max_idle_pct),

@@ -126,8 +126,8 @@ def run_diagnose(
     if not to_stdout:
         show(base.Terminal(), result, all_devices=all_devices)
     if save:
-        from gpuscope.analyses.diff import summarize
         from gpuscope.commands.history import save_run
+        from gpuscope.compare.diff import summarize
 
         run_id = save_run(summarize(result), path, label)
         say(f"gpuscope: saved as run {run_id}")

@@ -23,7 +23,7 @@ from gpuscope.commands._common import (
 )
 
 if TYPE_CHECKING:
-    from gpuscope.analyses.diff import RunSummary
+    from gpuscope.compare.diff import RunSummary
 
 
 @click.command()
@@ -62,7 +62,7 @@ def diff(
 ) -> None:
     """Compare two runs: step time and throughput, GPU busy, lost time per cause, cost, kernels,
     findings. Per-step medians, compared by a rank test (docs/ci-gate.md)."""
-    from gpuscope.analyses.diff import diff as diff_runs
+    from gpuscope.compare.diff import diff as diff_runs
     from gpuscope.render.base import Comparison, DiffJson, DiffTerminal
 
     old, old_name = summary_of(before, gpu_hour_usd, whole)
@@ -83,7 +83,7 @@ def summary_of(
     compared with a warm-up one unannounced."""
     import os.path
 
-    from gpuscope.analyses.diff import summarize
+    from gpuscope.compare.diff import summarize
     from gpuscope.errors import InputError
 
     path = Path(ref)

@@ -14,7 +14,7 @@ import click
 from gpuscope.commands._common import input_errors_exit, rendered, say, show, write_json
 
 if TYPE_CHECKING:
-    from gpuscope.analyses.diff import RunSummary
+    from gpuscope.compare.diff import RunSummary
 
 
 @click.command()
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 @input_errors_exit
 def history(label: str | None, limit: int, metric: str | None, json_out: Path | None) -> None:
     """List saved runs (filter by label) and the trend of a metric."""
-    from gpuscope.analyses.diff import all_metric_names, metric_names
+    from gpuscope.compare.diff import all_metric_names, metric_names
     from gpuscope.errors import InputError
     from gpuscope.history import History
     from gpuscope.render.base import HistoryJson, HistoryTerminal, SavedRuns

@@ -75,7 +75,7 @@ def report(
     if len(diagnoses) == 1:
         page = rendered(base.Html(), diagnoses[0])
     else:
-        from gpuscope.analyses import diff
+        from gpuscope.compare import diff
 
         change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
         page = rendered(base.DiffHtml(), base.Comparison(diagnoses[0], diagnoses[1], change))

@@ -60,7 +60,7 @@ def scale(
     speed-up, efficiency per GPU, and where the loss goes (compute, communication, idle)."""
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (a trace or a folder of ranks each)")
-    from gpuscope.analyses.scaling import ScalingOptions, scaling
+    from gpuscope.compare.scaling import ScalingOptions, scaling
     from gpuscope.readers import load
     from gpuscope.render.base import ScalingJson, ScalingTerminal
 

@@ -48,8 +48,8 @@ def sweep(
     the knee, and whether the busy time is memory-bound there."""
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (one per batch size)")
-    from gpuscope.analyses.scaling import SweepOptions
-    from gpuscope.analyses.scaling import sweep as run_sweep
+    from gpuscope.compare.scaling import SweepOptions
+    from gpuscope.compare.scaling import sweep as run_sweep
     from gpuscope.readers import load
     from gpuscope.render.base import SweepJson, SweepTerminal
 

@@ -55,6 +55,7 @@ from gpuscope.diagnosis.findings import (
     findings,
     price,
     rank_evidence,
+    ranked,
     verdict,
     world_size,
 )
@@ -223,10 +224,19 @@ def diagnose_timelines(
         saving_usd = priced(found, all_fixes, gpu_hour_usd)
     # The headline's dollars are what fixing everything is predicted to save (the all-fixes
     # replay, priced), never the findings' dollars added up: their savings overlap.
-    judged = verdict(evidence, found, gpu_hour_usd, price_source, gpus, saving_usd)
+    judged = verdict(
+        evidence,
+        found,
+        gpu_hour_usd,
+        price_source,
+        gpus,
+        saving_usd,
+        ranks.exposed_wait_ns if ranks is not None else 0,
+    )
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
         found, judged = revise(found, judged, kinds, startup, span, options.whole)
+        found = ranked(found)  # what start-up adds saves nothing per step: it goes last
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
     charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
     result = Diagnosis(

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import difference, union
+from gpuscope.analyses.timeline import WorkClass
 from gpuscope.diagnosis.evidence import DeviceEvidence
 from gpuscope.facts import GpuFacts
 from gpuscope.model import CopyDirection
@@ -33,6 +34,8 @@ class CopyStat(msgspec.Struct, frozen=True):
     saving_ns: int | None  # None: not estimable
     slowest_bytes_per_s: float | None = None  # of one copy
     fastest_bytes_per_s: float | None = None
+    #: Copies on a stream that runs no compute kernel: already on a side stream of their own.
+    side_stream: int = 0
 
     @property
     def achieved_bytes_per_s(self) -> float | None:
@@ -102,7 +105,7 @@ def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
     result: dict[str, CopyStat] = {}
     per_device = [(e, _copy_groups(e), exposed_transfers_by_group(e)) for e in evidence]
     for group in COPY_GROUPS:
-        count = exposed = copy_ns = nbytes = pageable = pinned = 0
+        count = exposed = copy_ns = nbytes = pageable = pinned = side = 0
         saving: int | None = 0
         link: str | None = None
         link_bw: float | None = None
@@ -137,6 +140,8 @@ def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
             nbytes += moved
             pageable += int(ev.pageable[picked].sum())
             pinned += _pinned(e, picked)
+            compute = e.work.rows[e.work.work_class == WorkClass.COMPUTE]
+            side += int(np.isin(ev.stream[picked], ev.stream[compute], invert=True).sum())
             if peak and e.facts is not None:
                 link = e.facts.interconnect if direction == CopyDirection.P2P else "the host link"
                 link_bw = peak
@@ -152,6 +157,7 @@ def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
             saving,
             min(rates) if rates else None,
             max(rates) if rates else None,
+            side,
         )
     return result
 

@@ -1,23 +1,33 @@
 """Findings and the verdict: what costs the most, what it costs in money, and what bounds the job.
 
 Contract: :func:`findings` and :func:`verdict` are pure functions of per-device analysis results.
-Findings are job-level (one per cause, summed over devices), sorted by the time they cost, and
-never count a nanosecond twice: idle causes partition the idle time, exposed communication is busy
-time with no compute, and the compute-side savings (FP32 GEMMs, unfused memory-bound chains) are
-capped at the compute time. Their sum is therefore at most the window. With several ranks
-(:class:`RankEvidence`), exposed communication spent waiting for a late rank is reported as
-``straggler`` or ``collective_wait`` and taken out of ``exposed_communication``.
+Findings are job-level (one per cause, summed over devices) and never count a nanosecond twice:
+idle causes partition the idle time, exposed communication is busy time with no compute, and
+the compute-side savings (FP32 GEMMs, unfused memory-bound chains) are capped at the compute time.
+Their sum is therefore at most the window. With several ranks (:class:`RankEvidence`), exposed
+communication spent waiting for a late rank is reported as ``straggler`` or ``collective_wait``
+and taken out of ``exposed_communication``.
 
 Cost: a finding that wastes a share ``s`` of device time costs ``s x price`` per GPU-hour and
 ``s x price x 24 x GPUs`` per day, where GPUs is the job's world size (or devices seen). With
 predictions on, :mod:`gpuscope.diagnosis.predict` re-prices each finding from its fix's predicted
 saving, and the verdict's dollars are the saving of all fixes replayed together.
+
+Order: :func:`ranked` puts first what fixing saves most (:func:`worth_pct`: the predicted saving
+where a fix was replayed, else the time the finding measured), and last what saves nothing; the
+verdict's headline names the first finding that saves something as the one to fix first.
+
+Verdict words (:data:`BOUND_WORDS`, the one set; README "What the diagnosis says" and
+docs/verdicts.md): ``input``, ``host``, ``communication``, ``transfer``, ``memory``, ``compute``,
+``latency`` and ``device`` from a timeline; samples and counters add theirs
+(:mod:`gpuscope.diagnosis.sampled`).
 """
 
 from __future__ import annotations
 
 import msgspec
 import numpy as np
+from numpy.typing import NDArray
 
 from gpuscope import causes
 from gpuscope._arrays import distinct
@@ -36,6 +46,7 @@ from gpuscope.diagnosis.evidence import DeviceEvidence, RawFinding
 from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
+from gpuscope.model import Kind, Trace
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
@@ -99,6 +110,36 @@ def price(evidence: list[DeviceEvidence], override: float | None) -> tuple[float
 
 def world_size(evidence: list[DeviceEvidence], declared: int | None) -> int:
     return declared if declared and declared > 0 else max(len(evidence), 1)
+
+
+#: A predicted saving below this share of the step is no saving: steps vary by more than that
+#: from one to the next, and the replay is checked to 10% of the step (benchmarks/whatif.py).
+NO_SAVING_PCT = 0.5
+#: Causes whose time is no waste to fix per step: one-time start-up, paid once per process
+#: (data/causes.csv's ``waits_for`` = startup).
+_ONE_TIME = causes.waiting_for("startup")
+
+
+def worth_pct(f: Finding) -> float:
+    """What fixing ``f`` saves, as a share: of the step, when its fix was replayed (under
+    :data:`NO_SAVING_PCT`: nothing); else of device time, the time it measured (what the finding
+    itself estimates fixing saves, for busy-time findings). One-time start-up saves nothing per
+    step, whatever its length."""
+    if f.prediction is not None:
+        p = f.prediction
+        share = 100.0 * max(p.saving_ns_per_step, 0.0) / p.step_ns if p.step_ns else 0.0
+        return share if share >= NO_SAVING_PCT else 0.0
+    if f.cause in _ONE_TIME or f.pattern == "startup":
+        return 0.0
+    return f.share_pct
+
+
+def ranked(found: list[Finding]) -> list[Finding]:
+    """Findings by what fixing each saves (:func:`worth_pct`), most first; those that save nothing
+    last, by the time they name. The order is what to fix first: a large share that is off the
+    step's critical path (its time overlaps other work, or other waits take its place) comes
+    after a small one whose fix moves every step's end."""
+    return sorted(found, key=lambda f: (-worth_pct(f), -f.lost_ns))
 
 
 #: A per-day cost needs a window of at least this many steps: one step (or none) says nothing about
@@ -189,8 +230,9 @@ def findings(
     mem = int(mem_lost * scale)
     raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
 
-    graph_launched = _graph_launched(evidence)
+    graph, some_graphs = _graph_launched(evidence)
     hardware = _hardware(evidence)
+    framework = _framework(evidence)
     result: list[Finding] = []
     for pattern, cause_name, lost, count, locations, note, saving in raw:
         share = 100.0 * lost / total_span if total_span else 0.0
@@ -201,8 +243,10 @@ def findings(
         fix_evidence = FixEvidence(
             tuple(loc.location for loc in locations),
             copies[of] if of is not None and copies[of].exposed_ns else None,
-            graph_launched,
+            graph,
             hardware,
+            framework,
+            some_graphs,
         )
         cost_hour = (
             saving / total_span * gpu_hour_usd
@@ -229,32 +273,67 @@ def findings(
                 or advice(cause_name, fix_evidence),
             )
         )
-    result.sort(key=lambda f: -f.lost_ns)
-    return result
+    return ranked(result)
 
 
 #: The copy group (diagnosis.copies) behind each copy finding: its fix reads the copies.
 _COPY_GROUP_OF = {"h2d_copy": "h2d", "d2h_copy": "d2h", "p2p_copy": "p2p", "page_migration": "um"}
 
 
-def _graph_launched(evidence: list[DeviceEvidence]) -> bool:
-    """Whether half the launches or more are graph launches (the work is already a CUDA / HIP
-    graph, so capturing it saves nothing more)."""
+def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which device work ``rows`` a CUDA / HIP graph launch issued (``cudaGraphLaunch``,
+    ``hipGraphLaunch``): that work is already captured, so a graph cannot remove its gaps."""
+    ev = trace.events
+    launches = ev.link[rows]
+    found = np.zeros(rows.size, dtype=np.bool_)
+    known = launches >= 0
+    if not known.any():
+        return found
+    ids = ev.name_id[launches[known]]
+    graph_ids = [i for i in np.unique(ids).tolist() if "GraphLaunch" in trace.names[i]]
+    found[known] = np.isin(ids, graph_ids)
+    return found
+
+
+def launch_gap_work(e: DeviceEvidence) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The device work that ended each launch-overhead idle gap (its row), and the gap's length."""
+    gaps = e.idle.gaps
+    launch = gaps.cause == CAUSES.index("launch_overhead")
+    ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
+    rows = e.work.rows
+    if rows.size == 0:
+        return rows[:0], lengths[:0]
+    starts = e.work.trace.events.start_ns[rows]
+    at = np.minimum(np.searchsorted(starts, ends), rows.size - 1)
+    hit = starts[at] == ends
+    return rows[at[hit]], lengths[hit]
+
+
+def _graph_launched(evidence: list[DeviceEvidence]) -> tuple[bool, bool]:
+    """Whether half the launch-overhead idle time or more sits before work a graph launch issued
+    (the work is already a CUDA / HIP graph, so capturing it saves nothing more). Judged per gap:
+    eager work between graph replays (text encoders, attention outside piecewise graphs) is not
+    captured, and a graph would remove its gaps. Second: whether any of the job's work is
+    graph-launched at all."""
     graph = total = 0
+    some = False
+    for e in evidence:
+        rows, lengths = launch_gap_work(e)
+        total += int(lengths.sum())
+        graph += int(lengths[graph_launched(e.work.trace, rows)].sum())
+        some = some or bool(graph_launched(e.work.trace, e.work.rows).any())
+    return bool(total) and graph * 2 >= total, some
+
+
+def _framework(evidence: list[DeviceEvidence]) -> bool:
+    """Whether the program runs under a framework whose calls the advice may name: its trace
+    records framework operators or Python frames (PyTorch's ``aten::`` ops); a CUDA C, MPI, HIP
+    or TensorRT program's trace holds runtime calls (and NVTX ranges) only."""
     for e in evidence:
         ev = e.work.trace.events
-        launches = ev.link[e.work.rows]
-        launches = launches[launches >= 0]
-        total += int(launches.size)
-        if launches.size:
-            names = e.work.trace.names
-            ids, counts = np.unique(ev.name_id[launches], return_counts=True)
-            graph += sum(
-                int(c)
-                for i, c in zip(ids.tolist(), counts.tolist(), strict=True)
-                if "GraphLaunch" in names[i]
-            )
-    return bool(total) and graph * 2 >= total
+        if ev.of_kind(Kind.CPU_OP, Kind.PYTHON).any():
+            return True
+    return False
 
 
 def _hardware(evidence: list[DeviceEvidence]) -> Hardware:
@@ -361,6 +440,25 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
 #: A device busy at least this share of its window is bound by the work it runs, never by the host:
 #: the host cannot be what limits a GPU that is rarely waiting for it.
 BUSY_NOT_HOST_PCT = 80.0
+#: A job whose GPU waits this share of its window or more for its input pipeline is input-bound
+#: first, whatever bounds its kernels: TensorFlow's profiler calls a step "highly input bound" at
+#: 20% of its time waiting for input, as no kernel speed-up shortens a step spent waiting for data.
+INPUT_BOUND_PCT = 20.0
+
+#: The verdict's words from a timeline, each with what it means: the one documented set
+#: (README "What the diagnosis says", docs/verdicts.md). Samples and counters have their own
+#: (``busy`` / ``underused``; ``latency`` / ``memory`` / ``compute`` from Nsight Compute).
+BOUND_WORDS: dict[str, str] = {
+    "input": "the GPU waits for the input pipeline (the data loader) 20% of the window or more",
+    "host": "the GPU is idle most of the window, waiting for the host",
+    "communication": "communication with no compute alongside, or waiting for peers, takes most",
+    "transfer": "copies with nothing else running take most of the window",
+    "memory": "kernels bounded by memory bandwidth take most of the window",
+    "compute": "kernels bounded by compute take most of the window",
+    "latency": "kernels shorter than a launch take most of the window",
+    "device": "the device's own kernels take most of the window, but the trace does not say what"
+    " bounds them (no shapes, names that say neither compute nor memory work)",
+}
 
 
 def verdict(
@@ -370,38 +468,53 @@ def verdict(
     price_source: str,
     gpus: int,
     saving_usd_per_gpu_hour: float | None = None,
+    peer_wait_ns: int = 0,
 ) -> Verdict:
     """The bound is the largest share of device time, of a partition of the window: idle time
-    split by what it waits for (the host, or peers inside collectives), busy time split by what
-    bounds its work (:func:`~gpuscope.analyses.bounds.exclusive_by_bound`). The shares add up to
-    100%. A job busy :data:`BUSY_NOT_HOST_PCT` or more of the time is bound by the largest busy
-    share: copies that fill it make it transfer-bound, not host-bound."""
+    split by what it waits for (the input pipeline, the rest of the host, or peers inside
+    collectives), busy time split by what bounds its work
+    (:func:`~gpuscope.analyses.bounds.exclusive_by_bound`). The shares add up to 100%. Waiting
+    :data:`INPUT_BOUND_PCT` or more for the input pipeline makes a job input-bound first. A job
+    busy :data:`BUSY_NOT_HOST_PCT` or more of the time is bound by the largest busy share: copies
+    that fill it make it transfer-bound, not host-bound. ``found`` is in :func:`ranked` order: the
+    headline names its first finding that saves something as the one to fix first.
+
+    ``peer_wait_ns`` is the time ranks spent spinning inside collectives for a late peer with
+    nothing else running (the rank analysis's exposed wait): a collective kernel that waits keeps
+    the GPU "busy" while it does no work, so that time counts as waiting in the busy figure (and
+    as communication in the bound, with the summary saying it is waiting)."""
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
     comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
+    loader = sum(e.idle.lost_ns("data_loader") for e in evidence)
     host_causes = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
     busy = dict.fromkeys(Bound, 0)
     for e in evidence:
         for b, ns in exclusive_by_bound(e.bounds, e.work).items():
             busy[b] += ns
     shares = {
-        "host": 100.0 * (idle - comm_wait) / span,
+        "input": 100.0 * loader / span,
+        "host": 100.0 * (idle - comm_wait - loader) / span,
         "communication": 100.0 * (busy[Bound.COMMUNICATION] + comm_wait) / span,
         "transfer": 100.0 * busy[Bound.TRANSFER] / span,
         "memory": 100.0 * busy[Bound.MEMORY] / span,
         "compute": 100.0 * busy[Bound.COMPUTE] / span,
         "latency": 100.0 * busy[Bound.LATENCY] / span,
-        "unclassified": 100.0 * busy[Bound.UNCLASSIFIED] / span,
+        "device": 100.0 * busy[Bound.UNCLASSIFIED] / span,
     }
     idle_pct = 100.0 * idle / span
-    bound = _bound(shares, 100.0 - idle_pct)
+    waiting_pct = 100.0 * min(peer_wait_ns, busy[Bound.COMMUNICATION]) / span
+    key = _bound(shares, 100.0 - idle_pct - waiting_pct)
     # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
     # the findings' dollars added up, as their fixes overlap.
     wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
     transfers = _transfer_split(evidence)
+    first = next((f for f in found if worth_pct(f) > 0.0), None)
     return Verdict(
-        bound=bound,
-        summary=_summary(bound, shares, idle_pct, found, wasted, transfers, span),
+        bound=key,
+        summary=_summary(
+            key, shares, (idle_pct, waiting_pct), found, first, wasted, transfers, span
+        ),
         shares_pct=shares,
         idle_pct=idle_pct,
         wasted_usd_per_gpu_hour=wasted,
@@ -409,11 +522,13 @@ def verdict(
         price_source=price_source,
         world_size=gpus,
         figures={
-            "busy_pct": 100.0 - idle_pct,
+            "busy_pct": 100.0 - idle_pct - waiting_pct,
+            "waiting_for_peers_pct": waiting_pct,
             "idle_host_pct": 100.0 * host_causes / span,
             "idle_unexplained_pct": 100.0 * (idle - comm_wait - host_causes) / span,
+            "idle_input_pct": shares["input"],
             "latency_bound_kernels_pct": shares["latency"],
-            "unclassified_kernels_pct": shares["unclassified"],
+            "unclassified_kernels_pct": shares["device"],
             "exposed_transfer_pct": shares["transfer"],
             "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
             "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
@@ -424,14 +539,25 @@ def verdict(
             "compute_bound_pct": shares["compute"],
             "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
             "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
+            "fix_first_saving_pct": worth_pct(first) if first is not None else None,
         },
     )
 
 
 def _bound(shares: dict[str, float], busy_pct: float) -> str:
-    """The largest share; when the device is busy most of the time, the largest busy share."""
-    candidates = [k for k in shares if k != "host"] if busy_pct >= BUSY_NOT_HOST_PCT else shares
-    return max(candidates, key=lambda k: shares[k])
+    """Input first when the GPU waits that long for data; else the largest share; when the device
+    is busy most of the time, the largest busy share."""
+    if shares["input"] >= INPUT_BOUND_PCT:
+        return "input"
+    idle_keys = ("input", "host")
+    candidates = (
+        [k for k in shares if k not in idle_keys]
+        if busy_pct >= BUSY_NOT_HOST_PCT
+        else [k for k in shares if k != "input"]
+    )
+    # Waiting for the input pipeline under the 20% bar is host time like any other.
+    merged = {**shares, "host": shares["host"] + shares["input"]}
+    return max(candidates, key=lambda k: merged[k])
 
 
 def _transfer_split(evidence: list[DeviceEvidence]) -> dict[str, int]:
@@ -453,7 +579,7 @@ _BOUND_WORDS = {
     "memory": "memory-bound kernels (DRAM bandwidth) take",
     "compute": "compute-bound kernels take",
     "latency": "kernels shorter than a launch take",
-    "unclassified": "kernels whose names say neither compute nor memory work take",
+    "device": "kernels of unknown bound (no shapes, names say neither compute nor memory) take",
 }
 _TRANSFER_WORDS = {
     "p2p": "peer-to-peer copies between GPUs",
@@ -464,18 +590,28 @@ _TRANSFER_WORDS = {
 
 
 def _summary(
-    bound: str,
+    key: str,
     shares: dict[str, float],
-    idle_pct: float,
+    idle_waiting_pct: tuple[float, float],
     found: list[Finding],
+    first: Finding | None,
     wasted: float | None,
     transfers: dict[str, int],
     span_ns: int,
 ) -> str:
-    """One sentence whose every number is a figure of the verdict or of its top finding."""
-    if bound == "host":
+    """One sentence whose every number is a figure of the verdict or of its first finding: the
+    bound, then the one finding to fix first (the first of :func:`ranked` that saves something)."""
+    idle_pct, waiting_pct = idle_waiting_pct
+    if key == "input":
+        loader = next((f for f in found if f.cause == "data_loader"), None)
+        where = f" at {loader.locations[0].location}" if loader and loader.locations else ""
+        text = (
+            f"input-bound: the GPU waits for the data loader{where} {shares['input']:.0f}% of the"
+            f" window; the GPU is idle {idle_pct:.0f}%"
+        )
+    elif key == "host":
         text = f"host-bound: the GPU is idle {idle_pct:.0f}% of the window"
-    elif bound == "transfer":
+    elif key == "transfer":
         text = f"transfer-bound: copies with nothing else running fill {shares['transfer']:.0f}%"
         main = max(_TRANSFER_WORDS, key=lambda d: transfers[d])
         if transfers[main]:
@@ -488,25 +624,54 @@ def _summary(
         text += f"; the GPU is idle {idle_pct:.0f}%"
     else:
         text = (
-            f"{bound}-bound: {_BOUND_WORDS[bound]} {shares[bound]:.0f}% of the window;"
+            f"{key}-bound: {_BOUND_WORDS[key]} {shares[key]:.0f}% of the window;"
             f" the GPU is idle {idle_pct:.0f}%"
         )
-    top = found[0] if found else None
-    if top is not None:
-        idle_only = top.cause in CAUSES and top.share_pct <= idle_pct + 1e-9
-        if idle_only and bound == "host":
-            text += f", {top.share_pct:.0f} percentage points of it lost because {top.title}"
+    if waiting_pct >= 1.0:
+        text += (
+            f"; {waiting_pct:.0f}% more is spent inside collectives waiting for a late peer with"
+            " nothing else running (waiting, not work)"
+        )
+    if first is not None and key == "input" and first.cause == "data_loader":
+        text += f"; fixing it is {worth_pct(first):.0f}% faster per step"
+    elif first is not None:
+        text += "; " + _fix_first(first)
+    elif found:
+        top = found[0]
+        if top.cause == "unknown":
+            text += (
+                f"; {top.share_pct:.0f}% of device time is idle with nothing recorded on the host"
+                " to say why"
+            )
         else:
-            text += f"; the largest finding: {top.title} ({top.share_pct:.0f}% of device time)"
+            text += f"; no finding's fix is predicted to shorten the step ({top.title})"
     if wasted is not None:
         text += f"; fixing it all would save about ${wasted:.2f} per GPU-hour"
     return text
 
 
+def _fix_first(f: Finding) -> str:
+    """The finding to fix first, with what fixing it saves (the replay's, else its own time)."""
+    where = f" at {f.locations[0].location}" if f.locations else ""
+    if f.prediction is not None:
+        hides = f.prediction.hides
+        also = f", as it also hides the {' and '.join(hides)} time" if hides else ""
+        return f"fix first: {f.title}{where} ({worth_pct(f):.0f}% faster per step{also})"
+    if f.cause == "unknown":
+        return (
+            f"{f.share_pct:.0f}% of device time is idle with nothing recorded on the host to"
+            " say why"
+        )
+    return f"fix first: {f.title}{where} ({f.share_pct:.0f}% of device time)"
+
+
 __all__ = [
+    "BOUND_WORDS",
     "BUSY_NOT_HOST_PCT",
     "COPY_GROUPS",
+    "INPUT_BOUND_PCT",
     "MIN_SHARE_PCT",
+    "NO_SAVING_PCT",
     "CopyStat",
     "DeviceEvidence",
     "Finding",
@@ -518,6 +683,8 @@ __all__ = [
     "findings",
     "price",
     "rank_evidence",
+    "ranked",
     "verdict",
     "world_size",
+    "worth_pct",
 ]

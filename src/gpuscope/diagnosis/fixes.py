@@ -12,7 +12,10 @@ Advice fits the evidence and the hardware, or it is not given:
   Pascal GPU has no tensor cores at all; Ampere and Ada add TF32 and BF16; Hopper and Blackwell
   (and AMD CDNA3) add FP8. Unknown hardware gets the general advice, naming which GPUs take what.
 * Work already launched as CUDA / HIP graphs gets no "capture a CUDA graph" advice: it is captured.
-* Copies already from pinned memory get no "pin your memory" advice: overlap and size decide then.
+* Copies already from pinned memory get no "pin your memory" advice: overlap and size decide then;
+  copies already on a stream of their own get no "use a side stream" advice.
+* A program with no framework operators in its trace (CUDA C, MPI, HIP, TensorRT) gets the fix in
+  CUDA / HIP runtime terms (``fix_runtime`` in ``data/causes.csv``), never PyTorch calls.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ _FP8 = frozenset({"hopper", "blackwell", "cdna3", "cdna4"})
 
 #: The fix template of every cause (data/causes.csv); :func:`advice` sharpens it with evidence.
 _FIXES: dict[str, str] = causes.fixes()
+#: The fix in runtime terms, for programs with no framework operators (data/causes.csv).
+_RUNTIME_FIXES: dict[str, str] = causes.runtime_fixes()
+#: Refinements whose words fit any program (graph launches, not framework calls).
+_RUNTIME_REFINED = frozenset({"launch_overhead", "h2d_copy"})
 
 
 class FixEvidence(NamedTuple):
@@ -51,6 +58,11 @@ class FixEvidence(NamedTuple):
     #: Most launches of the job are CUDA / HIP graph launches: the work is already captured.
     graph_launched: bool = False
     hardware: Hardware = Hardware(None, None)
+    #: The trace records framework operators (PyTorch's ``aten::`` ops, Python frames): else the
+    #: program drives the runtime itself and the advice is in runtime terms.
+    framework: bool = True
+    #: Some of the job's work is launched as graphs (though not the work after these gaps).
+    some_graphs: bool = False
 
     def location_has(self, *words: str) -> bool:
         return any(w in loc for loc in self.locations for w in words)
@@ -63,9 +75,14 @@ Refinement = Callable[[str, FixEvidence], str]
 def advice(cause: str, evidence: FixEvidence | None = None) -> str:
     """The fix for ``cause`` (its row's ``fix``), sharpened by its refinement from the evidence
     and fitted to the hardware."""
+    e = evidence or FixEvidence()
+    if not e.framework and cause in _RUNTIME_FIXES:
+        text = _RUNTIME_FIXES[cause]
+        refine = REFINEMENTS.get(cause) if cause in _RUNTIME_REFINED else None
+        return refine(text, e) if refine is not None else text
     text = _FIXES.get(cause, _FIXES["unknown"])
     refine = REFINEMENTS.get(cause)
-    return refine(text, evidence or FixEvidence()) if refine is not None else text
+    return refine(text, e) if refine is not None else text
 
 
 def _data_loader(text: str, e: FixEvidence) -> str:
@@ -77,9 +94,25 @@ def _data_loader(text: str, e: FixEvidence) -> str:
 
 
 def _h2d_copy(text: str, e: FixEvidence) -> str:
-    """Copies that already come from pinned memory gain nothing from pinning: overlap decides."""
+    """Copies that already come from pinned memory gain nothing from pinning: overlap decides;
+    copies already on a stream of their own need no side stream: they need to start earlier."""
     c = e.copies
     if c is None:
+        return text
+    if c.side_stream and c.side_stream * 2 >= c.count:
+        pin = "" if c.pinned == c.count else "Pin the copies from pageable memory first. "
+        how = (
+            "`non_blocking=True` from pinned memory"
+            if e.framework
+            else "`cudaMemcpyAsync` from pinned memory, an event before the kernels that use it"
+        )
+        return pin + (
+            "The copies already run on a stream of their own, and still nothing runs beside"
+            " them: the compute waits for their data. Start them earlier (prefetch the next"
+            f" batch while this one computes, {how}), keep data resident on the GPU across"
+            " steps, or move less (smaller dtypes, decode on the GPU)."
+        )
+    if not e.framework:
         return text
     if c.pinned and c.pinned * 2 >= c.count:
         return (
@@ -119,8 +152,16 @@ def _host_sync(text: str, e: FixEvidence) -> str:
 
 
 def _launch_overhead(text: str, e: FixEvidence) -> str:
-    """Work already launched as graphs gets no "capture a CUDA graph" advice."""
+    """Work already launched as graphs gets no "capture a CUDA graph" advice; eager work between
+    graph replays is told to join the graph, whose capture it is not yet part of."""
     if not (e.graph_launched or e.location_has("GraphLaunch")):
+        if e.some_graphs:
+            return (
+                "Part of the step already replays as a CUDA/HIP graph; these gaps sit before the"
+                " eager work launched between replays (input copies, encoders, attention outside"
+                " the captured pieces): capture that work too (one graph per step), or move it"
+                " off the loop. " + text
+            )
         return text
     return (
         "The work is already launched as CUDA/HIP graphs, so capturing more will not remove"
@@ -183,9 +224,20 @@ REFINEMENTS: dict[str, Refinement] = {
 
 
 def straggler_advice(s: StragglerStat) -> str:
-    """What to do about one straggler rank: balance its work, or fix its host."""
+    """What to do about one straggler rank: fix its host when its GPU sat idle before it arrived
+    (the host issued its work late), else balance its work or check its GPU."""
     busy_share = s.busy_in_window_ns / s.window_ns if s.window_ns else 0.0
-    if busy_share >= 0.5 or not s.idle_causes:
+    idle_before = sum(ns for _, ns in s.idle_before)
+    late_total = s.mean_late_ns * s.last_arrivals
+    if s.idle_before and idle_before >= 0.5 * late_total:
+        what = s.idle_before[0][0]
+        head = (
+            f"Rank {s.rank}'s host issues its work late: before its late arrivals its GPU sat idle"
+            f" {idle_before / 1e6:,.2f} ms, mostly {what}, while the others' GPUs went on to the"
+            " collective. Take that host work off the step (or even it out across ranks: every"
+            " rank pays for the slowest host). " + advice(what.split(" at ")[0])
+        )
+    elif busy_share >= 0.5 or not s.idle_causes:
         top = short_name(s.top_kernels[0][0], 50) if s.top_kernels else "its kernels"
         head = (
             f"Rank {s.rank} computes longer than its peers before each collective (busy"

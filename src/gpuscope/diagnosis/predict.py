@@ -15,9 +15,11 @@ Money follows the prediction, never the time a finding names:
   at collectives; or a replay that did not settle) has no dollars: its share is stated as time.
   Busy time with no edit (copies that fill the device, memory-bound kernels) keeps the saving its
   finding estimated (overlap, the link's peak, fusion), never more than the time it names;
-* findings keep their order, by the time they name (the diagnosis says where the time goes;
-  the saving beside each says what its fix is worth): a report never calls that order
-  "costliest", as the largest share may be predicted to save nothing.
+* findings come back :func:`~gpuscope.diagnosis.findings.ranked`: what fixing saves most first,
+  what saves nothing last;
+* a fix that saves more than the time its finding names shortens the step by hiding other
+  findings' time (a sync removed lets the host run its data loader while the GPU works): its
+  note names them, from replaying it with each of theirs (:func:`_hides`).
 
 Start-up is left out of every edit: host calls inside a start-up phase (CUDA context creation,
 module loading, compilation; :mod:`gpuscope.analyses.phases`) are start-up whatever their name. A
@@ -46,8 +48,15 @@ from gpuscope.analyses.whatif import (
     Replayer,
     build_graph,
 )
-from gpuscope.diagnosis.findings import Finding
-from gpuscope.model import Trace
+from gpuscope.diagnosis.findings import (
+    NO_SAVING_PCT,
+    Finding,
+    graph_launched,
+    launch_gap_work,
+    ranked,
+    worth_pct,
+)
+from gpuscope.model import CopyDirection, Kind, Trace
 
 if TYPE_CHECKING:
     from gpuscope.analyses.host import HostIndex
@@ -56,9 +65,10 @@ if TYPE_CHECKING:
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
-#: A predicted saving below this share of the step is no saving: steps vary by more than that
-#: from one to the next, and the replay is checked to 10% of the step (benchmarks/whatif.py).
-NO_SAVING_PCT = 0.5
+#: Pinned host-to-device copies reach about this share of the host link's peak in one direction
+#: (PCIe 4.0 x16: ~25 of 32 GB/s; 5.0 x16: ~50 of 64 GB/s, as bandwidthTest reports them):
+#: TLP headers and DMA set-up take the rest.
+PINNED_LINK_EFFICIENCY = 0.8
 
 
 def predict(
@@ -109,7 +119,61 @@ def predict(
         together = replayer.predict(distinct, name="all")
     else:  # one fix: all of them is that one
         together = next((f.prediction for f in result if f.prediction is not None), None)
-    return result, together
+    return ranked(_hides(replayer, result)), together
+
+
+#: A fix "saves more than its finding names" when its predicted saving exceeds the finding's own
+#: share of device time by this many percentage points of the step (replays are checked to 10%
+#: of a step, and a finding's share is of the window, not of one step).
+HIDES_MARGIN_PCT = 2.0
+#: Another finding's time is hidden by a fix when, with that fix applied, its own fix saves less
+#: than this share of what it saves alone.
+HIDDEN_SHARE = 0.5
+
+
+def _hides(replayer: Replayer, found: list[Finding]) -> list[Finding]:
+    """Say why a fix saves more than the time its finding names: it hides other findings' time.
+
+    Removing a wait changes what the host does meanwhile: a host no longer blocked at a sync
+    runs its next data-loader fetch while the GPU still works on the step, so the loader's time
+    stops costing the GPU. The replay shows this as a saving larger than the sync's own gaps;
+    which other findings it hides is read by replaying the fix together with each of theirs: a
+    finding whose own fix then adds less than :data:`HIDDEN_SHARE` of its saving alone is hidden.
+    """
+    predicted = [f for f in found if f.prediction is not None and worth_pct(f) > 0.0]
+    result: list[Finding] = []
+    for f in found:
+        p = f.prediction
+        if p is None or worth_pct(f) <= f.share_pct + HIDES_MARGIN_PCT:
+            result.append(f)
+            continue
+        hidden: list[str] = []
+        causes: list[str] = []
+        for other in predicted:
+            alone = other.prediction
+            if other is f or alone is None:
+                continue
+            both = replayer.predict([f.cause, other.cause])
+            if both is None:
+                continue
+            extra = both.saving_ns_per_step - p.saving_ns_per_step
+            if extra < HIDDEN_SHARE * alone.saving_ns_per_step:
+                causes.append(other.cause)
+                hidden.append(
+                    f"{other.cause} ({other.title}): its own fix then saves"
+                    f" {100.0 * max(extra, 0.0) / p.step_ns:.0f}% more, not"
+                    f" {alone.faster_pct:.0f}%"
+                )
+        if not hidden:
+            result.append(f)
+            continue
+        why = (
+            f"it saves more than the {f.share_pct:.0f}% of device time it names because fixing it"
+            " also hides " + "; ".join(hidden)
+        )
+        note = f"{p.note}; {why}" if p.note else why
+        result.append(replace(f, prediction=replace(p, note=note, hides=causes)))
+    return result
 
 
 def priced(
@@ -166,7 +230,7 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
     share = _share(p)
     hour = share * gpu_hour_usd if gpu_hour_usd is not None else None
     if share == 0.0 and p.note is None:
-        p = replace(p, note=NO_SAVING_NOTE)
+        p = replace(p, note=D2H_WAITED_NOTE if f.cause == "d2h_copy" else NO_SAVING_NOTE)
     return replace(
         f,
         prediction=p,
@@ -179,12 +243,62 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
     )
 
 
+#: Why keeping values on the GPU saves nothing more: its copies are the ones the host waits for.
+D2H_WAITED_NOTE = (
+    "the host waits for these copies at its syncs: the host_sync finding's fix (the value read"
+    " every N steps, or not at all) removes them and their operators, so this one adds nothing"
+)
 #: Why a finding's fix saves nothing, when the replay says so and nothing more specific does.
 NO_SAVING_NOTE = (
     f"the replay shortens the step by less than {NO_SAVING_PCT}%: with this time removed each"
     " step still waits about as long for other work (the host's own time, the device's work,"
     " another cause's waits), so the time it names is not on the step's critical path"
 )
+
+
+def copy_only_ops(trace: Trace) -> NDArray[np.int64]:
+    """Top-level host operators whose only device work is copying to the host.
+
+    ``.cpu()``, ``.item()``, ``.tolist()`` and ``.numpy()`` each run an operator (``aten::to``,
+    ``aten::item``...) that launches a device-to-host copy and waits for it; keeping the value on
+    the GPU removes the operator, its copy and its wait, so the host's time inside it goes. An
+    operator that also launches other device work is more than a copy to the host: it stays."""
+    ev = trace.events
+    copies = np.flatnonzero(
+        (ev.kind == Kind.MEMCPY) & (ev.copy_direction == CopyDirection.D2H) & (ev.link >= 0)
+    )
+    if copies.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    d2h_calls = ev.link[copies]
+    other = np.flatnonzero(ev.of_kind(Kind.KERNEL, Kind.MEMSET, Kind.MEMCPY) & (ev.link >= 0))
+    other = other[ev.copy_direction[other] != CopyDirection.D2H]
+    other_calls = ev.link[other]
+    ops = np.flatnonzero(ev.kind == Kind.CPU_OP)
+    found: list[NDArray[np.int64]] = []
+    for pid, tid in set(zip(ev.pid[d2h_calls].tolist(), ev.tid[d2h_calls].tolist(), strict=True)):
+        mine = ops[(ev.pid[ops] == pid) & (ev.tid[ops] == tid)]
+        if mine.size == 0:
+            continue
+        mine = mine[np.argsort(ev.start_ns[mine], kind="stable")]
+        starts, ends = ev.start_ns[mine], ev.end_ns[mine]
+        # Top-level: starts at or after every earlier operator on its thread has ended.
+        before = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], ends[:-1]]))
+        top = mine[starts >= before]
+        on_thread = (ev.pid[d2h_calls] == pid) & (ev.tid[d2h_calls] == tid)
+        with_copy = _enclosing(trace, top, d2h_calls[on_thread])
+        on_thread = (ev.pid[other_calls] == pid) & (ev.tid[other_calls] == tid)
+        with_other = _enclosing(trace, top, other_calls[on_thread])
+        found.append(top[np.setdiff1d(with_copy, with_other)].astype(np.int64))
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _enclosing(trace: Trace, top: NDArray[np.int64], calls: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Positions in ``top`` (disjoint operators in start order) of those holding a call."""
+    ev = trace.events
+    t_start, t_end = ev.start_ns[top], ev.end_ns[top]
+    at = np.searchsorted(t_start, ev.start_ns[calls], side="right") - 1
+    ok = (at >= 0) & (t_end[np.maximum(at, 0)] >= ev.end_ns[calls])
+    return np.unique(at[ok])
 
 
 def _inputs(
@@ -195,20 +309,16 @@ def _inputs(
     cuts: list[WaitCuts] | None,
 ) -> EditInputs:
     ev = trace.events
-    launch_code = CAUSES.index("launch_overhead")
     gap_rows, gap_ns, comm_rows, fp32_rows, fp32_bytes = [], [], [], [], []
-    ratio, bandwidth = 2.0, None
+    ratio, bandwidth, pinned = 2.0, None, None
     for d in reports:
         work = d.work
-        gaps = d.idle.gaps
-        launch = gaps.cause == launch_code
-        ends, lengths = gaps.end_ns[launch], gaps.end_ns[launch] - gaps.start_ns[launch]
-        starts = ev.start_ns[work.rows]
-        at = np.minimum(np.searchsorted(starts, ends), max(work.rows.size - 1, 0))
-        if work.rows.size:
-            hit = starts[at] == ends
-            gap_rows.append(work.rows[at[hit]])
-            gap_ns.append(lengths[hit])
+        # The gaps before work a graph launch issued are not launch overhead a graph removes:
+        # that work is captured already, so the edit's assumption is not applied to them.
+        rows, lengths = launch_gap_work(d)
+        eager = ~graph_launched(trace, rows)
+        gap_rows.append(rows[eager])
+        gap_ns.append(lengths[eager])
         comm = work.rows[work.work_class == WorkClass.COMMUNICATION]
         if comm.size:
             alongside = covered_ns(
@@ -225,8 +335,11 @@ def _inputs(
             ratio = tensor / plain  # the findings' own ratio (unknown device: 2x)
         if f and f.memory_bandwidth_bytes_per_s:
             bandwidth = f.memory_bandwidth_bytes_per_s
+        if f and f.host_link_bytes_per_s:  # both directions in the facts table
+            pinned = f.host_link_bytes_per_s / 2.0 * PINNED_LINK_EFFICIENCY
     empty = np.zeros(0, dtype=np.int64)
     inputs = EditInputs(
+        d2h_op_rows=copy_only_ops(trace),
         activity=activity,
         launch_gap_rows=np.concatenate(gap_rows) if gap_rows else empty,
         launch_gap_ns=np.concatenate(gap_ns).astype(np.int64) if gap_ns else empty,
@@ -235,6 +348,7 @@ def _inputs(
         fp32_bytes=np.concatenate(fp32_bytes) if fp32_bytes else np.zeros(0),
         tensor_ratio=ratio,
         memory_bytes_per_s=bandwidth,
+        pinned_bytes_per_s=pinned,
     )
     if cuts is not None:
         mine = [c for p, c in zip(participants, cuts, strict=True) if p.work.trace is trace]

@@ -33,7 +33,8 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
         count = sum(s.last_arrivals for s in analysis.stragglers)
         lost = analysis.straggler_exposed_wait_ns
         raw.append((describe("straggler").pattern, "straggler", lost, count, [], notes, lost))
-        fixes["straggler"] = straggler_advice(analysis.stragglers[0])
+        # Ranks that take turns arriving last each get their own fix: their causes differ.
+        fixes["straggler"] = " ".join(straggler_advice(s) for s in analysis.stragglers[:3])
     if analysis.collective_wait_ns is not None:
         other = analysis.exposed_wait_ns - analysis.straggler_exposed_wait_ns
         raw.append(
@@ -69,6 +70,9 @@ def _straggler_note(s: StragglerStat) -> str:
     doing += [f"idle ({cause}) {ns / 1e6:,.2f} ms" for cause, ns in s.idle_causes[:2]]
     if doing:
         text += f"; meanwhile rank {s.rank} ran " + ", ".join(doing)
+    if s.idle_before:
+        before = ", ".join(f"{what} {ns / 1e6:,.2f} ms" for what, ns in s.idle_before[:2])
+        text += f"; before it arrived (from its previous collective) its GPU sat idle: {before}"
     return text
 
 

@@ -32,8 +32,7 @@ from gpuscope.analyses.attribution import CAUSES
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.diagnosis.findings import Finding
 from gpuscope.errors import CorruptInputError
-from gpuscope.readers.kineto import _decode_meta, _top_level_events
-from gpuscope.readers.kineto._pieces import _EventText, _NotStreamableError
+from gpuscope.readers.kineto import EventStream, NotStreamableError
 from gpuscope.render.json import to_document
 
 PROCESS_NAME = "gpuscope"
@@ -73,38 +72,30 @@ def annotate_file(
     def out(data: bytes) -> bytes:
         return deflate.compress(data) if deflate is not None else data
 
-    stream = _EventText(path)
+    stream = EventStream(path)
     highest: int | None = None
     first = True
-    try:
-        for chunk in stream.chunks():
-            for match in _PID.finditer(chunk):  # also pids inside args: only ever higher
-                pid = int(match.group(1))
-                highest = pid if highest is None else max(highest, pid)
-            if first:
-                yield out(stream.header + b'"traceEvents": [' + chunk)
-                first = False
-            else:
-                yield out(b",\n" + chunk)
-        if not stream.finished or first:
-            raise NotStreamableError
-        if not _top_level_events(stream.header, _decode_meta(stream.metadata_document())):
-            raise NotStreamableError
-    except (_NotStreamableError, msgspec.DecodeError):
-        raise NotStreamableError from None
+    for chunk in stream.pieces():
+        for match in _PID.finditer(chunk):  # also pids inside args: only ever higher
+            pid = int(match.group(1))
+            highest = pid if highest is None else max(highest, pid)
+        if first:
+            yield out(stream.header + b'"traceEvents": [' + chunk)
+            first = False
+        else:
+            yield out(b",\n" + chunk)
+    document_tail = stream.tail()
+    if first:
+        raise NotStreamableError
     pid = max(highest or 0, 0) + 1
     new_events = _new_events(pid, diagnosis, source)
     yield out(b"".join(b",\n" + msgspec.json.encode(e) for e in new_events) + b"]")
-    tail = stream.tail.rstrip()
+    tail = document_tail.rstrip()
     tail = tail[:-1].rstrip() if tail.endswith(b"}") else tail  # cut off mid-write: no end
     block = msgspec.json.encode(_summary_block(pid, diagnosis))
     yield out(tail + b',\n"gpuscope": ' + block + b"\n}\n")
     if deflate is not None:
         yield deflate.flush()
-
-
-class NotStreamableError(Exception):
-    """The document's layout is not one :func:`annotate_file` follows: annotate it whole."""
 
 
 _PID = re.compile(rb'"pid"\s*:\s*(-?[0-9]+)\s*[,}]')

@@ -1,7 +1,7 @@
 """One interface for every renderer: ``render(subject, options) -> str | bytes``.
 
 Contract: a renderer presents a result it is given and computes nothing (the diagnosis holds
-every series a report draws; a comparison holds its :class:`~gpuscope.analyses.diff.RunDiff`).
+every series a report draws; a comparison holds its :class:`~gpuscope.compare.diff.RunDiff`).
 The subject is one of these results:
 
 * a :class:`~gpuscope.diagnosis.Diagnosis`: :class:`Terminal`, :class:`Json`, :class:`Html`
@@ -11,8 +11,8 @@ The subject is one of these results:
 * a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`;
 * :class:`SavedRuns` (the history's runs and a metric's trend): :class:`HistoryTerminal`,
   :class:`HistoryJson`;
-* a :class:`~gpuscope.analyses.scaling.ScalingReport`: :class:`ScalingTerminal`,
-  :class:`ScalingJson`; a :class:`~gpuscope.analyses.scaling.SweepReport`:
+* a :class:`~gpuscope.compare.scaling.ScalingReport`: :class:`ScalingTerminal`,
+  :class:`ScalingJson`; a :class:`~gpuscope.compare.scaling.SweepReport`:
   :class:`SweepTerminal`, :class:`SweepJson`.
 
 The command line picks and runs every renderer through this interface
@@ -33,8 +33,8 @@ import msgspec
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpuscope.analyses.diff import RunDiff
-    from gpuscope.analyses.scaling import ScalingReport, SweepReport
+    from gpuscope.compare.diff import RunDiff
+    from gpuscope.compare.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import Diagnosis
     from gpuscope.fleet import FleetSummary
     from gpuscope.history import StoredRun

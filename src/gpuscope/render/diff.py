@@ -1,6 +1,6 @@
 """Diffs and the run history, for the terminal (rich) and as JSON.
 
-Contract: every function presents a :class:`~gpuscope.analyses.diff.RunDiff` or a list of
+Contract: every function presents a :class:`~gpuscope.compare.diff.RunDiff` or a list of
 :class:`~gpuscope.history.StoredRun` and computes nothing beyond formatting. The diff document
 (``"schema": "gpuscope/diff-1"``) has ``metrics: [{name, unit, better, before, after, change,
 change_pct, ci_low, ci_high, p_value, significant, outcome, note, before_mean, after_mean,
@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscope import __version__
-from gpuscope.analyses.diff import (
+from gpuscope.compare.diff import (
     CONFIDENCE,
     COST,
     GPU_BUSY,

@@ -116,6 +116,7 @@ def _prediction(p: Prediction | None) -> dict[str, Any] | None:
         "removed_ns": p.removed_ns,
         "steps": p.steps,
         "note": p.note,
+        "hides": p.hides,
     }
 
 

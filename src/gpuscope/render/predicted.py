@@ -43,11 +43,11 @@ def details(p: Prediction) -> str:
 
 
 def findings_title(found: Sequence[Finding]) -> str:
-    """Findings come by the time they name; with predictions, that is not what they cost (a large
-    share may be off the step's critical path and save nothing: diagnosis.predict)."""
+    """Findings come by what fixing each saves (diagnosis.findings.ranked): the replay's saving
+    where there is one, else the time the finding measured."""
     if any(f.prediction is not None for f in found):
-        return "Findings, largest share of time first (what each fix saves beside it)"
-    return "Findings, costliest first"
+        return "Findings, what fixing saves first (the replay's saving beside each)"
+    return "Findings, most time lost first"
 
 
 def money(f: Finding) -> str | None:

@@ -2,7 +2,7 @@
 
 Contract: every function here presents a result computed elsewhere
 (:class:`~gpuscope.analyses.ranks.RankAnalysis`,
-:class:`~gpuscope.analyses.scaling.ScalingReport`, :class:`~gpuscope.analyses.scaling.SweepReport`)
+:class:`~gpuscope.compare.scaling.ScalingReport`, :class:`~gpuscope.compare.scaling.SweepReport`)
 and computes nothing but unit conversions. ``*_document`` functions return plain JSON types
 (documented in ``docs/json.md``); ``render_*`` functions write to a rich ``Console``.
 """
@@ -23,7 +23,7 @@ from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
-    from gpuscope.analyses.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
+    from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"
@@ -80,6 +80,8 @@ def ranks_document(a: RankAnalysis) -> dict[str, Any]:
                 "busy_in_window_ns": s.busy_in_window_ns,
                 "top_kernels": [{"name": n, "ns": ns} for n, ns in s.top_kernels],
                 "idle_causes": [{"cause": c, "ns": ns} for c, ns in s.idle_causes],
+                "before_ns": s.before_ns,
+                "idle_before": [{"what": w, "ns": ns} for w, ns in s.idle_before],
             }
             for s in a.stragglers
         ],
@@ -180,22 +182,21 @@ def _balance(a: RankAnalysis) -> Text:
     busiest, least = a.busiest, a.least_busy
     if busiest is None or least is None or len(a.ranks) < 2:
         return text
-    waiting = _waiting_pct(busiest)
-    if waiting is not None and waiting >= busiest.busy_pct / 2:
-        # Time inside a collective counts as busy while the kernel spins waiting for a late
-        # peer: the rank that waits most looks busiest. Say so, and name the one that works most.
-        worker = max(a.ranks, key=lambda r: r.busy_pct - (_waiting_pct(r) or 0.0))
+    # Busy is work: time spinning inside a collective for a late peer with nothing else running
+    # is waiting (RankStat.busy_pct). Kernel time alone makes the rank that waits most look
+    # busiest: say so when that rank differs from the one that works most.
+    by_kernels = max(a.ranks, key=lambda r: r.busy_ns / r.span_ns if r.span_ns else 0.0)
+    waiting = _waiting_pct(by_kernels)
+    if by_kernels is not busiest and waiting is not None and by_kernels.span_ns:
         text.append(
-            f"rank {busiest.rank} is the most busy ({_pct(busiest.busy_pct)}) but waits inside"
-            f" collectives for {_pct(waiting)} of its time; most working: rank {worker.rank}"
-            f" ({_pct(worker.busy_pct - (_waiting_pct(worker) or 0.0))} busy outside such waits);"
-            f" least busy rank {least.rank} ({_pct(least.busy_pct)})"
+            f"rank {by_kernels.rank} has the most kernel time"
+            f" ({_pct(100.0 * by_kernels.busy_ns / by_kernels.span_ns)}) but waits inside"
+            f" collectives for {_pct(waiting)} of its time; "
         )
-    else:
-        text.append(
-            f"busiest rank {busiest.rank} ({_pct(busiest.busy_pct)} busy), least busy rank"
-            f" {least.rank} ({_pct(least.busy_pct)})"
-        )
+    text.append(
+        f"busiest rank {busiest.rank} ({_pct(busiest.busy_pct)} busy, not counting waits for a"
+        f" late peer), least busy rank {least.rank} ({_pct(least.busy_pct)})"
+    )
     if a.collective_wait_ns is not None:
         text.append(
             f"; {_ms(a.collective_wait_ns)} waiting inside {a.matched_collectives:,} matched"

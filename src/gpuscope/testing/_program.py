@@ -56,8 +56,10 @@ from gpuscope.testing._sim import (
     _numel,
     _s,
     _Sim,
+    _straggler_extra_ns,
     _t,
     _tensors,
+    straggling,
 )
 from gpuscope.testing.config import (
     JSON,
@@ -136,9 +138,14 @@ def _step(sim: _Sim, index: int) -> None:
     if sim.cfg.step_noise_pct:
         noise = sim.rng.gauss(1.0, sim.cfg.step_noise_pct / 100.0)
         sim.step_speed = sim.cfg.kernel_scale * max(noise, 0.5)
+    sim.gemm_extra_ns = _straggler_extra_ns(sim.cfg, index)
     with sim.annotation(name) as ext:
         _load_batch(sim)
         _copy_batch(sim)
+        for late in straggling(sim.cfg, index):
+            if late.on_host:
+                with sim.frame(sim.user_frame(late.line, _loop_function(sim))):
+                    sim.tick(late.extra_ms * 1000, spread=0.03)
         for tiny in sim.all(TinyKernels):
             _tiny_kernels(sim, tiny)
         with sim.frame(sim.user_frame(_STEP_LINE, _loop_function(sim))):

@@ -329,7 +329,7 @@ class _Sim:
         self.coll_end = coll_end
         self.coll_starts: list[int] = []
         self.coll_base: list[int] = []
-        self.gemm_extra_ns = _straggler_extra_ns(cfg)
+        self.gemm_extra_ns = _straggler_extra_ns(cfg, 0)
         self.step_speed = cfg.kernel_scale  # times as long as nominal, this step
         self._next_py = 0
         self._next_ext = 0
@@ -598,7 +598,17 @@ def _copy_args(args: JSON, nbytes: int, dur: int) -> JSON:
     return args
 
 
-def _straggler_extra_ns(cfg: GeneratorConfig) -> int:
+def _straggler_extra_ns(cfg: GeneratorConfig, step: int) -> int:
+    """Each GEMM's extra time on a straggler whose GEMMs run slow in ``step``."""
     gemms = (4 * cfg.layers + 1) * (3 if cfg.mode == "train" else 1)
-    extra = sum(s.extra_ms for s in cfg.inject if isinstance(s, Straggler) and s.rank == cfg.rank)
+    extra = sum(s.extra_ms for s in straggling(cfg, step) if not s.on_host)
     return round(extra * 1e6 / gemms)
+
+
+def straggling(cfg: GeneratorConfig, step: int) -> list[Straggler]:
+    """The stragglers injected on this rank that are late in ``step``."""
+    return [
+        s
+        for s in cfg.inject
+        if isinstance(s, Straggler) and s.rank == cfg.rank and (not s.steps or step in s.steps)
+    ]

@@ -113,10 +113,17 @@ STARTUP_KINDS = ("context_init", "module_load", "compile", "graph_capture")
 
 class Straggler(msgspec.Struct, frozen=True):
     """Rank ``rank``'s GEMMs are slower by ``extra_ms`` per step in total: it joins every
-    collective late and the other ranks wait inside their NCCL kernels."""
+    collective late and the other ranks wait inside their NCCL kernels.
+
+    ``steps``: only in these steps (empty: every step), so that two stragglers can take turns.
+    ``on_host``: the rank's host spends ``extra_ms`` in Python (at ``line``) before it launches the
+    step's forward, instead of its GEMMs running slower: it issues its work late."""
 
     rank: int = 1
     extra_ms: float = 5.0
+    steps: tuple[int, ...] = ()
+    on_host: bool = False
+    line: int = 33
 
 
 Injection: TypeAlias = (

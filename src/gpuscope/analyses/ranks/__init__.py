@@ -16,13 +16,18 @@ re-exports the public names of its modules: ``collectives`` (a device's collecti
 * **Waiting**: the last rank to start a collective (after alignment) is its *last arrival*; every
   other rank waits inside the collective for ``its duration - the last arrival's duration``. The
   part of that wait with no compute running alongside is *exposed wait*: device time lost.
-* **Stragglers**: a rank that arrives last at half or more of the collectives it shares, by more
-  than :data:`STRAGGLER_MIN_LATE_NS` on average, more often than chance would make it (binomial
-  tail under "every rank equally likely" at most :data:`STRAGGLER_MAX_CHANCE`, or last at every
-  one of two or more). Only *contested* collectives count (some rank waited in them at least
-  :data:`CONTESTED_WAIT_NS`): in the others who came last is clock noise. For each, what it
-  was doing while the others waited (kernels and idle causes inside those windows, on its own
-  clock).
+* **Stragglers**: every rank that arrives last more often than chance would make it, by more
+  than :data:`STRAGGLER_MIN_LATE_NS` on average, and whose lateness causes at least
+  :data:`STRAGGLER_MIN_CAUSED_SHARE` of all the waiting inside collectives. Ranks may take turns
+  (two hosts that each issue their work late at some steps): no rank need be last at a majority.
+  The ranks are tested step-down, most last arrivals first: each against "every rank not yet
+  named equally likely to be last" over the collectives the named ranks did not come last at
+  (binomial tail at most :data:`STRAGGLER_MAX_CHANCE` over the ranks still in question, or last
+  at every one of two or more). Only *contested* collectives count (some rank waited in them at
+  least :data:`CONTESTED_WAIT_NS`): in the others who came last is clock noise. For each, what
+  it was doing while the others waited (kernels and idle causes inside those windows, on its own
+  clock), and what its host was doing before it arrived (its idle time, by cause and line,
+  between its previous collective and each late arrival).
 * **Bandwidth**: per kind of collective, message bytes (``In/Out msg nelems`` x ``dtype`` when
   recorded) over the transfer time (the last arrival's duration, which holds no waiting): the
   algorithm bandwidth, and the bus bandwidth NCCL reports (x 2(n-1)/n for all-reduce, x (n-1)/n
@@ -48,8 +53,8 @@ from gpuscope.analyses.ranks.collectives import (
     SMALL_COLLECTIVE_NS,
     SMALL_MESSAGE_BYTES,
     STRAGGLER_MAX_CHANCE,
+    STRAGGLER_MIN_CAUSED_SHARE,
     STRAGGLER_MIN_LATE_NS,
-    STRAGGLER_MIN_SHARE,
     CollectiveTable,
     Participant,
     bus_factor,
@@ -72,8 +77,8 @@ __all__ = [
     "SMALL_COLLECTIVE_NS",
     "SMALL_MESSAGE_BYTES",
     "STRAGGLER_MAX_CHANCE",
+    "STRAGGLER_MIN_CAUSED_SHARE",
     "STRAGGLER_MIN_LATE_NS",
-    "STRAGGLER_MIN_SHARE",
     "BandwidthStat",
     "CollectiveTable",
     "ExposureSummary",

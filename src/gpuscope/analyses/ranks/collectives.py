@@ -29,11 +29,12 @@ from gpuscope.model import Kind
 
 I64 = NDArray[np.int64]
 
-#: A straggler arrives last at this share of its collectives or more...
-STRAGGLER_MIN_SHARE = 0.5
-#: ... by more than this on average (host jitter between ranks is tens of µs)...
+#: A straggler causes at least this share of all the waiting inside the job's collectives...
+STRAGGLER_MIN_CAUSED_SHARE = 0.05
+#: ... arrives last by more than this on average (host jitter between ranks is tens of µs)...
 STRAGGLER_MIN_LATE_NS = 50_000
-#: ... and that often by chance (each rank equally likely to be last) only with this probability.
+#: ... and that often by chance (each rank equally likely to be last) only with this probability,
+#: for all the ranks tested together (each test at this over the ranks still in question).
 STRAGGLER_MAX_CHANCE = 0.1
 #: A collective where some rank waited this long has a meaningful last arrival.
 CONTESTED_WAIT_NS = 10_000

@@ -37,7 +37,10 @@ class RankStat(msgspec.Struct, frozen=True):
 
     @property
     def busy_pct(self) -> float:
-        return 100.0 * self.busy_ns / self.span_ns if self.span_ns else float("nan")
+        """Share of the span doing work: spinning inside a collective for a late peer with
+        nothing else running (``exposed_wait_ns``) is waiting, never work."""
+        work = self.busy_ns - (self.exposed_wait_ns or 0)
+        return 100.0 * work / self.span_ns if self.span_ns else float("nan")
 
 
 class StragglerStat(msgspec.Struct, frozen=True):
@@ -53,6 +56,10 @@ class StragglerStat(msgspec.Struct, frozen=True):
     busy_in_window_ns: int
     top_kernels: list[tuple[str, int]]  # (name, ns inside those windows), largest first
     idle_causes: list[tuple[str, int]]  # (cause, ns inside those windows)
+    #: Its own time from its previous collective to each late arrival, and its device's idle
+    #: time in it by cause and line ("cpu_other at train.py:33"): what its host did before.
+    before_ns: int = 0
+    idle_before: list[tuple[str, int]] = msgspec.field(default_factory=list)
 
     @property
     def share_pct(self) -> float:

@@ -14,8 +14,8 @@ from gpuscope.analyses.intervals import Intervals, covered_ns, union
 from gpuscope.analyses.ranks.collectives import (
     I64,
     STRAGGLER_MAX_CHANCE,
+    STRAGGLER_MIN_CAUSED_SHARE,
     STRAGGLER_MIN_LATE_NS,
-    STRAGGLER_MIN_SHARE,
     Participant,
 )
 from gpuscope.analyses.ranks.matching import _Group
@@ -32,20 +32,44 @@ def _stragglers(
     shared: list[int],
     late: list[list[tuple[int, int, int]]],
 ) -> list[StragglerStat]:
+    """Every rank whose late arrivals cost the others time, tested step-down (package docstring):
+    the rank last most often first; once named, the collectives it came last at leave the test,
+    and the next is tested against the ranks still in question."""
+    total_wait = sum(int(w.sum()) for w in waits)
+    named: list[int] = []
+    taken: set[tuple[int, int]] = set()  # (group, n): collectives a named rank came last at
     found: list[StragglerStat] = []
-    for i, p in enumerate(participants):
-        arrivals = late[i]
-        if not arrivals or shared[i] < 2:
-            continue
-        margins = np.array([a[2] for a in arrivals], dtype=np.int64)
-        if margins.mean() <= STRAGGLER_MIN_LATE_NS:
-            continue
-        if not _unlikely_by_chance(groups, i, len(arrivals), shared[i]):
-            continue
-        caused, caused_exposed, windows = _caused(i, arrivals, groups, waits, exposed)
-        found.append(
-            _straggler_stat(p, len(arrivals), shared[i], margins, caused, caused_exposed, windows)
-        )
+    while True:
+        left = [i for i in range(len(participants)) if i not in named and late[i]]
+        stat = None
+        for i in sorted(left, key=lambda i: -len(late[i])):
+            arrivals = late[i]
+            margins = np.array([a[2] for a in arrivals], dtype=np.int64)
+            if margins.mean() <= STRAGGLER_MIN_LATE_NS:
+                continue
+            questioned = len(participants) - len(named)
+            still = shared[i] - sum(1 for gi, _ in taken if i in groups[gi].members)
+            if not _unlikely_by_chance(groups, i, len(arrivals), still, named, questioned):
+                continue
+            caused, caused_exposed, windows = _caused(i, arrivals, groups, waits, exposed)
+            if caused < STRAGGLER_MIN_CAUSED_SHARE * total_wait:
+                continue
+            before = _before(i, arrivals, groups)
+            stat = _straggler_stat(
+                participants[i],
+                len(arrivals),
+                shared[i],
+                margins,
+                (caused, caused_exposed),
+                windows,
+                before,
+            )
+            named.append(i)
+            taken.update((gi, n) for gi, n, _ in arrivals)
+            break
+        if stat is None:
+            break
+        found.append(stat)
     found.sort(key=lambda s: -s.caused_wait_ns)
     return found
 
@@ -75,18 +99,49 @@ def _caused(
     return caused, caused_exposed, windows
 
 
-def _unlikely_by_chance(groups: list[_Group], i: int, last: int, shared: int) -> bool:
-    """Last at ``last`` of ``shared`` collectives: too often to be the luck of the draw?"""
-    if last < STRAGGLER_MIN_SHARE * shared:
+def _before(i: int, arrivals: list[tuple[int, int, int]], groups: list[_Group]) -> Intervals:
+    """On participant ``i``'s own clock, from the end of its previous collective of the group (its
+    first collective: the group's first start less one period) to each late arrival: what its
+    host and device did before it came."""
+    lo: list[int] = []
+    hi: list[int] = []
+    for gi, n, _ in arrivals:
+        g = groups[gi]
+        k = g.members.index(i)
+        arrived = int(g.start_ns[k, n])
+        if n > 0:
+            lo.append(int(g.end_ns[k, n - 1]))
+        elif g.count > 1:
+            lo.append(arrived - int(g.start_ns[k, 1] - g.start_ns[k, 0]))
+        else:
+            continue
+        hi.append(arrived)
+    return union(np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64))
+
+
+def _unlikely_by_chance(
+    groups: list[_Group], i: int, last: int, shared: int, named: list[int], questioned: int
+) -> bool:
+    """Last at ``last`` of the ``shared`` collectives no named rank came last at: too often to be
+    the luck of the draw among the ``questioned`` ranks not yet named (a Bonferroni bound: each
+    rank's test at :data:`STRAGGLER_MAX_CHANCE` over the ranks in question)?"""
+    if shared < 2 or last > shared:
         return False
-    if last == shared >= 2:  # last every time: with two ranks, no test could ask for more
+    if last == shared:  # last every time: with two ranks, no test could ask for more
         return True
-    sizes = [len(g.members) for g in groups if i in g.members and len(g.members) > 1]
+    sizes = [
+        len(g.members) - sum(1 for m in named if m in g.members)
+        for g in groups
+        if i in g.members and len(g.members) > 1
+    ]
+    sizes = [s for s in sizes if s > 1]
+    if not sizes:
+        return False
     p = len(sizes) / sum(sizes)  # the chance of being last, at the typical group size
     tail = sum(
         math.comb(shared, k) * p**k * (1 - p) ** (shared - k) for k in range(last, shared + 1)
     )
-    return tail <= STRAGGLER_MAX_CHANCE
+    return tail <= STRAGGLER_MAX_CHANCE / max(questioned, 1)
 
 
 def _straggler_stat(
@@ -94,11 +149,13 @@ def _straggler_stat(
     arrivals: int,
     shared: int,
     margins: I64,
-    caused: int,
-    caused_exposed: int,
+    caused_waits: tuple[int, int],
     windows: Intervals,
+    before: Intervals,
 ) -> StragglerStat:
-    """What the straggler did while the others waited: its kernels and idle causes then."""
+    """What the straggler did while the others waited (its kernels and idle causes then), and
+    before it arrived (its idle time by cause and line)."""
+    caused, caused_exposed = caused_waits
     work = p.work
     ev = work.trace.events
     rows = work.rows
@@ -115,6 +172,14 @@ def _straggler_stat(
             cause = CAUSES[code]
             causes[cause] = causes.get(cause, 0) + ns
     busy = int(covered_ns(work.busy, windows.start_ns, windows.end_ns).sum())
+    idle_before = covered_ns(before, gaps.start_ns, gaps.end_ns)
+    doing: dict[str, int] = {}
+    for code, where, ns in zip(
+        gaps.cause.tolist(), gaps.location, idle_before.tolist(), strict=True
+    ):
+        if ns > 0:
+            key = CAUSES[code] + (f" at {where}" if where else "")
+            doing[key] = doing.get(key, 0) + ns
     return StragglerStat(
         rank=p.rank,
         device=p.device,
@@ -128,4 +193,6 @@ def _straggler_stat(
         busy_in_window_ns=busy,
         top_kernels=sorted(by_name.items(), key=lambda kv: -kv[1])[:5],
         idle_causes=sorted(causes.items(), key=lambda kv: -kv[1]),
+        before_ns=before.total_ns,
+        idle_before=sorted(doing.items(), key=lambda kv: -kv[1])[:3],
     )

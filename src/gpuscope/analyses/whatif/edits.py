@@ -33,6 +33,10 @@ class EditInputs(msgspec.Struct):
     fp32_bytes: NDArray[np.float64]  # NaN: not known
     tensor_ratio: float  # tensor-core peak over FP32 peak
     memory_bytes_per_s: float | None
+    #: Host operators whose only device work is copying to the host (their rows).
+    d2h_op_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: One direction of the host link, as pinned copies achieve it (facts table); None: unknown.
+    pinned_bytes_per_s: float | None = None
     collective_rows: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     wait_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     straggler_cut_ns: I64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -52,7 +56,16 @@ def _checkpoint(g: Graph, inputs: EditInputs, edit: Edit) -> None:
 
 
 def _host_sync(g: Graph, inputs: EditInputs, edit: Edit) -> None:
-    _unblock(g, edit, _calls_of(g, inputs, HostActivity.HOST_SYNC), pinned=False)
+    syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
+    _unblock(g, edit, syncs, pinned=False)
+    _keep_on_device(g, edit, _ops_around(g, inputs.d2h_op_rows, syncs))
+
+
+def _d2h_copy(g: Graph, inputs: EditInputs, edit: Edit) -> None:
+    # A copy the host waits for is the host_sync fix's: this one keeps the others on device.
+    syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
+    waited = _ops_around(g, inputs.d2h_op_rows, syncs)
+    _keep_on_device(g, edit, np.setdiff1d(inputs.d2h_op_rows, waited))
 
 
 def _allocator(g: Graph, inputs: EditInputs, edit: Edit) -> None:
@@ -62,7 +75,9 @@ def _allocator(g: Graph, inputs: EditInputs, edit: Edit) -> None:
 
 
 def _h2d_copy(g: Graph, inputs: EditInputs, edit: Edit) -> None:
-    _unblock(g, edit, _calls_of(g, inputs, HostActivity.H2D_COPY), pinned=True)
+    calls = _calls_of(g, inputs, HostActivity.H2D_COPY)
+    _unblock(g, edit, calls, pinned=True, link=inputs.pinned_bytes_per_s)
+    _pin(g, edit, calls, inputs.pinned_bytes_per_s)
 
 
 def _launch_overhead(g: Graph, inputs: EditInputs, edit: Edit) -> None:
@@ -121,6 +136,7 @@ EDITS: dict[str, EditFn] = {
     "data_loader": _data_loader,
     "checkpoint": _checkpoint,
     "host_sync": _host_sync,
+    "d2h_copy": _d2h_copy,
     "allocator": _allocator,
     "h2d_copy": _h2d_copy,
     "launch_overhead": _launch_overhead,
@@ -184,8 +200,47 @@ def _covered(starts: I64, ends: I64, lo: I64, hi: I64) -> I64:
     return covered
 
 
+def _ops_around(g: Graph, rows: I64, calls: I64) -> I64:
+    """The operators among ``rows`` that hold one of the host call nodes ``calls``."""
+    if rows.size == 0 or calls.size == 0:
+        return rows[:0]
+    ev = g.trace.events
+    order = np.argsort(ev.start_ns[rows], kind="stable")
+    rows = rows[order]
+    starts, ends = ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns
+    at = np.searchsorted(starts, g.start[calls], side="right") - 1
+    ok = (at >= 0) & (ends[np.maximum(at, 0)] >= g.end[calls])
+    return rows[np.unique(at[ok])]
+
+
+def _keep_on_device(g: Graph, edit: Edit, rows: I64) -> None:
+    """The values stay on the device: the host's time inside the operators ``rows`` (each only
+    copies a value to the host) goes, the calls inside them no longer wait, and their copies do
+    not run."""
+    from gpuscope.analyses.intervals import union  # noqa: PLC0415
+
+    ev = g.trace.events
+    if rows.size == 0:
+        return
+    iv = union(ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns)
+    starts, ends = iv.start_ns, iv.end_ns
+    _drop_spans(g, edit, starts, ends)
+    host_calls = np.flatnonzero(g.host)
+    inside = host_calls[_covered(starts, ends, g.start[host_calls], g.end[host_calls] + 1) > 0]
+    _unblock(g, edit, inside, pinned=False)
+    copies = g.launch_dst[np.isin(g.launch_src, inside)]
+    d2h = ev.copy_direction[g.rows[copies]] == CopyDirection.D2H
+    edit.dur[copies[d2h]] = 0
+
+
 def _drop_host_time(g: Graph, inputs: EditInputs, edit: Edit, activity: int) -> None:
     starts, ends = _spans(g, inputs, activity)
+    _drop_spans(g, edit, starts, ends)
+
+
+def _drop_spans(g: Graph, edit: Edit, starts: I64, ends: I64) -> None:
+    """The host's time inside the sorted, disjoint ``[starts, ends)`` goes: from the gaps
+    between calls and from the calls themselves."""
     hosts = np.flatnonzero(g.host & ~g.first)
     prev_end = g.end[hosts - 1]
     edit.gap[hosts] -= np.minimum(_covered(starts, ends, prev_end, g.start[hosts]), edit.gap[hosts])
@@ -202,7 +257,55 @@ def _calls_in(g: Graph, inputs: EditInputs, activity: int) -> I64:
     return calls[_covered(starts, ends, g.start[calls], g.end[calls] + 1) > 0]
 
 
-def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool) -> None:
+def _pin(g: Graph, edit: Edit, calls: I64, link: float | None) -> None:
+    """The pageable host-to-device copies ``calls`` launched, from pinned memory instead.
+
+    A pageable copy is staged by the driver through a pinned bounce buffer, chunk by chunk: the
+    call lasts as long as the copy (it returns when the last chunk is staged, a few µs before the
+    DMA of that chunk ends, so the trace need not show it waiting), and the transfer runs at the
+    staging rate. From pinned memory the DMA reads the buffer directly: the call returns at once
+    (it costs what a launch costs) and the transfer runs at the rate the host link allows
+    (:func:`_pinned_rate`), whether or not the host waited for it."""
+    if calls.size == 0 or g.launch_src.size == 0:
+        return
+    ev = g.trace.events
+    launched = np.isin(g.launch_src, calls)
+    copies = g.launch_dst[launched]
+    rows = g.rows[copies]
+    staged = (
+        (ev.kind[rows] == Kind.MEMCPY)
+        & (ev.copy_direction[rows] == CopyDirection.H2D)
+        & ev.pageable[rows]
+        & (ev.bytes[rows] > 0)
+    )
+    if not staged.any():
+        return
+    copies = copies[staged]
+    _at_pinned_rate(g, edit, copies, link)
+    callers = g.launch_src[launched][staged]
+    edit.dur[callers] = np.minimum(edit.dur[callers], g.call_ns)
+
+
+def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> None:
+    """Pageable copies among ``copies`` shortened to their bytes at the pinned rate.
+
+    The rate is the fastest pinned copy in the trace (what this machine's link gives). Without
+    one, a pageable copy moves its bytes twice (a CPU copy into the driver's pinned staging
+    buffer, then the DMA) and pinning removes the first pass: twice its own rate, never above the
+    host link's (``link``)."""
+    ev = g.trace.events
+    rows = g.rows[copies]
+    pageable = ev.pageable[rows]
+    nbytes = ev.bytes[rows].astype(np.float64)
+    seen = _pinned_rate(g)
+    own = 2.0 * nbytes / np.maximum(g.dur[copies], 1) * 1e9  # as recorded, not as edited
+    rate = np.full(copies.size, seen) if seen else np.minimum(own, link) if link else own
+    at_rate = nbytes / np.maximum(rate, 1.0) * 1e9
+    faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
+    edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
+
+
+def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | None = None) -> None:
     """The calls no longer wait: each costs what a launch costs; a copy it made runs async."""
     waiting = np.isin(g.wait_dst, calls)
     edit.wait_keep &= ~waiting
@@ -215,18 +318,12 @@ def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool) -> None:
     edit.launch_delay[at[ok]] = np.minimum(edit.launch_delay[at[ok]], g.launch_latency_ns)
     edit.gap[copies] = 0
     if pinned:
-        ev = g.trace.events
-        rows = g.rows[copies]
-        pageable = ev.pageable[rows]
-        rate = _pinned_rate(g)
-        nbytes = ev.bytes[rows].astype(np.float64)
-        at_rate = nbytes / rate * 1e9 if rate else edit.dur[copies] / 2.0
-        faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
-        edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))
+        _at_pinned_rate(g, edit, copies, link)
 
 
 def _pinned_rate(g: Graph) -> float | None:
-    """The fastest pinned host-to-device copy of 1 MiB or more, in bytes per second."""
+    """The fastest pinned host-to-device copy of 1 MiB or more in the trace, in bytes per
+    second (the link as this machine drives it); None when there is none."""
     ev = g.trace.events
     rows = np.flatnonzero(
         (ev.kind == Kind.MEMCPY)

@@ -222,6 +222,9 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         end[wait_src] > start[wait_dst], np.maximum(wait_tail, 0), dur[wait_dst]
     )
     steps, step_of = _steps(trace, origin, start, host, launch_src, launch_dst, n)
+    launch_src, launch_dst, delay = _anchor_unlinked(
+        chain, start, nh, n, fixed, (launch_src, launch_dst, delay)
+    )
     in_steps = np.flatnonzero(~host & (step_of >= 0))
     step_order = in_steps[np.argsort(step_of[in_steps], kind="stable")]
     grouped = step_of[step_order]
@@ -399,6 +402,39 @@ def _event_edges(
     ok = t[pick, cols] > NEG
     src, dst = src[ok], dst[ok]
     return src.astype(np.int64), dst.astype(np.int64)
+
+
+def _anchor_unlinked(
+    chain: I64, start: I64, nh: int, n: int, fixed: I64, launches: tuple[I64, I64, I64]
+) -> tuple[I64, I64, I64]:
+    """Device work whose launch the trace did not record, tied to the host as it ran.
+
+    Some launches go unrecorded (Triton's launcher calling ``cuLaunchKernel`` under an older
+    profiler; a driver-level API the capture did not trace), yet the host issued that work: it
+    cannot start before the host reached it. Pinned at its recorded time, it would hold every
+    step's end where it was, whatever a fix does to the host before it. Each such work gets a
+    launch edge from the last call, on the thread that launched most of the recorded work, that
+    started before it, with the recorded offset as its delay: it moves as that host moves.
+    ``fixed`` is updated in place (the work is no longer pinned)."""
+    launch_src, launch_dst, delay = launches
+    if nh in (0, n) or launch_src.size == 0:
+        return launch_src, launch_dst, delay
+    unlinked = np.ones(n - nh, dtype=np.bool_)
+    unlinked[launch_dst - nh] = False
+    dev = np.flatnonzero(unlinked) + nh
+    if dev.size == 0:
+        return launch_src, launch_dst, delay
+    main = int(np.bincount(chain[launch_src]).argmax())
+    calls = np.flatnonzero(chain[:nh] == main)
+    at = np.searchsorted(start[calls], start[dev], side="right") - 1
+    ok = at >= 0
+    dev, src = dev[ok], calls[at[ok]]
+    fixed[dev] = NEG
+    src_all = np.concatenate([launch_src, src])
+    dst_all = np.concatenate([launch_dst, dev])
+    delay_all = np.concatenate([delay, start[dev] - start[src]])
+    order = np.argsort(dst_all, kind="stable")
+    return src_all[order], dst_all[order], delay_all[order]
 
 
 def _named(trace: Trace, name_ids: NDArray[np.int32], roles: frozenset[str]) -> B:

@@ -40,6 +40,9 @@ class Prediction(msgspec.Struct, frozen=True):
     #: "step" when the trace has steps; "window" when it has none: the whole window is replayed
     #: as one, nothing is called a step and nothing is extrapolated per day.
     unit: str = "step"
+    #: Other findings' causes whose time this fix hides (its saving includes theirs): fixing
+    #: them after it saves less than half of what they save alone (diagnosis.predict).
+    hides: list[str] = msgspec.field(default_factory=list)
 
     @property
     def faster_pct(self) -> float:

@@ -38,11 +38,11 @@ from gpuscope.readers.kineto._columns import (
 )
 from gpuscope.readers.kineto._pieces import (
     _JSON_STRING,
+    NotStreamableError,
     _decode,
     _EventText,
     _flows_in,
     _flows_of,
-    _NotStreamableError,
 )
 from gpuscope.readers.kineto._shape import (
     _EVENTS_DECODER,
@@ -59,7 +59,14 @@ from gpuscope.readers.kineto._values import (
 #: ~6x on generated traces): the most text read whole is the memory budget over it.
 WHOLE_DOCUMENT_FACTOR = 8
 
-__all__ = ["MAX_NAME_CHARS", "looks_like_kineto", "read", "read_file"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "EventStream",
+    "NotStreamableError",
+    "looks_like_kineto",
+    "read",
+    "read_file",
+]
 
 
 def read_file(path: Path, scan: Scan | None = None) -> Trace:
@@ -81,7 +88,7 @@ def read_file(path: Path, scan: Scan | None = None) -> Trace:
                 except NotScannableError:
                     pass  # the msgspec reader, still in pieces
             return _read_streamed(path)
-        except (_NotStreamableError, msgspec.DecodeError, RecursionError):
+        except (NotStreamableError, msgspec.DecodeError, RecursionError):
             pass  # the whole document decoded at once says what is wrong with it, if anything
     # Decoded whole, a document takes several times its text in Python objects.
     content = read_bytes(path, limit=memory_budget() // WHOLE_DOCUMENT_FACTOR)
@@ -134,8 +141,8 @@ def _read_streamed(path: Path) -> Trace:
         if columns.nbytes > limit:
             raise _scan.too_big(path, "memory", columns.nbytes)
     if not stream.finished:
-        raise _NotStreamableError
-    return _finish(path, columns, stream, _NotStreamableError)
+        raise NotStreamableError
+    return _finish(path, columns, stream, NotStreamableError)
 
 
 def _read_scanned(path: Path, scan: Scan) -> Trace:
@@ -158,6 +165,40 @@ def _finish(path: Path, columns: _Columns, state: TextState, declined: type[Exce
     if not _top_level_events(state.header, meta):
         raise declined
     return columns.finish(path, meta, lost_tail=state.truncated)
+
+
+class EventStream:
+    """The events of a Kineto (Chrome-trace) file a piece at a time, as written, never the whole
+    document: for a writer that copies them (``gpuscope annotate``).
+
+    :meth:`pieces` yields comma-separated whole events (no brackets) once :attr:`header`, the
+    document's text before its events array, has been read; then :meth:`tail` is the text after
+    the array. Either raises :class:`NotStreamableError` when the document's layout is not one the
+    pieces follow (no events array, an events array nested in another key, a second
+    ``traceEvents``, a document that ends inside its events): read it whole instead.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._text = _EventText(path)
+
+    @property
+    def header(self) -> bytes:
+        return self._text.header
+
+    def pieces(self) -> Iterator[bytes]:
+        return self._text.chunks()
+
+    def tail(self) -> bytes:
+        text = self._text
+        if not text.finished:
+            raise NotStreamableError
+        try:
+            meta = _decode_meta(text.metadata_document())
+        except msgspec.DecodeError:
+            raise NotStreamableError from None
+        if not _top_level_events(text.header, meta):
+            raise NotStreamableError
+        return text.tail
 
 
 def _decode_meta(text: bytes) -> Any:

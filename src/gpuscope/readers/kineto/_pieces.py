@@ -32,7 +32,7 @@ _ARRAY_END = re.compile(rb"\}\s*\]\s*,\s*\"")
 _ARRAY_END_LAST = re.compile(rb"\}\s*\]\s*\}\s*$")
 
 
-class _NotStreamableError(Exception):
+class NotStreamableError(Exception):
     """The document's layout is not one the piecewise reader follows; read it whole instead."""
 
 
@@ -63,9 +63,9 @@ class _EventText(TextState):
                 self.header, buffer = buffer[: found.start()], buffer[found.end() :]
                 break
             if len(buffer) > (64 << 20):
-                raise _NotStreamableError
+                raise NotStreamableError
         else:
-            raise _NotStreamableError
+            raise NotStreamableError
         exhausted = False
         while True:
             while len(buffer) < _scan.PIECE_BYTES and not exhausted:

@@ -162,8 +162,8 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     device_parts = [p for p in parts if p is not None and len(p)]
     runtime = _runtime(export)
     if not device_parts:
-        raise EmptyTraceError(path, _no_device_work_reason(runtime))
-    missing = _missing_kernel_table(path, export, runtime)
+        raise EmptyTraceError(path, _no_device_work_reason(runtime, _cuda_traced(db)))
+    missing = _missing_kernel_table(path, export, runtime, _cuda_traced(db))
     nvtx = _nvtx(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
@@ -233,27 +233,63 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
     return events.take(np.flatnonzero(~(backwards | far))), notes
 
 
-def _missing_kernel_table(path: Path, export: _Export, runtime: Events | None) -> list[str]:
+def _missing_kernel_table(
+    path: Path, export: _Export, runtime: Events | None, cuda_traced: bool | None
+) -> list[str]:
     """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
     kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
-    reads as idle between them, and that must not pass as a finding about the program."""
+    reads as idle between them, and that must not pass as a finding about the program. What to
+    do about it reads the capture's own settings: with CUDA tracing on, the capture missed the
+    kernels, and ``--trace=cuda`` would change nothing."""
     if export.has("CUPTI_ACTIVITY_KIND_KERNEL"):
         return []
     launches = "" if runtime is None or not len(runtime) else " although CUDA API calls were"
+    todo = (
+        "CUDA tracing was on (the capture's settings say so), so no kernel ran while nsys"
+        " recorded: capture the part that runs kernels (nsys --delay/--duration, or"
+        " --capture-range=cudaProfilerApi around the steps)"
+        if cuda_traced
+        else "profile with nsys --trace=cuda"
+    )
     return [
         f"{path}: the export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no kernel was"
         f" recorded{launches}, so the GPU's busy time counts copies, memsets and"
-        " synchronisations only (profile with nsys --trace=cuda)"
+        f" synchronisations only ({todo})"
     ]
 
 
-def _no_device_work_reason(runtime: Events | None) -> str:
+def _no_device_work_reason(runtime: Events | None, cuda_traced: bool | None) -> str:
+    """Why there is nothing to diagnose, read from the capture's own settings: with CUDA tracing
+    on (``META_DATA_CAPTURE``), no GPU work means the capture ended (or started) where the
+    program launched none, and ``--trace=cuda`` would change nothing."""
+    if cuda_traced:
+        return (
+            "no GPU work in the capture: CUDA tracing was on (the capture's settings say so) but"
+            " the program launched no kernels, copies or memsets while nsys recorded; capture"
+            " the part that runs on the GPU (nsys --delay/--duration, or"
+            " --capture-range=cudaProfilerApi around the steps)"
+        )
     if runtime is not None and len(runtime):
         return (
             "GPU activity was not recorded: the export has CUDA API calls but no kernels,"
             " copies or memsets (profile with nsys --trace=cuda)"
         )
     return "no GPU activity: the export holds no CUDA kernels, copies or memsets"
+
+
+def _cuda_traced(db: sqlite3.Connection) -> bool | None:
+    """Whether the capture traced CUDA (``META_DATA_CAPTURE``: ``CAPTURE_EVENT_TYPE`` = Cuda, or
+    a process's ``COLLECT_CUDA_TRACE`` = true); None when the export does not say."""
+    try:
+        rows = db.execute("SELECT name, value FROM META_DATA_CAPTURE").fetchall()
+    except sqlite3.Error:
+        return None
+    said = [
+        str(value).lower() in ("cuda", "true")
+        for name, value in rows
+        if name == "CAPTURE_EVENT_TYPE" or str(name).endswith("COLLECT_CUDA_TRACE")
+    ]
+    return any(said) if said else None
 
 
 def _concat(parts: list[Events]) -> Events:

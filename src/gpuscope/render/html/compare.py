@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from gpuscope.analyses.attribution import CAUSES
-from gpuscope.analyses.diff import (
+from gpuscope.compare.diff import (
     COST,
     EXPOSED_COMMUNICATION,
     GPU_BUSY,
@@ -45,7 +45,7 @@ def render_diff(
     change: RunDiff,
 ) -> str:
     """Two diagnoses side by side: what changed per step (``change``, with whether it beats the
-    noise: :func:`gpuscope.analyses.diff.diff` of their summaries), findings resolved and new,
+    noise: :func:`gpuscope.compare.diff.diff` of their summaries), findings resolved and new,
     kernel changes, then each one's verdict, findings and charts in two columns."""
     options = options or HtmlOptions()
     comparison = [_step_comparison(change), _cause_comparison(change, before, after)]

@@ -70,7 +70,8 @@ _BOUND_COLOURS = {
     "compute": "#2ca02c",
     "transfer": "#17becf",
     "latency": "#ff7f0e",
-    "unclassified": "#7f7f7f",
+    "device": "#7f7f7f",
+    "input": "#8c564b",
 }
 
 

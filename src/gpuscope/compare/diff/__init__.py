@@ -43,7 +43,7 @@ Contract:
 
 from __future__ import annotations
 
-from gpuscope.analyses.diff.changes import (
+from gpuscope.compare.diff.changes import (
     KERNEL_CHANGE_MIN_PCT,
     TOP_KERNEL_CHANGES,
     FindingChange,
@@ -53,7 +53,7 @@ from gpuscope.analyses.diff.changes import (
     RunDiff,
     diff,
 )
-from gpuscope.analyses.diff.gate import (
+from gpuscope.compare.diff.gate import (
     Bounds,
     CheckOutcome,
     Regression,
@@ -62,7 +62,7 @@ from gpuscope.analyses.diff.gate import (
     regression,
     regression_line,
 )
-from gpuscope.analyses.diff.stats import (
+from gpuscope.compare.diff.stats import (
     CONFIDENCE,
     EXACT_MAX,
     MAX_STEPS_TO_SETTLE,
@@ -79,7 +79,7 @@ from gpuscope.analyses.diff.stats import (
     steps_to_settle,
     typical_steps,
 )
-from gpuscope.analyses.diff.summary import (
+from gpuscope.compare.diff.summary import (
     COST,
     EXPOSED_COMMUNICATION,
     GPU_BUSY,

@@ -1,6 +1,6 @@
 """The statistics of a diff: rank tests, shift intervals and slow-step outliers for 3-50 steps.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations

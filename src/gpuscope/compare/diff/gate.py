@@ -1,6 +1,6 @@
 """The CI gate: is the step time over the baseline's by more than the bound.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from gpuscope.analyses.diff.changes import RunDiff
-from gpuscope.analyses.diff.stats import (
+from gpuscope.compare.diff.changes import RunDiff
+from gpuscope.compare.diff.stats import (
     CONFIDENCE,
     MAX_STEPS_TO_SETTLE,
     _left_out_note,
@@ -21,7 +21,7 @@ from gpuscope.analyses.diff.stats import (
     steps_to_settle,
     typical_steps,
 )
-from gpuscope.analyses.diff.summary import STEP_TIME, RunSummary
+from gpuscope.compare.diff.summary import STEP_TIME, RunSummary
 
 # --- gate ---------------------------------------------------------------------------------------
 

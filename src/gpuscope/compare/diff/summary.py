@@ -1,6 +1,6 @@
 """Run summaries: a diagnosis reduced to per-step series, what a diff and the history compare.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Two run summaries compared: per-metric shifts, kernel changes, findings resolved and new, and
 how close each resolved finding's predicted saving came.
 
-Contract in :mod:`gpuscope.analyses.diff`.
+Contract in :mod:`gpuscope.compare.diff`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import msgspec
 import numpy as np
 
 from gpuscope.analyses.attribution import CAUSES
-from gpuscope.analyses.diff.stats import Comparison, _left_out_note, compare, typical_steps
-from gpuscope.analyses.diff.summary import (
+from gpuscope.compare.diff.stats import Comparison, _left_out_note, compare, typical_steps
+from gpuscope.compare.diff.summary import (
     COST,
     EXPOSED_COMMUNICATION,
     GPU_BUSY,

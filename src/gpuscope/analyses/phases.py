@@ -653,6 +653,8 @@ def steady_window(
         startup = intersection(before_idle, all_phases).total_ns
         enough = startup >= EXCLUDED_MIN_SPAN_SHARE * (hi - lo)
         if enough and startup >= EXCLUDED_STARTUP_SHARE * before_idle.total_ns:
+            # Teardown is weighed against the steady state that is left, not the whole span.
+            end = _teardown_start(phases, idle, all_phases, (begin, hi), last)
             excluded = [p for p in phases if p.start_ns < begin and p.end_ns > lo]
             excluded += [p for p in phases if p.end_ns > end and p.start_ns < hi]
             return SteadyWindow(begin, end, excluded)

@@ -67,7 +67,7 @@ from gpuscope.diagnosis.startup import (
     window_of,
 )
 from gpuscope.facts import GpuFacts, device_facts
-from gpuscope.model import DeviceInfo, Job, Trace
+from gpuscope.model import DeviceInfo, Job, Kind, Trace
 
 if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a job has them
     from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
@@ -235,7 +235,9 @@ def diagnose_timelines(
     )
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
-        found, judged = revise(found, judged, kinds, startup, span, options.whole)
+        # Runtime-level advice for programs with no framework operators (CUDA C, MPI, HIP).
+        framework = any(t.events.of_kind(Kind.CPU_OP, Kind.PYTHON).any() for t in traces)
+        found, judged = revise(found, judged, kinds, startup, span, options.whole, framework)
         found = ranked(found)  # what start-up adds saves nothing per step: it goes last
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
     charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None

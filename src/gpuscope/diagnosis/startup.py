@@ -20,7 +20,7 @@ from gpuscope.analyses.phases import KIND_WORDS, Phase, SteadyWindow, WarmupKind
 from gpuscope.analyses.timeline import device_work
 from gpuscope.causes import describe
 from gpuscope.diagnosis.findings import Finding, Verdict
-from gpuscope.diagnosis.fixes import advice
+from gpuscope.diagnosis.fixes import FixEvidence, advice
 from gpuscope.model import Trace
 
 #: A window whose idle time is at least this share start-up is all start-up.
@@ -63,6 +63,45 @@ _KIND_FIX = {
     WarmupKind.TEARDOWN: (
         "The capture runs on past the work into the process's exit (freeing memory, unloading "
         "modules): stop the profiler when the loop ends."
+    ),
+}
+
+
+#: The same, in runtime terms, for programs with no framework operators (CUDA C, MPI, HIP).
+_KIND_FIX_RUNTIME = {
+    WarmupKind.CONTEXT_INIT: (
+        "The CUDA context is created by the first CUDA call: create it before the measured part "
+        "(`cudaFree(0)` or `cudaSetDevice` first) and start the capture after it."
+    ),
+    WarmupKind.MODULE_LOAD: (
+        "Kernels' modules load lazily on their first launch (CUDA 11.7+): launch each kernel "
+        "once before the measured part, or set `CUDA_MODULE_LOADING=EAGER`."
+    ),
+    WarmupKind.LIBRARY_INIT: (
+        "Library handles (cuBLAS, cuDNN, NCCL) are set up on first use: create them and run one "
+        "iteration before the measured part."
+    ),
+    WarmupKind.COMPILE: (
+        "Run-time compilation (NVRTC, JIT) happens on first use: compile ahead of time, or "
+        "before the measured part."
+    ),
+    WarmupKind.GRAPH_CAPTURE: (
+        "CUDA-graph capture launches no kernels: measure the graph's launches, not its capture."
+    ),
+    WarmupKind.FIRST_STEP: (
+        "The first iterations are much slower than the others: leave them out of the capture."
+    ),
+    WarmupKind.PROCESS_START: (
+        "The capture starts with the process, before any GPU work: capture the loop only "
+        "(`nsys --capture-range=cudaProfilerApi` with `cudaProfilerStart` there)."
+    ),
+    WarmupKind.EARLIER_WORK: (
+        "The first kernels waited in the queue behind work launched before the capture: that "
+        "wait is not idle time; start the capture earlier to see what ran."
+    ),
+    WarmupKind.TEARDOWN: (
+        "The capture runs on into the process's exit (freeing memory, unloading modules): stop "
+        "it when the loop ends (`cudaProfilerStop`)."
     ),
 }
 
@@ -152,11 +191,18 @@ def _seconds(ns: float) -> str:
     return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else f"{ns / 1e6:,.1f} ms"
 
 
-def _fix(kinds: list[WarmupKind]) -> str:
-    return " ".join([*(_KIND_FIX[k] for k in kinds[:3]), advice(WARMUP)])
+def _fix(kinds: list[WarmupKind], framework: bool = True) -> str:
+    """Each kind's fix and the cause's; in runtime terms when the program records no framework
+    operators (``framework`` False)."""
+    if framework:
+        return " ".join([*(_KIND_FIX[k] for k in kinds[:3]), advice(WARMUP)])
+    general = advice(WARMUP, FixEvidence(framework=False))
+    return " ".join([*(_KIND_FIX_RUNTIME[k] for k in kinds[:3]), general])
 
 
-def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Finding:
+def excluded_finding(
+    found: list[StartupEvidence], steady_span_ns: int, framework: bool = True
+) -> Finding:
     """The start-up left out of the window: first in the list, never priced (it is paid once)."""
     idle = sum(e.idle_ns for e in found)
     excluded = sum(e.excluded_ns * e.devices for e in found)
@@ -191,7 +237,7 @@ def excluded_finding(found: list[StartupEvidence], steady_span_ns: int) -> Findi
         cost_usd_per_day=None,
         locations=[LocationStat(k.location, k.lost_ns, 1) for k in stats if k.location],
         evidence=evidence,
-        fix=_fix([k.kind for k in stats]),
+        fix=_fix([k.kind for k in stats], framework),
     )
 
 
@@ -202,8 +248,10 @@ def revise(
     startup: list[StartupEvidence],
     steady_span_ns: int,
     whole: bool = False,
+    framework: bool = True,
 ) -> tuple[list[Finding], Verdict]:
-    """Start-up rules on the findings and the verdict (see the module docstring)."""
+    """Start-up rules on the findings and the verdict (see the module docstring); the fixes in
+    runtime terms when the program records no framework operators (``framework`` False)."""
     revised: list[Finding] = []
     for finding in found:
         f = finding
@@ -215,7 +263,7 @@ def revise(
                 cost_usd_per_gpu_hour=None,
                 cost_usd_per_day=None,
                 evidence=f.evidence + [f"{k.kind.value}: {k.lost_ns / 1e6:,.2f} ms" for k in kinds],
-                fix=_fix([k.kind for k in kinds]),
+                fix=_fix([k.kind for k in kinds], framework),
             )
         revised.append(f)
     summary = verdict.summary
@@ -229,7 +277,7 @@ def revise(
         if teardown > 0:
             edges += (" and " if edges else "") + f"the last {_seconds(teardown)} teardown"
         summary = f"{edges} ({_words(kinds)}): left out; steady state: {summary}"
-        revised.insert(0, excluded_finding(startup, steady_span_ns))
+        revised.insert(0, excluded_finding(startup, steady_span_ns, framework))
     elif whole and warm_ns:
         words = _words(sorted(kinds_in_window, key=lambda k: -k.lost_ns))
         summary = (

@@ -2,7 +2,7 @@
 else is in pyproject.toml.
 
 Both extensions are optional: where they cannot be compiled, gpuscope installs without them; its
-Kineto reader falls back to decoding with msgspec in Python (same results, about 2x slower), and
+Kineto reader falls back to decoding with msgspec in Python (same results, about three times slower), and
 the replay to its numpy fixpoint (same results where it settles; slow on long zig-zags).
 """
 

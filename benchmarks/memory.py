@@ -6,10 +6,11 @@ Usage::
     python benchmarks/memory.py --size 8G --keep     # keep the trace for another run
     python benchmarks/memory.py --trace big.json.gz  # measure an existing trace
 
-The trace is a generated training loop (``gpuscope.generator``) whose steps are repeated, each
-copy shifted in time and in its ids (correlation, External id, Python id, flow id, step number),
-until the decompressed text reaches ``--size``; it is written gzip (level 1), streaming, so this
-script never holds more than one copy of the base steps. ``--size`` counts decompressed bytes.
+The trace is a generated training loop (``gpuscope.testing.generator``) whose steps are
+repeated, each copy shifted in time and in its ids (correlation, External id, Python id, flow id,
+step number), until the decompressed text reaches ``--size``; it is written gzip (level 1),
+streaming, so this script never holds more than one copy of the base steps. ``--size`` counts
+decompressed bytes.
 
 The measurement runs ``gpuscope diagnose TRACE --json OUT`` in a child process and reads its peak
 resident set from ``wait4`` (``ru_maxrss``): the file's text is never all in memory when that peak
@@ -88,7 +89,7 @@ class _Template:
 def build(path: Path, size: int, steps: int = 20) -> dict[str, Any]:
     """Write a gzip Kineto trace of about ``size`` decompressed bytes to ``path``."""
     sys.path.insert(0, str(ROOT / "src"))
-    from gpuscope.generator import GeneratorConfig, generate
+    from gpuscope.testing.generator import GeneratorConfig, generate
 
     document = generate(GeneratorConfig(seed=7, steps=steps)).document
     events = document["traceEvents"]

@@ -16,9 +16,10 @@ from gpuscope import diagnose
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.counter_series import Metric, counter_bound, family_counters, metric_of
 from gpuscope.analyses.timeline import device_work
+from gpuscope.compare.scaling import SweepOptions, sweep
 from gpuscope.readers import load
 from gpuscope.readers.kineto import read as read_kineto
-from gpuscope.testing.counters import CASES, CounterCase, counter_trace, write_counter_case
+from gpuscope.testing.counters import CASES, CounterCase, Family, counter_trace, write_counter_case
 from gpuscope.testing.pftrace import write_pftrace
 
 
@@ -160,3 +161,41 @@ def test_pftrace_counters_decide_as_the_json_does(tmp_path: Path) -> None:
     result = diagnose(load(pftrace))
     measured = {f.name: f.bound for f in result.devices[0].counters.families}  # type: ignore[union-attr]
     assert measured == {f.name: f.bound for f in CASES[0].families}
+
+
+def _sweep_runs(tmp_path: Path, bound: str, dur_ns: int, gap_ns: int) -> list[Any]:
+    runs = []
+    for batch in (1, 2, 4):
+        family = Family("fmha_decode_paged_attention_kernel", bound, dur_ns * batch)
+        case = CounterCase(f"{bound}_bs{batch}", [family], steps=8, gap_ns=gap_ns * batch)
+        runs.append(load(write_counter_case(case, tmp_path)))
+    return runs
+
+
+def test_sweep_says_the_plateau_is_dram_saturated_where_counters_show_it(tmp_path: Path) -> None:
+    report = sweep(_sweep_runs(tmp_path, "memory", 100_000, 6_000), SweepOptions((1, 2, 4)))
+    assert report.knee_batch == 1
+    assert all(p.dram_pct == pytest.approx(93, abs=3) for p in report.points)
+    (finding,) = report.findings
+    assert finding.title == "past batch 1 a larger batch buys latency, not throughput"
+    assert "at batch 1 DRAM is saturated: DRAM at 9" in " ".join(finding.evidence)
+
+
+def test_sweep_says_the_plateau_is_the_hosts_when_dram_is_not_saturated(tmp_path: Path) -> None:
+    report = sweep(_sweep_runs(tmp_path, "latency", 20_000, 200_000), SweepOptions((1, 2, 4)))
+    assert report.knee_batch == 1
+    (finding,) = report.findings
+    assert finding.title == "past batch 1 throughput stops growing, and DRAM is not why"
+    assert finding.evidence[0].startswith("at batch 1 the run is launch- or host-limited: DRAM at")
+
+
+def test_sweep_without_counters_says_nothing_about_dram(tmp_path: Path) -> None:
+    runs = []
+    for batch in (1, 2):
+        doc = counter_trace(CounterCase(f"bs{batch}", CASES[0].families[:1], steps=4))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "C"]
+        path = tmp_path / f"bs{batch}.json"
+        path.write_text(json.dumps(doc))
+        runs.append(load(path))
+    report = sweep(runs, SweepOptions((1, 2)))
+    assert [p.dram_pct for p in report.points] == [None, None]

@@ -10,7 +10,6 @@ from gpuscope.analyses.intervals import (
     Intervals,
     covered_ns,
     difference,
-    either,
     gaps,
     intersection,
     last_containing,
@@ -35,12 +34,11 @@ def test_union_merges_overlapping_and_touching_and_drops_empty() -> None:
     assert got.total_ns == 5 + 25 + 10
 
 
-def test_intersection_difference_either() -> None:
+def test_intersection_and_difference() -> None:
     a = iv((0, 10), (20, 30))
     b = iv((5, 25))
     assert pairs(intersection(a, b)) == [(5, 10), (20, 25)]
     assert pairs(difference(a, b)) == [(0, 5), (25, 30)]
-    assert pairs(either(a, b)) == [(0, 30)]
     assert pairs(difference(a, Intervals.empty())) == pairs(a)
     assert len(intersection(a, Intervals.empty())) == 0
 
@@ -83,7 +81,6 @@ def test_set_operations_match_brute_force(
     assert a.total_ns == int(ma.sum())
     assert intersection(a, b).total_ns == int((ma & mb).sum())
     assert difference(a, b).total_ns == int((ma & ~mb).sum())
-    assert either(a, b).total_ns == int((ma | mb).sum())
     assert gaps(a, 0, 80).total_ns == int((~ma).sum())
     for result in (a, intersection(a, b), difference(a, b)):
         starts, ends = result.start_ns, result.end_ns

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope._arrays",
             "gpuscope._files",
             "gpuscope._install",
+            "gpuscope._native",
             "gpuscope._sniff",
             "gpuscope.causes",
             "gpuscope.classify",
@@ -31,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope.names",
             "gpuscope.runtime_apis",
             "gpuscope.sanitise",
+            "gpuscope.units",
             "gpuscope.readers._io",  # opening files within the memory budget: every reader of one
             "gpuscope.data",  # the tables, as package data
             "gpuscope.examples",
@@ -52,7 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope.watch",
         ),
     ),
-    ("testing", ("gpuscope.testing", "gpuscope.generator", "gpuscope.groundtruth")),
+    ("testing", ("gpuscope.testing",)),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 #: Layers that know no input format: they never import a reader (the model is their input).
@@ -143,3 +145,10 @@ def test_the_check_sees_a_violation() -> None:
     assert RANK["diagnosis"] > RANK["analyses"]
     source = ROOT / "analyses" / "timeline.py"
     assert "gpuscope.model" in imports(source)
+
+
+def test_the_loader_does_not_import_the_read_ahead() -> None:
+    """The read-ahead (``readers/_early``) runs the loader; the loader takes what it began through
+    ``readers/_prefetch`` alone, so the two never import each other."""
+    assert "gpuscope.readers._early" not in imports(ROOT / "readers" / "_load.py")
+    assert "gpuscope.readers._prefetch" in imports(ROOT / "readers" / "_load.py")

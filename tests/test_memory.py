@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.errors import InputError
-from gpuscope.generator import GeneratorConfig, generate
 from gpuscope.model import _COLUMNS, Trace, narrow
 from gpuscope.readers import _io, _scan, kineto
+from gpuscope.testing.generator import GeneratorConfig, generate
 from test_hostile import cli, one_error_line
 
 needs_scanner = pytest.mark.skipif(not _scan.scanner_built(), reason="the C scanner is not built")

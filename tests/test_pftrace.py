@@ -4,6 +4,7 @@ PyTorch's layouts (the same diagnosis as the JSON, for everything both carry), a
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,7 @@ def test_a_small_document_reads_with_exact_values(tmp_path: Path, layout: str) -
     assert [int(ev.start_ns[r]) - origin for r in launches] == [2_000, 6_000, 10_000]
     assert [s.number for s in trace.steps] == [3]
     assert trace.metadata["not_carried"] == list(NOT_CARRIED)
+    assert any("a .pftrace carries no copy direction" in w for w in trace.warnings)
     if layout == "cuspy":
         assert trace.metadata["base_time_ns"] == BASE_NS
         assert ev.grid_blocks[kernels].tolist() == [8, 1]
@@ -250,3 +252,41 @@ def test_a_file_cut_mid_write_reads_its_whole_packets_with_a_warning(tmp_path: P
     (trace,) = load(cut).traces
     assert any("ends mid-write" in w for w in trace.warnings)
     assert int(trace.events.of_kind(Kind.KERNEL).sum()) == 2
+
+
+def test_names_that_are_not_utf8_read_with_replacement_characters(tmp_path: Path) -> None:
+    data = bytearray(to_pftrace(_doc(), "monitor"))
+    data[data.index(b"gemm_a")] = 0xFF  # protobuf hands such a string over as bytes
+    path = tmp_path / "latin.pftrace"
+    path.write_bytes(bytes(data))
+    (trace,) = load(path).traces
+    assert "\ufffdemm_a" in trace.names
+
+
+@pytest.mark.parametrize("layout", ["cuspy", "monitor"])
+def test_damaged_files_read_or_fail_in_one_line(tmp_path: Path, layout: str) -> None:
+    """Bytes cut, flipped, inserted or dropped anywhere: a trace or an InputError, never
+    another exception (a traceback)."""
+    import random
+
+    from gpuscope.errors import InputError
+
+    rng = random.Random(layout)
+    base = to_pftrace(_doc(), layout)
+    base = gzip.decompress(base) if layout == "cuspy" else base
+    path = tmp_path / "damaged.pftrace"
+    for _ in range(150):
+        data = bytearray(base)
+        at = rng.randrange(len(data))
+        match rng.randrange(4):
+            case 0:
+                data = data[:at]
+            case 1:
+                data[at] = rng.randrange(256)
+            case 2:
+                data[at:at] = rng.randbytes(rng.randrange(1, 12))
+            case _:
+                del data[at : at + rng.randrange(1, 24)]
+        path.write_bytes(bytes(data) or b"\x00")
+        with contextlib.suppress(InputError):
+            load(path)

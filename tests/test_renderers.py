@@ -16,7 +16,6 @@ import msgspec
 from gpuscope import Diagnosis, diagnose, load
 from gpuscope.compare import diff
 from gpuscope.fleet import FleetTable, diagnose_input, summarize
-from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, TinyKernels, generate
 from gpuscope.render.base import (
     COMPARISON_RENDERERS,
     DIAGNOSIS_RENDERERS,
@@ -24,6 +23,13 @@ from gpuscope.render.base import (
     AnnotatedTrace,
     Comparison,
     RenderOptions,
+)
+from gpuscope.testing.generator import (
+    GeneratorConfig,
+    HostSync,
+    SlowDataLoader,
+    TinyKernels,
+    generate,
 )
 
 RENDER = Path(__file__).resolve().parents[1] / "src" / "gpuscope" / "render"
@@ -54,6 +60,8 @@ def test_every_renderer_presents_the_same_diagnoses(tmp_path: Path) -> None:
         assert document["verdict"]["bound"] == d.verdict.bound
         assert document["findings"][0]["cause"] == top.cause
         assert f"data-cause='{top.cause}'" in str(outputs["html"])
+        assert f"`{top.cause}`" in str(outputs["markdown"])
+        assert json.loads(outputs["agent"])["findings"][0]["cause"] == top.cause
         annotated = AnnotatedTrace(path.read_bytes(), str(path)).render(d, options)
         events = json.loads(annotated)["traceEvents"]
         assert any(e.get("cat") == "gpuscope" and top.cause in e.get("name", "") for e in events)
@@ -164,3 +172,39 @@ def _strip_ansi(text: str) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_the_output_suffix_or_format_picks_the_renderer(tmp_path: Path) -> None:
+    """As pyinstrument does: ``-o x.html | x.json | x.md | x.txt`` writes that format, through
+    the one registry; ``--format`` names one for stdout; a suffix that names none is exit 2."""
+    from click.testing import CliRunner
+
+    from gpuscope.cli import main
+
+    path, d = _traces(tmp_path)[0]
+    runner = CliRunner()
+    for suffix, check in (
+        (".json", lambda b: json.loads(b)["findings"][0]["cause"] == d.findings[0].cause),
+        (".html", lambda b: b.lstrip().lower().startswith(b"<!doctype html")),
+        (".md", lambda b: b.startswith(b"# gpuscope: ") and b"**Fix:**" in b),
+        (".txt", lambda b: d.findings[0].cause.encode() in b and b"\x1b[" not in b),
+    ):
+        out = tmp_path / f"out{suffix}"
+        result = runner.invoke(main, ["diagnose", str(path), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert check(out.read_bytes()), suffix
+    same = runner.invoke(main, ["diagnose", str(path), "--json", "-"])
+    assert (tmp_path / "out.json").read_bytes() == same.stdout_bytes
+    shown = runner.invoke(main, ["diagnose", str(path), "--format", "markdown"])
+    assert shown.exit_code == 0 and shown.stdout.startswith("# gpuscope: ")
+    bad = runner.invoke(main, ["diagnose", str(path), "-o", str(tmp_path / "out.xyz")])
+    assert bad.exit_code == 2 and "--format" in bad.output and "Traceback" not in bad.output
+    assert not (tmp_path / "out.xyz").exists()
+
+
+def test_markdown_keeps_trace_text_literal() -> None:
+    from gpuscope.render.markdown import text
+
+    assert text("a|b <script>x</script> *bold* `code`") == (
+        "a\\|b &lt;script&gt;x&lt;/script&gt; \\*bold\\* \\`code\\`"
+    )

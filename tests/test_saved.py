@@ -22,8 +22,8 @@ from corpus import corpus
 from gpuscope import Diagnosis, diagnose, load
 from gpuscope.cli import main
 from gpuscope.diagnosis import saved
-from gpuscope.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
 from gpuscope.render import json as json_renderer
+from gpuscope.testing.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
 
 INPUTS = [
     "kineto/hta/trace_diff/test/test.json.gz",

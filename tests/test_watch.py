@@ -157,22 +157,33 @@ def test_prometheus_text() -> None:
     lines = text.splitlines()
     assert "# TYPE gpuscope_gpu_utilization_percent gauge" in lines
     h100 = 'gpu="0",name="NVIDIA H100 80GB HBM3"'
-    assert f"gpuscope_gpu_utilization_percent{{{h100}}} 0" in lines
-    assert f"gpuscope_gpu_idle_held{{{h100}}} 1" in lines
-    assert f"gpuscope_gpu_idle_seconds{{{h100}}} 61" in lines
-    assert f"gpuscope_gpu_memory_total_bytes{{{h100}}} {80 * 2**30}" in lines
-    assert 'gpuscope_gpu_processes{gpu="1",name="odd \\"name\\"\\n"} 0' in lines
+    value = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line[0] != "#"
+    }
+    assert value[f"gpuscope_gpu_utilization_percent{{{h100}}}"] == 0
+    assert value[f"gpuscope_gpu_idle_held{{{h100}}}"] == 1
+    assert value[f"gpuscope_gpu_idle_seconds{{{h100}}}"] == 61
+    assert value[f"gpuscope_gpu_memory_total_bytes{{{h100}}}"] == 80 * 2**30
+    # Label values escaped by the official client.
+    assert value['gpuscope_gpu_processes{gpu="1",name="odd \\"name\\"\\n"}'] == 0
     assert not [x for x in lines if x.startswith("gpuscope_gpu_sm_active_percent")]  # n/a
 
 
-def test_metrics_server_serves_the_latest_text_on_loopback() -> None:
+def test_metrics_server_serves_the_latest_samples_on_loopback() -> None:
     server = watch.MetricsServer(0)
+    samples = watch.Sampler(_fleet()).sample()
     try:
         assert server.httpd.server_address[0] == "127.0.0.1"
-        server.publish("gpuscope_gpu_processes 1\n")
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+        server.publish(samples, [])
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
             assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-            assert r.read() == b"gpuscope_gpu_processes 1\n"
+            assert r.read().decode() == watch.prometheus_text(samples, [])
+        # OpenMetrics to a scraper that asks for it (Prometheus does), ending in "# EOF".
+        asks = urllib.request.Request(url, headers={"Accept": "application/openmetrics-text"})
+        with urllib.request.urlopen(asks, timeout=5) as r:
+            assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+            assert r.read().rstrip().endswith(b"# EOF")
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=5)
     finally:

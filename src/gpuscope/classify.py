@@ -82,12 +82,6 @@ def _lowered(source: str) -> str | None:
 
 
 @cache
-def communication_pattern() -> re.Pattern[str]:
-    """One compiled alternation of every pattern in the data file."""
-    return _communication().pattern
-
-
-@cache
 def _communication() -> NamePattern:
     text = (DATA / "communication_kernels.txt").read_text("utf-8")
     lines = [line.strip() for line in text.splitlines()]

@@ -47,6 +47,8 @@ import msgspec
 
 from gpuscope import causes
 from gpuscope._files import write_output
+from gpuscope.diagnosis import money
+from gpuscope.diagnosis.money import NS_PER_HOUR
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
 SCHEMA = "gpuscope/fleet-2"
 #: Earlier tables this version reads (their lost time renamed, no saving).
 OLD_SCHEMAS = ("gpuscope/fleet-1",)
-NS_PER_HOUR = 3_600 * 10**9
 #: Epoch times before 2001 are trace-relative clocks, not dates.
 _MIN_EPOCH_NS = 10**18
 
@@ -606,7 +607,7 @@ def _group(
 
 
 def _usd(f: FindingRow, gpu_hour_usd: float | None) -> float | None:
-    return None if gpu_hour_usd is None else f.lost_ns / NS_PER_HOUR * gpu_hour_usd
+    return money.of_time(f.lost_ns, gpu_hour_usd)
 
 
 def _sum_or_none(values: Iterable[float | None]) -> float | None:

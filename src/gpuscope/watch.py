@@ -12,9 +12,11 @@ Contract:
   GPU has none.
 * :class:`IdleTracker` flags a GPU whose utilisation stays at or below a threshold for at least
   ``idle_after_s`` while some process holds it (:class:`IdleAlert`).
-* :func:`prometheus_text` writes samples and alerts in the Prometheus text format (0.0.4);
-  :class:`MetricsServer` serves the latest text at ``/metrics`` with the standard library's HTTP
-  server, on 127.0.0.1 unless told otherwise.
+* :func:`metrics_registry` holds samples and alerts as gauges of the official client,
+  ``prometheus_client`` (the ``nvml`` extra): it writes the exposition formats, label escaping
+  included; :func:`prometheus_text` is their Prometheus text. :class:`MetricsServer` serves the
+  latest at ``/metrics`` (Prometheus text, or OpenMetrics to a scraper that asks for it) with the
+  standard library's HTTP server, on 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import importlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -211,22 +213,47 @@ _GAUGES = (
 )
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Latest:
+    """The collector of :func:`metrics_registry`: the gauges of the latest samples and alerts."""
+
+    def __init__(self) -> None:
+        self.samples: Sequence[GpuSample] = ()
+        self.alerts: Sequence[IdleAlert] = ()
+        self.lock = threading.Lock()
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415 - the nvml extra
+
+        with self.lock:
+            samples, alerts = list(self.samples), list(self.alerts)
+        flagged = {a.index: a for a in alerts}
+        for name, help_ in _GAUGES:
+            family = GaugeMetricFamily(name, help_, labels=["gpu", "name"])
+            for s in samples:
+                value = _gauge(name, s, flagged.get(s.index))
+                if value is not None:  # a figure that is n/a has no sample
+                    family.add_metric([str(s.index), s.name], value)
+            yield family
+
+
+def metrics_registry() -> tuple[Any, _Latest]:
+    """A registry of the official Prometheus client (``prometheus_client``) that reports the
+    samples and alerts last set on the returned collector."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - the nvml extra
+
+    latest = _Latest()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(latest)
+    return registry, latest
 
 
 def prometheus_text(samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> str:
-    """Samples and alerts as Prometheus text; a figure that is n/a has no line."""
-    flagged = {a.index: a for a in alerts}
-    lines: list[str] = []
-    for name, help_ in _GAUGES:
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
-        for s in samples:
-            value = _gauge(name, s, flagged.get(s.index))
-            if value is not None:
-                labels = f'gpu="{s.index}",name="{_label(s.name)}"'
-                lines.append(f"{name}{{{labels}}} {_number(value)}")
-    return "\n".join(lines) + "\n"
+    """Samples and alerts as Prometheus text (the official client's); n/a figures have no line."""
+    from prometheus_client import generate_latest  # noqa: PLC0415 - the nvml extra
+
+    registry, latest = metrics_registry()
+    latest.samples, latest.alerts = samples, alerts
+    return generate_latest(registry).decode()
 
 
 def _gauge(name: str, s: GpuSample, alert: IdleAlert | None) -> float | None:
@@ -240,11 +267,6 @@ def _gauge(name: str, s: GpuSample, alert: IdleAlert | None) -> float | None:
         "gpuscope_gpu_idle_seconds": alert.idle_s if alert else 0.0,
     }
     return values[name]
-
-
-def _number(value: float) -> str:
-    """Integral values exactly (byte counts exceed %g's precision), others as repr."""
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _float(value: int | None) -> float | None:
@@ -275,13 +297,15 @@ def listen_address(bind: str, port: int) -> tuple[socket.AddressFamily, tuple[An
 
 
 class MetricsServer:
-    """``/metrics`` over HTTP, serving whatever text :meth:`publish` last set."""
+    """``/metrics`` over HTTP: the samples and alerts :meth:`publish` last set, in the exposition
+    format the scraper asks for (its ``Accept`` header: OpenMetrics, else Prometheus text)."""
 
     def __init__(self, port: int, bind: str = "127.0.0.1") -> None:
+        from prometheus_client.exposition import choose_encoder  # noqa: PLC0415 - nvml extra
+
         family, address = listen_address(bind, port)
-        self._text = b""
-        self._lock = threading.Lock()
-        server = self
+        self.registry, self._latest = metrics_registry()
+        registry = self.registry
 
         class Handler(BaseHTTPRequestHandler):
             timeout = CONNECTION_TIMEOUT_S
@@ -290,9 +314,10 @@ class MetricsServer:
                 if self.path.split("?", 1)[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return
-                body = server.text()
+                encode, content_type = choose_encoder(self.headers.get("Accept") or "")
+                body = encode(registry)
                 self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -317,13 +342,9 @@ class MetricsServer:
     def port(self) -> int:
         return int(self.httpd.server_address[1])
 
-    def publish(self, text: str) -> None:
-        with self._lock:
-            self._text = text.encode()
-
-    def text(self) -> bytes:
-        with self._lock:
-            return self._text
+    def publish(self, samples: Sequence[GpuSample], alerts: Sequence[IdleAlert]) -> None:
+        with self._latest.lock:
+            self._latest.samples, self._latest.alerts = list(samples), list(alerts)
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -160,6 +160,18 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_replay", NULL, -1, methods};
+/* Raised whenever what the solver takes or returns changes: the Python side does not use a build
+ * of older source (gpuscope.analyses.whatif.schedule.REPLAY_VERSION). */
+#define REPLAY_VERSION 2
 
-PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_replay", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__replay(void) {
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) return NULL;
+    if (PyModule_AddIntConstant(module, "VERSION", REPLAY_VERSION) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,5 +1,7 @@
 from typing import Any
 
+VERSION: int
+
 def solve(
     prev: Any,
     gap: Any,

@@ -181,13 +181,6 @@ def kernel_kind_of_name(name: str) -> KernelKind:
     return KernelKind.OTHER
 
 
-def kernel_kind_of_names(names: list[str], comm: NDArray[np.bool_]) -> NDArray[np.uint8]:
-    kinds = np.full(len(names), KernelKind.OTHER, dtype=np.uint8)
-    for i, name in enumerate(names):
-        kinds[i] = KernelKind.COMMUNICATION if comm[i] else kernel_kind_of_name(name)
-    return kinds
-
-
 def kernel_bounds(work: DeviceWork, facts: GpuFacts | None) -> KernelBounds:
     trace = work.trace
     ev = trace.events

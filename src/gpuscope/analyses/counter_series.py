@@ -253,3 +253,28 @@ def _source(series: list[CounterSeries]) -> str:
 def device_series(series: list[CounterSeries], device: int) -> list[CounterSeries]:
     """The series of one device that are counters this reads."""
     return [s for s in series if s.device == device and metric_of(s.name) is not None]
+
+
+#: The DRAM counters, read + write or the total, as :func:`counter_bound` reads them.
+_DRAM = (Metric.DRAM, Metric.DRAM_READ, Metric.DRAM_WRITE)
+
+
+def dram_pct_while_busy(work: DeviceWork, series: list[CounterSeries]) -> float | None:
+    """The DRAM throughput (% of peak, read + write or the total) averaged over the time the
+    device is busy, as the counters measured it; None without DRAM counters covering half of it."""
+    busy = work.busy
+    if len(busy) == 0:
+        return None
+    measured: dict[Metric, float] = {}
+    total = float(busy.total_ns)
+    for s in series:
+        metric = metric_of(s.name)
+        if metric not in _DRAM or metric in measured:
+            continue
+        integral, covered = _coverage(s, busy.start_ns, busy.end_ns)
+        if covered.sum() >= MIN_COVERAGE * total:
+            measured[metric] = float(integral.sum() / covered.sum())
+    if not measured:
+        return None
+    both = min(measured.get(Metric.DRAM_READ, 0.0) + measured.get(Metric.DRAM_WRITE, 0.0), 100.0)
+    return max(measured.get(Metric.DRAM, 0.0), both)

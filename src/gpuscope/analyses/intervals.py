@@ -133,11 +133,6 @@ def _overlaps(a: Intervals, b: Intervals) -> Intervals:
     return Intervals(starts.astype(np.int64), ends.astype(np.int64))
 
 
-def either(a: Intervals, b: Intervals) -> Intervals:
-    """Time covered by ``a`` or ``b``."""
-    return union(np.concatenate([a.start_ns, b.start_ns]), np.concatenate([a.end_ns, b.end_ns]))
-
-
 def gaps(busy: Intervals, lo_ns: int, hi_ns: int) -> Intervals:
     """The complement of ``busy`` within ``[lo_ns, hi_ns)``."""
     inner = clip(busy, lo_ns, hi_ns)

@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.facts import GpuFacts
-from gpuscope.model import GpuSamples, SampleSet
+from gpuscope.model import GpuSamples
 
 #: What each recording measured, as the JSON's ``measured_from`` says it.
 MEASURED_FROM = {
@@ -262,19 +262,6 @@ def held_idle(
     if np.isnan(held).any() or held.min() < options.held_memory_bytes:
         return None
     return HeldIdle(last.start_ns, last.end_ns, int(held.min()), float(np.nanmean(activity[tail])))
-
-
-def sample_set_utilisation(
-    sample_set: SampleSet,
-    facts_of: dict[int, GpuFacts | None] | None = None,
-    options: SampleOptions | None = None,
-) -> list[GpuUtilisation]:
-    facts_of = facts_of or {}
-    return [
-        gpu_utilisation(g, sample_set.source, sample_set.format, facts_of.get(g.gpu), options)
-        for g in sample_set.gpus
-        if g.time_ns.size
-    ]
 
 
 def _optional(values: NDArray[np.float64] | None) -> Distribution | None:

@@ -10,24 +10,22 @@ times: the verdict, then a finding, then a report.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.errors import InputError
+from gpuscope.render import agent
 
 if TYPE_CHECKING:
-    from gpuscope.analyses.operators import DeviceViews
     from gpuscope.diagnosis import Diagnosis
-    from gpuscope.diagnosis.findings import Finding
 
 #: Diagnoses kept by a session (a trace of a few hundred MB holds ~100 MB of columns).
 KEPT = 4
-#: Locations and view rows in the compact answer; ``explain`` gives them all.
-COMPACT_LOCATIONS = 3
-COMPACT_ROWS = 8
+#: Locations and view rows in the compact answer (:mod:`gpuscope.render.agent`).
+COMPACT_LOCATIONS = agent.COMPACT_LOCATIONS
+COMPACT_ROWS = agent.COMPACT_ROWS
 #: Files listed at most by ``list_traces``.
 LISTED = 500
 #: Entries ``list_traces`` examines at most, and the seconds it walks at most.
@@ -63,50 +61,19 @@ class Session:
 
     def diagnose(self, path: str, gpu_hour_usd: float | None = None) -> dict[str, Any]:
         """The verdict, the findings with their top locations, and where the GPU time goes."""
-        d = self.diagnosis(path, gpu_hour_usd)
-        v = d.verdict
-        views = _busiest_views(d)
-        return {
-            "source": d.source,
-            "verdict": {
-                "bound": v.bound,
-                "summary": v.summary,
-                "idle_pct": _round(v.idle_pct, 1),
-                "wasted_usd_per_gpu_hour": _round(v.wasted_usd_per_gpu_hour, 2),
-                "gpu_hour_usd": v.gpu_hour_usd,
-            },
-            "findings": [_compact(i, f, views) for i, f in enumerate(d.findings, 1)],
-            "devices": [
-                {
-                    "rank": r.rank,
-                    "device": r.device,
-                    "name": r.info.name,
-                    "busy_pct": _round(r.temporal.pct(r.temporal.busy_ns), 1),
-                }
-                for r in d.devices[:COMPACT_ROWS]
-            ],
-            "modules": [] if views is None else _top_modules(views),
-            "operators": [] if views is None else _top_operators(views),
-            "warnings": d.warnings[:COMPACT_ROWS],
-            "next": "explain_finding(path, n) gives finding n in full; render_report writes "
-            "the HTML report with the whole module tree",
-        }
+        from gpuscope.render.agent import answer
+
+        return answer(self.diagnosis(path, gpu_hour_usd))
 
     def explain(self, path: str, finding: int, gpu_hour_usd: float | None = None) -> dict[str, Any]:
         """One finding in full: evidence, every location (with its module row), the fix."""
-        from gpuscope.render.json import to_document
+        from gpuscope.render.agent import explanation
 
         d = self.diagnosis(path, gpu_hour_usd)
         if not 1 <= finding <= len(d.findings):
             have = f"findings 1 to {len(d.findings)}" if d.findings else "no findings"
             raise InputError(path, f"has {have}; there is no finding {finding}")
-        full = to_document(d)["findings"][finding - 1]
-        views = _busiest_views(d)
-        if views is not None:
-            for loc in full["locations"]:
-                row = views.location_rows.get(loc["location"])
-                loc["module"] = None if row is None else views.path(row)
-        return {"finding": finding, **full}
+        return explanation(d, finding)
 
     def diff(self, before: str, after: str, gpu_hour_usd: float | None = None) -> dict[str, Any]:
         """What changed between two runs (files, folders or saved run ids)."""
@@ -212,78 +179,3 @@ def _format_of(path: Path, readers: Any, head_bytes: Any) -> str | None:
     except (InputError, OSError):
         return None
     return next((r.name for r in readers if r.sniff(head)), None)
-
-
-def _busiest_views(d: Diagnosis) -> DeviceViews | None:
-    shown = [r for r in d.devices if r.views is not None and r.views.busy_ns > 0]
-    if not shown:
-        return None
-    return max(shown, key=lambda r: r.temporal.busy_ns).views
-
-
-def _compact(i: int, f: Finding, views: DeviceViews | None) -> dict[str, Any]:
-    where = []
-    for loc in f.locations[:COMPACT_LOCATIONS]:
-        entry: dict[str, Any] = {
-            "location": loc.location,
-            "lost_ms": _round(loc.lost_ns / 1e6, 2),
-            "gaps": loc.gaps,
-        }
-        row = None if views is None else views.location_rows.get(loc.location)
-        if views is not None and row is not None:
-            entry["module"] = views.path(row)
-        where.append(entry)
-    return {
-        "finding": i,
-        "cause": f.cause,
-        "pattern": f.pattern,
-        "title": f.title,
-        "share_pct": _round(f.share_pct, 1),
-        "lost_ms": _round(f.lost_ns / 1e6, 2),
-        "cost_usd_per_gpu_hour": _round(f.cost_usd_per_gpu_hour, 2),
-        "locations": where,
-    }
-
-
-def _top_modules(views: DeviceViews) -> list[dict[str, Any]]:
-    from gpuscope.render.views import top_module_rows
-
-    rows = views.module_types
-    result = []
-    for r in top_module_rows(views):
-        path = [r.name]
-        up = r.parent
-        while up >= 0:
-            path.append(rows[up].name)
-            up = rows[up].parent
-        result.append(
-            {
-                "module": "/".join(reversed(path)),
-                "calls": r.calls,
-                "gpu_ms": _round(r.total_ns / 1e6, 2),
-                "share_pct": _round(100.0 * r.total_ns / views.busy_ns, 1),
-                "self_ms": _round(r.self_ns / 1e6, 2),
-                "idle_caused_ms": _round(r.idle_ns / 1e6, 2),
-            }
-        )
-    return result
-
-
-def _top_operators(views: DeviceViews) -> list[dict[str, Any]]:
-    rows = sorted(views.operators, key=lambda r: (-r.self_ns, r.name))[:COMPACT_ROWS]
-    return [
-        {
-            "operator": r.name,
-            "launches": r.self_launches,
-            "self_ms": _round(r.self_ns / 1e6, 2),
-            "share_pct": _round(100.0 * r.self_ns / views.busy_ns, 1),
-            "total_ms": _round(r.total_ns / 1e6, 2),
-        }
-        for r in rows
-    ]
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    if value is None or math.isnan(value):  # not available
-        return None
-    return round(value, digits)

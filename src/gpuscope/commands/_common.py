@@ -159,6 +159,18 @@ def write_json(json_out: Path, document: bytes, *, inputs: tuple[Path, ...] = ()
     return False
 
 
+def write_rendered(output: Path | None, renderer: Renderer[S], subject: S) -> bool:
+    """Write what ``renderer`` makes of ``subject`` to ``output``, or to stdout for ``-`` (and
+    None). True when it went to stdout: it is then the command's only output."""
+    data = rendered(renderer, subject)
+    if output is None or str(output) == "-":
+        sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+        sys.stdout.flush()
+        return True
+    write_output(output, data if data.endswith(b"\n") else data + b"\n")
+    return False
+
+
 def show(renderer: Renderer[S], subject: S, *, all_devices: bool = False) -> None:
     """Print what a text renderer makes of ``subject`` on stdout: the one way a command shows a
     result. The options carry the terminal's width and colours (those of the console every

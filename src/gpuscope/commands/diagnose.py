@@ -17,7 +17,11 @@ from gpuscope.commands._common import (
     show,
     whole_option,
     write_json,
+    write_rendered,
 )
+from gpuscope.render.base import DIAGNOSIS_RENDERERS, format_of
+
+FORMATS = list(DIAGNOSIS_RENDERERS)
 
 
 @click.command()
@@ -27,6 +31,20 @@ from gpuscope.commands._common import (
     "json_out",
     type=click.Path(path_type=Path),
     help="Write the diagnosis as JSON ('-': stdout).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Write the diagnosis to this file in the format its suffix names (.json, .html, .md,"
+    " .txt) or --format names ('-': stdout).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(list(DIAGNOSIS_RENDERERS)),
+    help="The format of -o's file, or of stdout without -o (default: -o's suffix, else the"
+    " terminal's).",
 )
 @click.option(
     "--top",
@@ -53,6 +71,8 @@ from gpuscope.commands._common import (
 def diagnose(
     path: Path,
     json_out: Path | None,
+    output: Path | None,
+    output_format: str | None,
     top: int,
     all_devices: bool,
     gpu_hour_usd: float | None,
@@ -63,9 +83,15 @@ def diagnose(
     no_predict: bool,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
+    try:
+        chosen = format_of(None if output is None else str(output), output_format, FORMATS)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'-o' / '--output'") from None
     run_diagnose(
         path,
         json_out,
+        output=None if output is None and output_format is None else (output or Path("-")),
+        output_format=chosen,
         top=top,
         all_devices=all_devices,
         gpu_hour_usd=gpu_hour_usd,
@@ -95,6 +121,8 @@ def run_diagnose(
     path: Path,
     json_out: Path | None,
     *,
+    output: Path | None = None,
+    output_format: str = "terminal",
     top: int = 10,
     all_devices: bool = False,
     gpu_hour_usd: float | None = None,
@@ -113,6 +141,7 @@ def run_diagnose(
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.render import base
+    from gpuscope.sanitise import sanitised
 
     options = Options(
         top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
@@ -123,6 +152,10 @@ def run_diagnose(
     to_stdout = False
     if json_out is not None:
         to_stdout = write_json(json_out, rendered(base.Json(), result))
+    if output is not None and not (str(output) == "-" and output_format == "terminal"):
+        renderer = base.DIAGNOSIS_RENDERERS[output_format]()
+        text = output_format in ("terminal", "markdown")  # no escape sequences from the trace
+        to_stdout |= write_rendered(output, renderer, sanitised(result) if text else result)
     if not to_stdout:
         show(base.Terminal(), result, all_devices=all_devices)
     if save:

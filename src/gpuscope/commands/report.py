@@ -34,7 +34,7 @@ from gpuscope.commands._common import (
     type=click.Path(path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="The HTML file to write.",
+    help="The file to write: HTML, or the format its suffix names (.json, .md, .txt).",
 )
 @click.option(
     "--gpu-hour-usd", type=PRICE, help="Your price per GPU-hour (overrides the facts table)."
@@ -66,18 +66,26 @@ def report(
     first = next((p for p in paths if not is_saved_diagnosis(p)), None)
     prefetch = _early.begin(first, prefetched()) if first is not None else None
     from gpuscope.render import base
+    from gpuscope.sanitise import sanitised
 
     prefetches = [prefetch if p is first else None for p in paths]
     diagnoses = [
         diagnosis_of(p, gpu_hour_usd, whole, gpu_name, prefetch=f)
         for p, f in zip(paths, prefetches, strict=True)
     ]
+    # The output's suffix picks the renderer (.json, .md, .txt); any other name is HTML.
+    chosen = base.SUFFIX_FORMATS.get(output.suffix.lower(), "html")
     if len(diagnoses) == 1:
-        page = rendered(base.Html(), diagnoses[0])
+        text = chosen in ("terminal", "markdown")  # no escape sequences from the trace
+        d = sanitised(diagnoses[0]) if text else diagnoses[0]
+        page = rendered(base.DIAGNOSIS_RENDERERS[chosen](), d)
     else:
         from gpuscope.compare import diff
 
+        if chosen not in base.COMPARISON_RENDERERS:
+            raise click.UsageError(f"a comparison has no {chosen} format: write .html or .json")
         change = diff.diff(diff.summarize(diagnoses[0]), diff.summarize(diagnoses[1]))
-        page = rendered(base.DiffHtml(), base.Comparison(diagnoses[0], diagnoses[1], change))
+        renderer = base.COMPARISON_RENDERERS[chosen]()
+        page = rendered(renderer, base.Comparison(diagnoses[0], diagnoses[1], change))
     write_output(output, page)
     say(f"wrote {output} ({len(page) / 1e6:.1f} MB)")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number, say
+from gpuscope.commands._common import EXIT_BAD_INPUT, PERCENT, Number, missing_extra, say
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -65,6 +65,10 @@ def watch(
     )
 
     if port is not None:
+        try:
+            import prometheus_client  # noqa: F401 - /metrics is written by the official client
+        except ImportError:
+            missing_extra("gpuscope watch --port", "prometheus_client", "nvml")
         try:  # a bad address is said before NVML loads: it is the user's to fix either way
             listen_address(bind, port)
         except ServeError as error:
@@ -109,13 +113,12 @@ def _loop(
     from rich.live import Live
 
     from gpuscope.render import console
-    from gpuscope.watch import prometheus_text
 
     def tick() -> Table:
         samples = sampler.sample()
         alerts = tracker.update(samples)
         if server is not None:
-            server.publish(prometheus_text(samples, alerts))
+            server.publish(samples, alerts)
         return table(samples, alerts)
 
     if once:

@@ -50,8 +50,15 @@ import msgspec
 import numpy as np
 
 from gpuscope.analyses.bounds import Bound, kernel_bounds
+from gpuscope.analyses.counter_series import (
+    apply_counter_series,
+    device_series,
+    dram_pct_while_busy,
+)
+from gpuscope.analyses.counters import LATENCY_BOUND_PCT
 from gpuscope.analyses.intervals import Intervals, covered_ns, difference
 from gpuscope.analyses.timeline import DeviceWork, WorkClass, device_work, step_breakdown
+from gpuscope.diagnosis import money
 from gpuscope.errors import InputError
 from gpuscope.facts import GpuFacts, gpu_hour_price, match_device
 from gpuscope.model import Job, Kind, Trace
@@ -241,7 +248,7 @@ def scaling(jobs: list[Job], options: ScalingOptions | None = None) -> ScalingRe
                 efficiency_pct=100.0 * speedup / (run.gpus / base.gpus),
                 split=run.split,
                 loss=None if run is base else _growth(run.split, base.split, ratio),
-                usd_per_unit=None if price is None else price * run.gpus / 3600.0 / throughput,
+                usd_per_unit=money.per_unit(price, run.gpus, throughput),
             )
         )
     found = _scaling_findings(points, options.threshold_pct, units)
@@ -417,6 +424,8 @@ class SweepPoint(msgspec.Struct, frozen=True):
     busy_pct: float
     memory_bound_pct: float | None  # of busy time, at this batch
     memory_bytes: int | None
+    #: DRAM throughput while busy, % of peak, as hardware counters measured it (None: no counters)
+    dram_pct: float | None = None
 
 
 class SweepReport(msgspec.Struct, frozen=True):
@@ -456,6 +465,7 @@ def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
             busy_pct=100.0 * (1.0 - run.split.idle_ns / run.split.step_ns),
             memory_bound_pct=_memory_bound_pct(job),
             memory_bytes=_memory_bytes(job, memory_source),
+            dram_pct=_dram_pct(job),
         )
         for batch, job, run, throughput in rows
     ]
@@ -504,11 +514,52 @@ def _knee(points: list[SweepPoint], options: SweepOptions) -> tuple[int, str, li
     return knee.batch, f"the smallest batch within {tolerance:g}% of the best throughput", []
 
 
+def _plateau(knee: SweepPoint) -> str | None:
+    """Why throughput stops growing past the knee, from the counters measured there: DRAM
+    saturated (the kernels move bytes as fast as DRAM allows, so a larger batch only queues more
+    bytes), or not saturated while the GPU waits between kernels (launch- or host-limited: a
+    larger batch cannot help a GPU that is idle for the host), or neither (the kernels' own
+    latency or compute). None without counters."""
+    if knee.dram_pct is None:
+        return None
+    measured = f"DRAM at {knee.dram_pct:.0f}% of peak bandwidth while busy (hardware counters)"
+    if knee.dram_pct >= LATENCY_BOUND_PCT:
+        return f"at batch {knee.batch} DRAM is saturated: {measured}"
+    if knee.busy_pct < BUSY_PLATEAU_PCT:
+        return (
+            f"at batch {knee.batch} the run is launch- or host-limited: {measured}, the GPU busy"
+            f" only {knee.busy_pct:.0f}% of a step"
+        )
+    return (
+        f"at batch {knee.batch} neither DRAM nor the host limits it: {measured}, the GPU busy"
+        f" {knee.busy_pct:.0f}% of a step (the kernels' compute or latency)"
+    )
+
+
+#: Below this busy share of a step, a plateau is the host's: the GPU waits between kernels.
+BUSY_PLATEAU_PCT = 80.0
+
+
 def _sweep_findings(
     knee: SweepPoint, largest: SweepPoint, freed: int | None, memory_source: str
 ) -> list[RunFinding]:
+    plateau = _plateau(knee)
     if knee.memory_bound_pct is None or knee.memory_bound_pct < MEMORY_BOUND_PCT:
-        return []
+        if plateau is None or knee.batch == largest.batch:
+            return []
+        return [
+            RunFinding(
+                pattern="ghost_gpu",
+                cause="batch_knee",
+                title=f"past batch {knee.batch} throughput stops growing, and DRAM is not why",
+                evidence=[plateau],
+                fix=(
+                    f"Batch {knee.batch} is as fast as larger ones: cut the host's work per step"
+                    " (CUDA graphs, fewer and fused launches, a faster data path) before growing"
+                    " the batch."
+                ),
+            )
+        ]
     evidence = [
         f"at batch {knee.batch} the busy time is {knee.memory_bound_pct:.0f}% memory-bound:"
         " DRAM bandwidth, not compute, bounds a step",
@@ -517,6 +568,8 @@ def _sweep_findings(
         f" throughput for {(largest.step_ns - knee.step_ns) / 1e6:+,.2f} ms per step"
         f" ({knee.step_ns / 1e6:,.2f} -> {largest.step_ns / 1e6:,.2f} ms)",
     ]
+    if plateau is not None:
+        evidence.append(plateau)
     if freed is not None and knee.batch != largest.batch:
         evidence.append(
             f"batch {knee.batch} instead of {largest.batch} frees about {freed / 2**30:,.2f} GiB"
@@ -638,7 +691,8 @@ def _activation_bytes(trace: Trace) -> int | None:
 
 
 def _memory_bound_pct(job: Job) -> float | None:
-    """Memory-bound share of busy time, over the run's devices."""
+    """Memory-bound share of busy time, over the run's devices (measured by hardware counters
+    where they cover kernels, see ``analyses.counter_series``)."""
     memory, busy = 0, 0
     for trace in job.traces:
         for device in trace.device_ids:
@@ -646,6 +700,26 @@ def _memory_bound_pct(job: Job) -> float | None:
             info = trace.devices.get(device)
             facts = match_device(info.name, num_sms=info.num_sms) if info else None
             bounds = kernel_bounds(work, facts)
+            series = device_series(trace.counters, device) if trace.counters else []
+            measured = apply_counter_series(bounds, work, series) if series else None
+            if measured is not None:
+                bounds = measured.bounds
             memory += bounds.time_ns_by_bound[Bound.MEMORY]
             busy += work.busy.total_ns
     return 100.0 * memory / busy if busy else None
+
+
+def _dram_pct(job: Job) -> float | None:
+    """DRAM throughput while busy (% of peak) as counters measured it, busy-time weighted over
+    the run's devices; None when no device has DRAM counters."""
+    weighted, weights = 0.0, 0
+    for trace in job.traces:
+        if not trace.counters:
+            continue
+        for device in trace.device_ids:
+            work = device_work(trace, device)
+            pct = dram_pct_while_busy(work, device_series(trace.counters, device))
+            if pct is not None:
+                weighted += pct * work.busy.total_ns
+                weights += work.busy.total_ns
+    return weighted / weights if weights else None

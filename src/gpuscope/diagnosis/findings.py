@@ -34,6 +34,7 @@ from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import CAUSES, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
+from gpuscope.diagnosis import money
 from gpuscope.diagnosis.copies import (
     COPY_GROUPS,
     CopyStat,
@@ -249,13 +250,11 @@ def findings(
             some_graphs,
         )
         cost_hour = (
-            saving / total_span * gpu_hour_usd
-            if gpu_hour_usd is not None and saving is not None and total_span
+            money.per_gpu_hour(saving / total_span, gpu_hour_usd)
+            if saving is not None and total_span
             else None
         )
-        per_day = (
-            cost_hour * 24 * gpus if cost_hour is not None and steps >= MIN_STEPS_PER_DAY else None
-        )
+        per_day = money.per_day(cost_hour, gpus) if steps >= MIN_STEPS_PER_DAY else None
         result.append(
             Finding(
                 pattern=pattern,

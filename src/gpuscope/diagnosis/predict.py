@@ -48,6 +48,7 @@ from gpuscope.analyses.whatif import (
     Replayer,
     build_graph,
 )
+from gpuscope.diagnosis import money
 from gpuscope.diagnosis.findings import (
     NO_SAVING_PCT,
     Finding,
@@ -228,7 +229,7 @@ def _unpriced(f: Finding) -> Finding:
 
 def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus: int) -> Finding:
     share = _share(p)
-    hour = share * gpu_hour_usd if gpu_hour_usd is not None else None
+    hour = money.per_gpu_hour(share, gpu_hour_usd)
     if share == 0.0 and p.note is None:
         p = replace(p, note=D2H_WAITED_NOTE if f.cause == "d2h_copy" else NO_SAVING_NOTE)
     return replace(
@@ -237,9 +238,7 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
         predicted_saving_ns_per_step=p.saving_ns_per_step,
         cost_usd_per_gpu_hour=hour,
         # A per-day figure only where the finding had one: several steps, not one (findings.py).
-        cost_usd_per_day=(
-            hour * 24 * gpus if hour is not None and f.cost_usd_per_day is not None else None
-        ),
+        cost_usd_per_day=money.per_day(hour, gpus) if f.cost_usd_per_day is not None else None,
     )
 
 

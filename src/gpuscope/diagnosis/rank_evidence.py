@@ -7,6 +7,7 @@ import msgspec
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.ranks import RankAnalysis, StragglerStat
 from gpuscope.causes import describe
+from gpuscope.diagnosis import money
 from gpuscope.diagnosis.evidence import RawFinding
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
 from gpuscope.names import plural
@@ -110,7 +111,7 @@ def _exposure_evidence(
             f" {worst.exposed_ns / 1e6:,.2f} ms)"
         )
         if gpu_hour_usd is not None:
-            per_1000 = mean_exposed / 3.6e12 * gpu_hour_usd * gpus * 1000
+            per_1000 = (money.of_time(mean_exposed, gpu_hour_usd) or 0.0) * gpus * 1000
             text += f"; ${per_1000:,.2f} per 1,000 steps on {plural(gpus, 'GPU')}"
         notes.append(text)
     if analysis.exposed_wait_ns:

@@ -56,6 +56,7 @@ from gpuscope import causes
 from gpuscope.analyses.attribution import LocationStat
 from gpuscope.analyses.counters import CounterSummary, KernelLimit, Limiter
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
+from gpuscope.diagnosis import money
 from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.facts import gpu_hour_price, match_device
@@ -177,9 +178,10 @@ def _sample_finding(
             " that it was sampled while it ran, or release the GPU."
         )
     if cause == "held_idle" and price.gpu_hour_usd is not None:
-        hours = lost_ns / 3.6e12
+        hours = lost_ns / money.NS_PER_HOUR
         evidence.append(
-            f"{hours:,.2f} GPU-hours held idle: about ${hours * price.gpu_hour_usd:,.2f}"
+            f"{hours:,.2f} GPU-hours held idle:"
+            f" about ${money.of_time(lost_ns, price.gpu_hour_usd) or 0.0:,.2f}"
             f" at ${price.gpu_hour_usd:.2f}/GPU-hour"
         )
     found = _finding(
@@ -327,7 +329,7 @@ def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Pri
     if unused:
         text += f"; {len(unused)} of {n} GPUs never ran work"
     if held_ns:
-        text += f"; held idle after the work ended for {held_ns / 3.6e12:,.2f} GPU-hours"
+        text += f"; held idle after the work ended for {held_ns / money.NS_PER_HOUR:,.2f} GPU-hours"
     if found:
         # Named without figures of its own: every percentage of the headline is a verdict figure.
         top = found[0]
@@ -507,7 +509,7 @@ def _finding(
     measured_from: str,
 ) -> Finding:
     share = 100.0 * lost_ns / total_ns if total_ns else 0.0
-    hour = share / 100.0 * price.gpu_hour_usd if price.gpu_hour_usd is not None else None
+    hour = money.per_gpu_hour(share / 100.0, price.gpu_hour_usd)
     return Finding(
         pattern=pattern,
         cause=cause,
@@ -517,7 +519,7 @@ def _finding(
         share_pct=share,
         events=events,
         cost_usd_per_gpu_hour=hour,
-        cost_usd_per_day=hour * 24 * gpus if hour is not None else None,
+        cost_usd_per_day=money.per_day(hour, gpus),
         locations=locations,
         evidence=evidence,
         fix=_FIXES[cause],
@@ -534,16 +536,3 @@ def _wasted(found: list[Finding], price: Price) -> float | None:
     if price.gpu_hour_usd is None:
         return None
     return sum(f.share_pct for f in found) / 100.0 * price.gpu_hour_usd
-
-
-def _pct_text(value: float | None) -> str:
-    return "an unknown share" if value is None else f"{value:.0f}%"
-
-
-def _with_top(text: str, found: list[Finding], wasted: float | None, of_what: str) -> str:
-    if found:
-        top = found[0]
-        text += f"; the top finding: {top.title} ({top.share_pct:.0f}% {of_what})"
-    if wasted is not None:
-        text += f"; about ${wasted:.2f} per GPU-hour wasted"
-    return text

@@ -17,8 +17,8 @@ from gpuscope._files import note_input_path
 from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import BUSY_KINDS, Job, Kind, SampleSet, Trace
 from gpuscope.readers import _plausible, _scan
-from gpuscope.readers._early import Prefetch
 from gpuscope.readers._io import head_bytes, is_folder
+from gpuscope.readers._prefetch import Prefetch
 from gpuscope.readers._scan import Scan, looks_like_kineto
 
 

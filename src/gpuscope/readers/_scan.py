@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from zlib_ng import zlib_ng
 
+from gpuscope._native import current
 from gpuscope.errors import CorruptInputError, InputError
 from gpuscope.readers._io import (
     GZIP_MAGIC,
@@ -47,7 +48,7 @@ SCANNER_VERSION = 5
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
 
-    if getattr(_kscan, "VERSION", 1) != SCANNER_VERSION:
+    if not current(_kscan, SCANNER_VERSION, "Kineto scanner (readers/_kscan.c)"):
         raise ImportError("the C scanner was built from older source")
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _kscan = None  # type: ignore[assignment]

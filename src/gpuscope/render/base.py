@@ -4,8 +4,9 @@ Contract: a renderer presents a result it is given and computes nothing (the dia
 every series a report draws; a comparison holds its :class:`~gpuscope.compare.diff.RunDiff`).
 The subject is one of these results:
 
-* a :class:`~gpuscope.diagnosis.Diagnosis`: :class:`Terminal`, :class:`Json`, :class:`Html`
-  and :class:`AnnotatedTrace` (which also needs the trace's own bytes, to add to them);
+* a :class:`~gpuscope.diagnosis.Diagnosis`: :class:`Terminal`, :class:`Json`, :class:`Html`,
+  :class:`Markdown`, :class:`AgentAnswer` (what ``gpuscope mcp`` answers) and
+  :class:`AnnotatedTrace` (which also needs the trace's own bytes, to add to them);
 * a :class:`Comparison` of two runs: :class:`DiffTerminal`, :class:`DiffJson`,
   :class:`DiffHtml`;
 * a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`;
@@ -15,9 +16,10 @@ The subject is one of these results:
   :class:`ScalingJson`; a :class:`~gpuscope.compare.scaling.SweepReport`:
   :class:`SweepTerminal`, :class:`SweepJson`.
 
-The command line picks and runs every renderer through this interface
-(``gpuscope.commands._common.show`` prints a text one laid out for the terminal it prints to,
-with that terminal's width and colours in the :class:`RenderOptions`), and
+The command line picks every renderer from the registries below, by ``--format`` or by the
+suffix of the output file (:func:`format_of`: ``-o report.md``), and runs it through this
+interface (``gpuscope.commands._common.show`` prints a text one laid out for the terminal it
+prints to, with that terminal's width and colours in the :class:`RenderOptions`), and
 ``tests/test_renderers.py`` runs every renderer through it. The one output outside it is the
 annotated trace the ``annotate`` command writes: it streams a trace of gigabytes a piece at a
 time, which a renderer returning its whole output cannot.
@@ -26,6 +28,7 @@ time, which a renderer returning its whole output cannot.
 from __future__ import annotations
 
 import io
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import msgspec
@@ -113,6 +116,22 @@ class Html:
         from gpuscope.render import html  # noqa: PLC0415
 
         return html.render(subject, html.HtmlOptions(label_chars=options.label_chars))
+
+
+class Markdown:
+    def render(self, subject: Diagnosis, options: RenderOptions) -> str:
+        from gpuscope.render import markdown  # noqa: PLC0415
+
+        return markdown.render(subject)
+
+
+class AgentAnswer:
+    """What ``gpuscope mcp`` answers about a diagnosis (compact JSON, for a coding agent)."""
+
+    def render(self, subject: Diagnosis, options: RenderOptions) -> bytes:
+        from gpuscope.render import agent  # noqa: PLC0415
+
+        return _indented(agent.answer(subject))
 
 
 class AnnotatedTrace:
@@ -222,11 +241,13 @@ def _indented(document: object) -> bytes:
     return msgspec.json.format(msgspec.json.encode(document), indent=1)
 
 
-#: Every renderer, by the result it presents.
-DIAGNOSIS_RENDERERS: dict[str, type[Terminal | Json | Html]] = {
+#: Every renderer, by the result it presents and by its format's name (``--format``).
+DIAGNOSIS_RENDERERS: dict[str, type[Terminal | Json | Html | Markdown | AgentAnswer]] = {
     "terminal": Terminal,
     "json": Json,
     "html": Html,
+    "markdown": Markdown,
+    "agent": AgentAnswer,
 }
 COMPARISON_RENDERERS: dict[str, type[DiffTerminal | DiffJson | DiffHtml]] = {
     "terminal": DiffTerminal,
@@ -249,3 +270,32 @@ HISTORY_RENDERERS: dict[str, type[HistoryTerminal | HistoryJson]] = {
     "terminal": HistoryTerminal,
     "json": HistoryJson,
 }
+
+#: The format an output file's suffix names (``-o report.html``), as pyinstrument picks its
+#: renderer: ``.txt`` is the terminal's text without colours.
+SUFFIX_FORMATS = {
+    ".json": "json",
+    ".html": "html",
+    ".htm": "html",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "terminal",
+}
+
+
+def format_of(output: str | None, chosen: str | None, formats: Collection[str]) -> str:
+    """The output format: ``chosen`` (``--format``), else the one ``output``'s suffix names, else
+    the terminal's. Raises ``ValueError`` saying why when it is not one of ``formats``."""
+    if chosen is None and output is not None and output != "-":
+        suffix = output[output.rfind(".") :].lower() if "." in output.rsplit("/", 1)[-1] else ""
+        chosen = SUFFIX_FORMATS.get(suffix)
+        if chosen is None:
+            raise ValueError(
+                f"cannot tell the format from the suffix of {output!r}: name it with --format"
+                f" ({', '.join(formats)}) or end the name in"
+                f" {', '.join(k for k, v in SUFFIX_FORMATS.items() if v in formats)}"
+            )
+    chosen = chosen or "terminal"
+    if chosen not in formats:
+        raise ValueError(f"this output has no {chosen} format: one of {', '.join(formats)}")
+    return chosen

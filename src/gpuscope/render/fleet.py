@@ -19,16 +19,11 @@ from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.names import plural, short_path
 from gpuscope.render.html.page import _LAYOUT, _e, _page, _Section, _section_html, plot_text
+from gpuscope.units import usd
 
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
 #: Deep Learning Jobs" (ICSE 2024); the title says what they are, not only where they come from.
 _CATEGORY_TITLE = "by category: data, model or job (as in a study of low GPU use, ICSE 2024)"
-
-
-def _usd(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"${value:,.2f}" if value == 0 or abs(value) >= 0.01 else f"${value:.2g}"
 
 
 def _hours(value: float) -> str:
@@ -38,8 +33,8 @@ def _hours(value: float) -> str:
 def _headline(s: FleetSummary) -> str:
     return (
         f"{plural(s.jobs, 'job')} ({s.failed} failed): {_hours(s.gpu_hours)} GPU-hours analysed, "
-        f"{_hours(s.lost_gpu_hours)} GPU-hours lost ({_usd(s.lost_usd)} of lost time);"
-        f" fixing every finding would save {_usd(s.saving_usd)} (predicted)"
+        f"{_hours(s.lost_gpu_hours)} GPU-hours lost ({usd(s.lost_usd)} of lost time);"
+        f" fixing every finding would save {usd(s.saving_usd)} (predicted)"
     )
 
 
@@ -62,7 +57,7 @@ def _waste_table(title: str, rows: Sequence[Waste]) -> Table:
     for name in ("", "GPU-hours", "USD", "jobs"):
         table.add_column(name, justify="left" if not name else "right")
     for w in rows:
-        table.add_row(w.key, _hours(w.gpu_hours), _usd(w.usd), str(w.jobs))
+        table.add_row(w.key, _hours(w.gpu_hours), usd(w.usd), str(w.jobs))
     return table
 
 
@@ -77,8 +72,8 @@ def _worst_table(rows: Sequence[JobRow]) -> Table:
             j.bound or "",
             j.top_cause or "",
             _hours(j.lost_gpu_hours or 0.0),
-            _usd(j.lost_usd),
-            _usd(j.saving_usd),
+            usd(j.lost_usd),
+            usd(j.saving_usd),
         )
     return table
 
@@ -126,7 +121,7 @@ def _bar_section(id_: str, title: str, rows: Sequence[Waste]) -> _Section:
     bar = go.Bar(
         x=[plot_text(w.key, 60) for w in rows],
         y=[w.gpu_hours for w in rows],
-        customdata=[[_usd(w.usd), w.jobs] for w in rows],
+        customdata=[[usd(w.usd), w.jobs] for w in rows],
         hovertemplate="%{x}: %{y:.4f} GPU-hours, %{customdata[0]}, %{customdata[1]} jobs"
         "<extra></extra>",
     )
@@ -194,8 +189,8 @@ def _worst_html(rows: Sequence[JobRow]) -> str:
         f"<tr><td class='mono'>{_path(j.path)}</td><td class='num'>"
         f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td><td>{_e(j.bound or '')}</td>"
         f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.lost_gpu_hours or 0.0)}</td>"
-        f"<td class='num'>{_e(_usd(j.lost_usd))}</td>"
-        f"<td class='num'>{_e(_usd(j.saving_usd))}</td></tr>"
+        f"<td class='num'>{_e(usd(j.lost_usd))}</td>"
+        f"<td class='num'>{_e(usd(j.saving_usd))}</td></tr>"
         for j in rows
     )
     head = (

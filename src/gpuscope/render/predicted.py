@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.findings import Finding
+from gpuscope.diagnosis.money import per_gpu_day
 
 #: The figure a report's verdict shows for ``Verdict.wasted_usd_per_gpu_hour``.
 HEADLINE_LABEL = "all fixes save per GPU-hour"
@@ -26,8 +27,12 @@ def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you f
     if p.steps > 1 and f"{low:.0f}" != f"{high:.0f}":
         text += f"; {low:.0f} to {high:.0f}% over {p.steps} steps"
     text += ")"
-    if gpu_hour_usd is not None and p.step_ns and p.unit == "step":
-        per_day = max(p.saving_ns_per_step, 0.0) / p.step_ns * gpu_hour_usd * 24
+    per_day = (
+        per_gpu_day(max(p.saving_ns_per_step, 0.0) / p.step_ns, gpu_hour_usd)
+        if p.step_ns and p.unit == "step"
+        else None
+    )
+    if per_day is not None:
         text += f", ${per_day:,.2f} per GPU-day"
     return text
 

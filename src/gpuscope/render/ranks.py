@@ -21,24 +21,13 @@ from rich.text import Text
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
+from gpuscope.units import ms_or_na, pct, signed_ms
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
     from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"
-
-
-def _ms(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.2f} ms"
-
-
-def _signed_ms(ns: float) -> str:
-    return f"{ns / 1e6:+,.2f} ms"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -190,17 +179,17 @@ def _balance(a: RankAnalysis) -> Text:
     if by_kernels is not busiest and waiting is not None and by_kernels.span_ns:
         text.append(
             f"rank {by_kernels.rank} has the most kernel time"
-            f" ({_pct(100.0 * by_kernels.busy_ns / by_kernels.span_ns)}) but waits inside"
-            f" collectives for {_pct(waiting)} of its time; "
+            f" ({pct(100.0 * by_kernels.busy_ns / by_kernels.span_ns)}) but waits inside"
+            f" collectives for {pct(waiting)} of its time; "
         )
     text.append(
-        f"busiest rank {busiest.rank} ({_pct(busiest.busy_pct)} busy, not counting waits for a"
-        f" late peer), least busy rank {least.rank} ({_pct(least.busy_pct)})"
+        f"busiest rank {busiest.rank} ({pct(busiest.busy_pct)} busy, not counting waits for a"
+        f" late peer), least busy rank {least.rank} ({pct(least.busy_pct)})"
     )
     if a.collective_wait_ns is not None:
         text.append(
-            f"; {_ms(a.collective_wait_ns)} waiting inside {a.matched_collectives:,} matched"
-            f" collectives, {_ms(a.exposed_wait_ns)} of it exposed"
+            f"; {ms_or_na(a.collective_wait_ns)} waiting inside {a.matched_collectives:,} matched"
+            f" collectives, {ms_or_na(a.exposed_wait_ns)} of it exposed"
             + ("" if a.aligned else " (clocks not aligned)")
         )
     return text
@@ -210,15 +199,15 @@ def _straggler(s: StragglerStat) -> Text:
     text = Text(f"straggler: rank {s.rank}", style="bold magenta")
     text.append(
         f" last at {s.last_arrivals} of {s.shared} collectives ({s.share_pct:.0f}%), late by"
-        f" {_ms(s.mean_late_ns)} on average; others waited {_ms(s.caused_wait_ns)}"
-        f" ({_ms(s.caused_exposed_wait_ns)} exposed)",
+        f" {ms_or_na(s.mean_late_ns)} on average; others waited {ms_or_na(s.caused_wait_ns)}"
+        f" ({ms_or_na(s.caused_exposed_wait_ns)} exposed)",
         style="",
     )
     if s.top_kernels:
         text.append(f"\n  meanwhile it ran {short_kernel_name(s.top_kernels[0][0])}", style="dim")
     if s.idle_causes:
         cause, ns = s.idle_causes[0]
-        text.append(f"\n  and was idle {_ms(ns)} ({cause})", style="dim")
+        text.append(f"\n  and was idle {ms_or_na(ns)} ({cause})", style="dim")
     return text
 
 
@@ -245,11 +234,11 @@ def _rank_table(a: RankAnalysis) -> Table:
     for r in a.ranks:
         table.add_row(
             str(r.rank),
-            _pct(r.busy_pct),
-            _ms(r.idle_ns),
-            _ms(r.communication_ns),
-            _ms(r.exposed_communication_ns),
-            _ms(r.collective_wait_ns),
+            pct(r.busy_pct),
+            ms_or_na(r.idle_ns),
+            ms_or_na(r.communication_ns),
+            ms_or_na(r.exposed_communication_ns),
+            ms_or_na(r.collective_wait_ns),
             f"{r.last_arrivals:,}",
             "n/a" if r.clock_offset_ns is None else f"{r.clock_offset_ns / 1e3:,.1f} µs",
         )
@@ -307,7 +296,7 @@ def render_scaling(report: ScalingReport, console: Console) -> None:
             f"{p.step_ns / 1e6:,.2f}",
             f"{p.throughput_per_s:,.1f}",
             f"{p.speedup:.2f}x",
-            _pct(p.efficiency_pct),
+            pct(p.efficiency_pct),
             f"{s.compute_ns / 1e6:,.2f}",
             f"{s.exposed_communication_ns / 1e6:,.2f}",
             f"{s.idle_ns / 1e6:,.2f}",
@@ -322,10 +311,10 @@ def render_scaling(report: ScalingReport, console: Console) -> None:
             continue
         loss = p.loss
         text.append(
-            f"{p.gpus} GPUs: {_signed_ms(loss.step_ns)} per GPU-step over ideal = compute"
-            f" {_signed_ms(loss.compute_ns)}, exposed communication"
-            f" {_signed_ms(loss.exposed_communication_ns)}, idle {_signed_ms(loss.idle_ns)},"
-            f" other {_signed_ms(loss.other_ns)}\n"
+            f"{p.gpus} GPUs: {signed_ms(loss.step_ns)} per GPU-step over ideal = compute"
+            f" {signed_ms(loss.compute_ns)}, exposed communication"
+            f" {signed_ms(loss.exposed_communication_ns)}, idle {signed_ms(loss.idle_ns)},"
+            f" other {signed_ms(loss.other_ns)}\n"
         )
     _append_findings(text, report.findings, "bold magenta")
     console.print(text)
@@ -388,11 +377,11 @@ def render_sweep(report: SweepReport, console: Console) -> None:
         knee = p.batch == report.knee_batch
         table.add_row(
             f"{p.batch}{' ◀ knee' if knee else ''}",
-            _ms(p.step_ns),
+            ms_or_na(p.step_ns),
             f"{p.throughput_per_s:,.1f}",
-            _pct(p.relative_pct),
-            _pct(p.busy_pct),
-            _pct(p.memory_bound_pct),
+            pct(p.relative_pct),
+            pct(p.busy_pct),
+            pct(p.memory_bound_pct),
             style="bold" if knee else None,
         )
     console.print(table)

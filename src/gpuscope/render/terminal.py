@@ -27,6 +27,7 @@ from gpuscope.render import predicted, sanitised
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
+from gpuscope.units import ms, pct
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -120,7 +121,7 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
         else:
             text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:
-            text.append(f" · {_ms(f.lost_ns_per_step)} per step")
+            text.append(f" · {ms(f.lost_ns_per_step)} per step")
         money = predicted.money(f)
         if money is not None:
             text.append(f" · {money}")
@@ -133,7 +134,7 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
             text.append("   at ", style="dim")
             text.append(short_location(loc.location), style="cyan")
             gaps = "1 gap" if loc.gaps == 1 else f"{loc.gaps:,} gaps"
-            text.append(f"  {_ms(loc.lost_ns)} in {gaps}\n", style="dim")
+            text.append(f"  {ms(loc.lost_ns)} in {gaps}\n", style="dim")
         text.append("   fix: ", style="green")
         text.append(f"{f.fix}\n")
     if found:
@@ -149,14 +150,6 @@ def _extremes(devices: list[DeviceReport]) -> list[DeviceReport]:
 def _label(d: DeviceReport) -> str:
     rank = f"rank {d.rank}" if d.rank is not None else "rank ?"
     return f"{rank} · device {d.device}"
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}%"
 
 
 def _device_table(devices: list[DeviceReport]) -> Table:
@@ -178,13 +171,13 @@ def _device_table(devices: list[DeviceReport]) -> Table:
         table.add_row(
             "?" if d.rank is None else str(d.rank),
             f"{d.device} {d.info.name or 'unknown'}",
-            _ms(t.span_ns),
-            _pct(t.pct(t.busy_ns)),
-            _pct(t.pct(t.idle_ns)),
-            _pct(t.pct(t.compute_ns)),
-            _pct(t.pct(t.communication_ns)),
-            _pct(t.pct(t.memory_ns)),
-            _pct(d.overlap.overlap_pct),
+            ms(t.span_ns),
+            pct(t.pct(t.busy_ns)),
+            pct(t.pct(t.idle_ns)),
+            pct(t.pct(t.compute_ns)),
+            pct(t.pct(t.communication_ns)),
+            pct(t.pct(t.memory_ns)),
+            pct(d.overlap.overlap_pct),
         )
     return table
 
@@ -223,14 +216,14 @@ def _header(d: DeviceReport) -> Text:
         noun = "step" if len(d.steps) == 1 else "steps"
         steps = f"{len(d.steps)} profiler {noun}" if found == "profiler steps" else ""
         steps = steps or f"{len(d.steps)} {noun} from a {found}"
-    text.append(f"\nwindow {_ms(t.span_ns)} ({steps}); ")
-    text.append(f"busy {_pct(t.pct(t.busy_ns))}", style="green")
+    text.append(f"\nwindow {ms(t.span_ns)} ({steps}); ")
+    text.append(f"busy {pct(t.pct(t.busy_ns))}", style="green")
     text.append(", ")
-    text.append(f"idle {_pct(t.pct(t.idle_ns))}", style="red")
+    text.append(f"idle {pct(t.pct(t.idle_ns))}", style="red")
     if d.overlap.communication_ns:
         text.append(
-            f"; {_pct(d.overlap.overlap_pct)} of communication overlapped by compute"
-            f" ({_ms(d.overlap.exposed_ns)} exposed)"
+            f"; {pct(d.overlap.overlap_pct)} of communication overlapped by compute"
+            f" ({ms(d.overlap.exposed_ns)} exposed)"
         )
     return text
 
@@ -259,18 +252,18 @@ def _bounds(d: DeviceReport) -> Text:
     b = d.bounds
     t = b.time_ns_by_bound
     text = Text("busy time is ")
-    text.append(f"compute-bound {_ms(t[Bound.COMPUTE])}", style="green")
+    text.append(f"compute-bound {ms(t[Bound.COMPUTE])}", style="green")
     text.append(", ")
-    text.append(f"memory-bound {_ms(t[Bound.MEMORY])}", style="yellow")
-    text.append(f", latency-bound (tiny kernels) {_ms(t[Bound.LATENCY])}")
+    text.append(f"memory-bound {ms(t[Bound.MEMORY])}", style="yellow")
+    text.append(f", latency-bound (tiny kernels) {ms(t[Bound.LATENCY])}")
     if t.get(Bound.UNCLASSIFIED):
-        text.append(f", unclassified {_ms(t[Bound.UNCLASSIFIED])}")
+        text.append(f", unclassified {ms(t[Bound.UNCLASSIFIED])}")
     if t.get(Bound.TRANSFER):
-        text.append(f", copies over PCIe/NVLink {_ms(t[Bound.TRANSFER])}")
+        text.append(f", copies over PCIe/NVLink {ms(t[Bound.TRANSFER])}")
     if b.gemm_ns:
         text.append(f"; {100 * b.fp32_gemm_ns / b.gemm_ns:.0f}% of GEMM time not on tensor cores")
     if b.mfu_pct is not None:
-        text.append(f"\nMFU {b.mfu_pct:.1f}%, MBU {_pct(b.mbu_pct)}")
+        text.append(f"\nMFU {b.mfu_pct:.1f}%, MBU {pct(b.mbu_pct)}")
         if b.achieved_flops_per_s:
             text.append(
                 f" (while estimable kernels ran: {b.achieved_flops_per_s / 1e12:,.1f} TFLOP/s, "
@@ -290,7 +283,7 @@ def _idle_causes(d: DeviceReport) -> Table:
     table.add_column("top location")
     for c in d.idle.causes:
         top = short_location(c.locations[0].location, 60) if c.locations else "-"
-        table.add_row(c.cause, _ms(c.lost_ns), _pct(c.share_pct), f"{c.gaps:,}", Text(top))
+        table.add_row(c.cause, ms(c.lost_ns), pct(c.share_pct), f"{c.gaps:,}", Text(top))
     return table
 
 
@@ -311,10 +304,10 @@ def _steps(d: DeviceReport) -> Table:
     else:
         rest = []
     for s in steps:
-        table.add_row(s.name, _ms(s.dur_ns), _pct(s.busy_pct))
+        table.add_row(s.name, ms(s.dur_ns), pct(s.busy_pct))
     if rest:
         middle = sorted(s.dur_ns for s in rest)[len(rest) // 2]
-        table.add_row(f"{len(rest):,} more (median)", _ms(middle), "")
+        table.add_row(f"{len(rest):,} more (median)", ms(middle), "")
     return table
 
 
@@ -335,8 +328,8 @@ def _kernels(d: DeviceReport) -> Table:
             Text(short[k.name], overflow="fold"),  # wraps: the end of a name tells kernels apart
             k.work_class.name.lower(),
             f"{k.count:,}",
-            _ms(k.total_ns),
-            _pct(k.share_of_busy_pct),
+            ms(k.total_ns),
+            pct(k.share_of_busy_pct),
         )
     return table
 
@@ -348,10 +341,10 @@ def _streams(d: DeviceReport) -> Table:
     for s in d.streams:
         table.add_row(
             str(s.stream),
-            _ms(s.idle_ns),
-            _ms(s.host_wait_ns),
-            _ms(s.kernel_wait_ns),
-            _ms(s.other_ns),
+            ms(s.idle_ns),
+            ms(s.host_wait_ns),
+            ms(s.kernel_wait_ns),
+            ms(s.other_ns),
         )
     return table
 
@@ -361,14 +354,14 @@ def _measured_bounds(d: DeviceReport) -> Text:
     assert m is not None
     if m.source != "ncu":
         lines = [
-            f"bounds measured by hardware counters ({m.source}) for {_ms(m.measured_ns)} of"
-            f" {_ms(m.kernel_ns)} kernel time ({_pct(m.measured_share_pct)}); the rest estimated",
+            f"bounds measured by hardware counters ({m.source}) for {ms(m.measured_ns)} of"
+            f" {ms(m.kernel_ns)} kernel time ({pct(m.measured_share_pct)}); the rest estimated",
             *m.evidence,
         ]
         return Text("\n".join(lines), style="dim")
     return Text(
-        f"bounds measured by Nsight Compute for {_ms(m.measured_ns)} of {_ms(m.kernel_ns)}"
-        f" kernel time ({_pct(m.measured_share_pct)}; ncu kernels matched:"
+        f"bounds measured by Nsight Compute for {ms(m.measured_ns)} of {ms(m.kernel_ns)}"
+        f" kernel time ({pct(m.measured_share_pct)}; ncu kernels matched:"
         f" {len(m.matched_names)}); the rest estimated",
         style="dim",
     )
@@ -430,7 +423,7 @@ def _memory(g: GpuUtilisation) -> str:
 
 def _counters_table(c: CounterSummary, width: int) -> Table:
     title = (
-        f"Nsight Compute counters: {c.kernels} launch(es), {_ms(c.measured_ns)} profiled"
+        f"Nsight Compute counters: {c.kernels} launch(es), {ms(c.measured_ns)} profiled"
         " (throughput and occupancy in % of peak)"
     )
     table = Table(title=title, title_justify="left")
@@ -445,7 +438,7 @@ def _counters_table(c: CounterSummary, width: int) -> Table:
         table.add_row(
             Text(short[s.name]),
             f"{s.count:,}",
-            "n/a" if s.total_ns is None else _ms(s.total_ns),
+            "n/a" if s.total_ns is None else ms(s.total_ns),
             "/".join(
                 _int_pct(v)
                 for v in (s.sm_throughput_pct, s.memory_throughput_pct, s.dram_throughput_pct)
@@ -484,7 +477,7 @@ def idle_timeline(devices: list[DeviceReport], width: int = 120) -> Text:
         for state in states:
             char, colour = _STATES[state]
             text.append(char, style=colour)
-        text.append(f"│ {_ms(d.temporal.span_ns)}\n")
+        text.append(f"│ {ms(d.temporal.span_ns)}\n")
     if len(devices) > len(shown):
         text.append(f"(the first {len(shown)} of {len(devices)} devices)\n", style="dim")
     for state, (char, colour) in _STATES.items():

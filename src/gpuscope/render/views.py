@@ -13,6 +13,7 @@ from rich.text import Text
 
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.units import ms
 
 #: Module rows shown: the costliest first down the tree, while they take this share of busy time.
 MODULE_ROWS = 10
@@ -65,10 +66,10 @@ def modules_table(views: DeviceViews, where: str = "") -> Table:
         table.add_row(
             name,
             f"{r.calls:,}" if r.calls else "-",
-            _ms(r.total_ns),
+            ms(r.total_ns),
             _share(r.total_ns, views.busy_ns),
-            _ms(r.self_ns),
-            _ms(r.idle_ns),
+            ms(r.self_ns),
+            ms(r.idle_ns),
         )
     return table
 
@@ -84,15 +85,11 @@ def operators_table(views: DeviceViews) -> Table:
             Text(r.name, overflow="ellipsis", no_wrap=True),
             f"{r.calls:,}" if r.calls else "-",
             f"{r.self_launches:,}",
-            _ms(r.self_ns),
+            ms(r.self_ns),
             _share(r.self_ns, views.busy_ns),
-            _ms(r.total_ns),
+            ms(r.total_ns),
         )
     return table
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms"
 
 
 def _share(part: int, whole: int) -> str:

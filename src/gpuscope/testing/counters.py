@@ -119,6 +119,7 @@ class CounterCase(msgspec.Struct, frozen=True):
     period_ns: int = 2_000  # the sampling period
     seed: int = 0
     hostile: str = ""  # "", "gaps", "nan", "idle_only"
+    gap_ns: int = 6_000  # the GPU's idle time after each kernel (the host's work between)
 
 
 def _decode(fmt: str, seed: int, steps: int = 20) -> CounterCase:
@@ -162,7 +163,6 @@ CASES: list[CounterCase] = [
 
 _BASE_NS = 1_700_000_000_000_000_000
 _LAUNCH_NS = 4_000
-_GAP_NS = 6_000
 
 
 def _schedule(case: CounterCase) -> list[tuple[Family, int, int, int, int]]:
@@ -176,7 +176,7 @@ def _schedule(case: CounterCase) -> list[tuple[Family, int, int, int, int]]:
                 start = max(t + _LAUNCH_NS, rows[-1][3] + 1_000 if rows else 0)
                 end = start + family.dur_ns
                 rows.append((family, launch, start, end, step))
-                t = end + _GAP_NS
+                t = end + case.gap_ns
     return rows
 
 

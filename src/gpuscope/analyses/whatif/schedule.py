@@ -8,10 +8,18 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._native import current
 from gpuscope.analyses.whatif.graph import _SEG, NEG, Edit, Graph
+
+#: The solver source this replay follows (``REPLAY_VERSION`` in ``_replay.c``); a build of older
+#: source is not used (:mod:`gpuscope._native`).
+REPLAY_VERSION = 2
 
 try:  # the one-pass solver, where it was compiled (see setup.py)
     from gpuscope.analyses import _replay
+
+    if not current(_replay, REPLAY_VERSION, "replay solver (analyses/_replay.c)"):
+        _replay = None  # type: ignore[assignment]
 except ImportError:  # pragma: no cover - the numpy fixpoint does the same, slower
     _replay = None  # type: ignore[assignment]
 

@@ -31,6 +31,13 @@ NOT_CARRIED = (
     "the External id of GPU work",
 )
 
+#: What the diagnosis says it cannot find from a ``.pftrace`` (the findings :data:`NOT_CARRIED`
+#: would need).
+NOT_CARRIED_WARNING = (
+    "{path}: a .pftrace carries no copy direction, [memory] events, distributedInfo or device"
+    " properties: no finding about host-to-device copies or pageable memory, the allocator or"
+    " memory in use, or ranks, and no peaks or prices unless --gpu names the GPU"
+)
 _GPU_PROCESS = re.compile(r"^GPU (\d+)$")
 _STREAM = re.compile(r"stream (-?\d+)\s*$")
 _SYNC_NAMES = frozenset(
@@ -203,7 +210,7 @@ class _Reader:
         if len(name_iids) == begins.size:
             name_list = [names.get(i, "") for i in name_iids]
         else:
-            name_list = [packets[first + i].track_event.name for i in begins.tolist()]
+            name_list = [_text(packets[first + i].track_event.name) for i in begins.tolist()]
         categories = self.categories
         tracks = self.tracks
         plain: dict[int, tuple[int, int, int, int]] = {}
@@ -308,27 +315,27 @@ class _Reader:
     def track(self, descriptor: Any) -> None:
         if descriptor.HasField("thread"):
             thread = descriptor.thread
-            name = thread.thread_name or descriptor.name
+            name = _text(thread.thread_name or descriptor.name)
             self.tracks[descriptor.uuid] = _Track(
                 thread.pid, thread.tid, name, descriptor.parent_uuid
             )
         else:
             process = descriptor.process
-            name = process.process_name or descriptor.name
+            name = _text(process.process_name or descriptor.name)
             self.tracks[descriptor.uuid] = _Track(process.pid, -1, name, 0)
 
     def interned(self, data: Any) -> None:
         for entry in data.event_names:
-            self.names[entry.iid] = entry.name
+            self.names[entry.iid] = _text(entry.name)
         for entry in data.event_categories:
-            self.categories[entry.iid] = entry.name
+            self.categories[entry.iid] = _text(entry.name)
             self.has_categories = True
         for spec in data.gpu_specifications:
-            self.stages[spec.iid] = spec.name
+            self.stages[spec.iid] = _text(spec.name)
         for kernel in data.compute_kernels:
-            self.kernels[kernel.iid] = kernel.demangled_name or kernel.name
+            self.kernels[kernel.iid] = _text(kernel.demangled_name or kernel.name)
         for counters in data.gpu_counter_descriptors:
-            named = {s.counter_id: s.name for s in counters.counter_descriptor.specs}
+            named = {s.counter_id: _text(s.name) for s in counters.counter_descriptor.specs}
             self.counter_names[counters.iid] = (counters.gpu_id, named)
 
     def track_event(self, timestamp: int, event: Any) -> None:
@@ -343,12 +350,12 @@ class _Reader:
             return
         if kind != pb.SLICE_BEGIN:
             return
-        name = self.names.get(event.name_iid, "") if event.name_iid else event.name
+        name = self.names.get(event.name_iid, "") if event.name_iid else _text(event.name)
         category = None
         if event.category_iids:
             category = self.categories.get(event.category_iids[0])
         elif event.categories:
-            category = event.categories[0]
+            category = _text(event.categories[0])
         annotations = event.debug_annotations
         args = _annotations(annotations, self.nested) if annotations else None
         track = self.tracks.get(uuid)
@@ -398,7 +405,7 @@ class _Reader:
         elif stage.kernel_iid:
             name = self.kernels.get(stage.kernel_iid, stage_name)
         else:
-            name = stage.name or stage_name
+            name = _text(stage.name) or stage_name
         device = stage.gpu_id
         rows = self.rows
         row = rows.add(
@@ -422,7 +429,7 @@ class _Reader:
     def counter(self, timestamp: int, event: Any) -> None:
         gpu, named = self.counter_names.get(event.counter_descriptor_iid, (event.gpu_id, {}))
         if event.HasField("counter_descriptor"):
-            named = {s.counter_id: s.name for s in event.counter_descriptor.specs}
+            named = {s.counter_id: _text(s.name) for s in event.counter_descriptor.specs}
         for counter in event.counters:
             value = getattr(counter, counter.WhichOneof("value") or "double_value")
             name = named.get(counter.counter_id, f"counter {counter.counter_id}")
@@ -490,6 +497,7 @@ class _Reader:
         trace.format = "pftrace"
         trace.schema = "pftrace-cuspy" if self.has_categories else "pftrace-monitor"
         trace.metadata["not_carried"] = list(NOT_CARRIED)
+        trace.warnings.append(NOT_CARRIED_WARNING.format(path=self.path))
         trace.counters = self._series(base)
         if self.unclosed:
             trace.warnings.append(
@@ -643,6 +651,11 @@ def _arg_columns(args: list[dict[str, Any] | None], keys: tuple[str, ...]) -> di
                 if number is not None:
                     columns[key][row] = number
     return columns
+
+
+def _text(value: str | bytes) -> str:
+    """A string field: protobuf hands over bytes for one that is not UTF-8 (a damaged file)."""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 def _int(value: Any) -> int | None:

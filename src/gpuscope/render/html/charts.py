@@ -25,10 +25,10 @@ from gpuscope.render.html.page import (
     HtmlOptions,
     _device_label,
     _is_multi,
-    _ms,
     _Section,
     plot_text,
 )
+from gpuscope.units import ms_or_s
 
 I64 = NDArray[np.int64]
 
@@ -37,7 +37,7 @@ def _utilisation_section(d: Diagnosis, prefix: str) -> _Section:
     assert d.drawn is not None  # a diagnosis with devices has its drawn series
     devices = d.devices
     width_ns = max(x.temporal.span_ns for x in devices) / max(UTILISATION_BUCKETS, 1)
-    note = f"Share of each {_ms(width_ns)} bucket in which the device ran any work."
+    note = f"Share of each {ms_or_s(width_ns)} bucket in which the device ran any work."
     if d.drawn.utilisation_axis_ns is not None:
         figure = _utilisation_heatmap(devices, d.drawn)
         note += " One row per GPU: overlapping lines would hide each other."
@@ -293,7 +293,7 @@ def _roofline_figure(d: DeviceReport, points: list[RooflinePoint], o: HtmlOption
 def _point_text(p: RooflinePoint, o: HtmlOptions) -> str:
     return (
         f"{plot_text(p.name, o.label_chars)}<br>{p.kind} · {p.bound}-bound · {p.count:,} launches"
-        f"<br>{_ms(p.total_ns)} · {(p.flops_per_s or 0) / 1e12:,.2f} TFLOP/s · "
+        f"<br>{ms_or_s(p.total_ns)} · {(p.flops_per_s or 0) / 1e12:,.2f} TFLOP/s · "
         f"{(p.bytes_per_s or 0) / 1e9:,.0f} GB/s · {p.intensity or 0:,.1f} FLOP/byte"
     )
 

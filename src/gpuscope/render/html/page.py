@@ -168,17 +168,3 @@ def _device_label(d: DeviceReport, multi: bool) -> str:
 
 def _is_multi(devices: Sequence[DeviceReport]) -> bool:
     return len(devices) > 1
-
-
-def _origins(devices: Sequence[DeviceReport]) -> list[int]:
-    """Where each device's time axis starts: one origin for all when their clocks agree (the
-    spans lie within ten spans of each other), else each device's own first activity."""
-    starts = [d.span_start_ns for d in devices]
-    widest = max(d.temporal.span_ns for d in devices)
-    if max(starts) - min(starts) <= 10 * max(widest, 1):
-        return [min(starts)] * len(devices)
-    return starts
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.3f} ms" if ns < 1e9 else f"{ns / 1e9:,.3f} s"

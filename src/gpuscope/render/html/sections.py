@@ -22,6 +22,7 @@ from gpuscope.render.html.page import (
     _e,
     _name,
 )
+from gpuscope.units import usd_cents
 
 
 def _header(d: Diagnosis, title: str) -> str:
@@ -48,8 +49,8 @@ def _verdict(v: Verdict) -> str:
         ("bound", v.bound),
         # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
         ("GPU idle", f"{v.idle_pct:.1f}%" if math.isfinite(v.idle_pct) else "n/a (no timeline)"),
-        (predicted.HEADLINE_LABEL, _usd(v.wasted_usd_per_gpu_hour)),
-        ("price per GPU-hour", _usd(v.gpu_hour_usd)),
+        (predicted.HEADLINE_LABEL, usd_cents(v.wasted_usd_per_gpu_hour)),
+        ("price per GPU-hour", usd_cents(v.gpu_hour_usd)),
         ("GPUs", str(v.world_size)),
     ]
     for key, label in (("mfu_pct", "MFU"), ("mbu_pct", "MBU")):
@@ -87,10 +88,6 @@ def _shares(all_shares: dict[str, float]) -> str:
     # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
     whole = "sampled GPU time" if "busy" in shares else "device time by bound"
     return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
-
-
-def _usd(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:,.2f}"
 
 
 def _findings(

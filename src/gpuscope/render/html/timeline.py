@@ -29,10 +29,10 @@ from gpuscope.render.html.page import (
     HtmlOptions,
     _device_label,
     _is_multi,
-    _ms,
     _Section,
     plot_text,
 )
+from gpuscope.units import ms_or_s
 
 I64 = NDArray[np.int64]
 
@@ -55,8 +55,8 @@ def _timeline_section(d: Diagnosis, o: HtmlOptions, prefix: str) -> _Section:
     figure = _timeline_figure(timeline, labels, d.drawn.origins_ns, d.devices, o)
     note = (
         "Drag to zoom into a time range, double-click to zoom out. Kernels and idle gaps "
-        f"shorter than {_ms(timeline.bucket_ns)} are merged into paler bars (hover for what they "
-        "hold); every longer idle gap has its own bar with its cause and code location."
+        f"shorter than {ms_or_s(timeline.bucket_ns)} are merged into paler bars (hover for what"
+        " they hold); every longer idle gap has its own bar with its cause and code location."
     )
     return _Section(f"{prefix}chart-timeline", "GPU timeline", note, figure)
 
@@ -121,13 +121,13 @@ def _add_single(
         bars.start_ns.append(start)
         bars.end_ns.append(end)
         if family == "idle":
-            text = f"idle: <b>{_CAUSE_NAMES[category]}</b><br>{_ms(end - start)} idle"
+            text = f"idle: <b>{_CAUSE_NAMES[category]}</b><br>{ms_or_s(end - start)} idle"
             if name >= 0:
                 text += f"<br>at {plot_text(short_location(names[name], 100))}"
             bars.text.append(f"{text}<br>{plot_text(device)}")
         else:
             shown = plot_text(_short_kernel(names[name]), o.label_chars)
-            bars.text.append(f"{shown}<br>{_KINDS[category]} · {_ms(end - start)}<br>{label}")
+            bars.text.append(f"{shown}<br>{_KINDS[category]} · {ms_or_s(end - start)}<br>{label}")
 
 
 def _add_merged(
@@ -155,8 +155,8 @@ def _add_merged(
         if located >= 0:
             at = f"<br>longest at {plot_text(short_location(timeline.names[located], 100))}"
         bars.text.append(
-            f"{count:,} {what} shorter than {_ms(width)}, merged<br>"
-            f"mostly <b>{names[dominant]}</b>; {_ms(float(busy))} in all, "
+            f"{count:,} {what} shorter than {ms_or_s(width)}, merged<br>"
+            f"mostly <b>{names[dominant]}</b>; {ms_or_s(float(busy))} in all, "
             f"{share:.0f}% of this range{at}<br>{plot_text(label)}"
         )
 

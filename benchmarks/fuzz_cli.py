@@ -3,7 +3,7 @@ in one line and exit 2, and the C scanner and the msgspec reader must agree on e
 
 Usage::
 
-    python benchmarks/fuzz_cli.py --runs 4000 --seed 1       # a campaign (minutes)
+    python benchmarks/fuzz_cli.py --runs 5000 --seed 1       # a campaign (minutes)
     python benchmarks/fuzz_cli.py --runs 300 --only kineto   # one family
     python benchmarks/fuzz_cli.py --replay 1:1234            # one case again, with its files kept
 
@@ -14,6 +14,11 @@ nested ``traceEvents``, truncation, byte flips, gzip damage, control characters 
 names; Nsight Systems exports with kernels ending before they start or in the far future, NULLs,
 dropped tables and cut files; nvidia-smi / NVML / dcgmi / Prometheus / ncu text with corrupt
 numbers; file-system oddities; hostile option values) and one command run on it in process.
+The family ``hostile`` (issue #30, built in ``fuzz_hostile.py``) adds tampered saved diagnoses,
+outputs onto special files (a FIFO with and without a reader, a private null device, a socket,
+a folder, links, the input itself), MCP sessions, extreme timestamps, meaning-preserving
+rewrites, escapes and markup in every command's names, concurrent fleet and history writers and
+``kill -9`` mid-write, and environment variables naming odd files.
 
 What counts as a failure (a "finding"):
 
@@ -28,6 +33,14 @@ What counts as a failure (a "finding"):
   the output is captured, so rich writes no codes of its own and any there came from the input.
 - ``disagree``: for a Kineto input, the C scanner's trace (or error) differs from the msgspec
   reader's.
+- ``misread``: a meaning-preserving rewrite (or an outlier to be set aside) changes the verdict's
+  bound or its idle share by over half a point; concurrent writers lose a job or a run.
+- ``overwritten``: an input file's bytes changed; ``replaced-special``: a special file (FIFO,
+  device, socket, folder, link) is no longer the same kind and inode; ``leftover``: a hidden
+  ``.tmp`` temporary is left beside an output.
+
+The campaign ends with a command x outcome table (``answered``: exit 0, or ``check``'s 1 and 3;
+``refused``: one line and exit 2; else the run's first finding).
 
 The test suite runs a few hundred cases (``tests/test_fuzz.py``); CI thus keeps them at zero.
 """
@@ -126,6 +139,16 @@ class Seeds:
     kineto: bytes
     text: dict[str, bytes]  # samples/ncu formats by name
     nsys: list[Path]  # exports, read-only originals
+    _extra: Any = None
+
+    @property
+    def extra(self) -> Any:
+        """The seed trace's saved diagnosis, verdict and fleet row (``fuzz_hostile.Extra``)."""
+        if self._extra is None:
+            import fuzz_hostile
+
+            self._extra = fuzz_hostile.build_extra(self.kineto)
+        return self._extra
 
     @classmethod
     def build(cls) -> Seeds:
@@ -490,6 +513,13 @@ class Case:
     argv: list[str]
     kineto: Path | None = None  # compare the two Kineto readers on it
     needs_timeout: bool = False
+    inputs: list[Path] = field(default_factory=list)  # their bytes must not change
+    specials: list[Path] = field(default_factory=list)  # their kind and identity must not change
+    bound: str | None = None  # the verdict a meaning-preserving rewrite must keep
+    idle_pct: float | None = None  # ... and its idle share (to 0.5 points)
+    env: dict[str, str] = field(default_factory=dict)
+    custom: Callable[[], list[tuple[str, str]]] | None = None  # work that is not one command
+    exit_code: int | None = None  # set by run_case
 
 
 @dataclass
@@ -507,6 +537,9 @@ class Tally:
     by_category: Counter[str] = field(default_factory=Counter)
     exits: Counter[int] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
+    #: (command, outcome) -> runs: "result" (exit 0, or check's 1 and 3), "refused" (one line,
+    #: exit 2), or the kind of the run's first finding.
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 FAMILIES = {
@@ -516,6 +549,18 @@ FAMILIES = {
     "text": ["text"],
     "fs": ["fs"],
     "options": ["options"],
+    # Issue #30: tampered saved JSON, special files, MCP, extreme timestamps, meaning-preserving
+    # rewrites, injection into every command, concurrent writers, odd environment variables.
+    "hostile": [
+        "saved",
+        "special-out",
+        "env",
+        "timestamps",
+        "preserving",
+        "inject",
+        "mcp",
+        "concurrent",
+    ],
 }
 
 
@@ -538,6 +583,12 @@ def command_for(rng: random.Random, path: Path, work: Path, terminal_ok: bool = 
 def build_case(seeds: Seeds, seed: int, index: int, cats: list[str], work: Path) -> Case:
     rng = random.Random(f"{seed}:{index}")
     category = cats[index % len(cats)]
+    if category in FAMILIES["hostile"]:
+        import fuzz_hostile
+
+        case: Case = fuzz_hostile.BUILDERS[category](sys.modules[__name__], rng, seeds, work)
+        case.seed, case.index = seed, index
+        return case
     if category in KINETO:
         data = seeds.kineto
         for _ in range(1 if rng.random() < 0.8 else 2):
@@ -711,7 +762,7 @@ def _alarm(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def run_case(case: Case, timeout_s: float, history_dir: Path) -> list[Finding]:
@@ -733,8 +784,23 @@ def run_case(case: Case, timeout_s: float, history_dir: Path) -> list[Finding]:
             )
         )
 
+    before = _identities(case)
+    env = {"GPUSCOPE_HISTORY": str(history_dir / "history.sqlite"), "COLUMNS": "100", **case.env}
+    if case.custom is not None:
+        try:
+            with _alarm(timeout_s), _environment(env):
+                for kind, detail in case.custom():
+                    found(kind, detail)
+        except _Hang:
+            found("hang", f"over {timeout_s:.0f} s")
+        except Exception as error:
+            import traceback
+
+            tb = "".join(traceback.format_exception(error)).strip().splitlines()
+            found("traceback", " / ".join(tb[-3:]))
+        _judge_files(case, before, found)
+        return findings
     runner = CliRunner()
-    env = {"GPUSCOPE_HISTORY": str(history_dir / "history.sqlite"), "COLUMNS": "100"}
     try:
         with _alarm(timeout_s):
             result = runner.invoke(main, case.argv, env=env, catch_exceptions=True)
@@ -750,7 +816,7 @@ def run_case(case: Case, timeout_s: float, history_dir: Path) -> list[Finding]:
         tb = "".join(traceback.format_exception(result.exception)).strip().splitlines()
         found("traceback", " / ".join(tb[-3:]))
         return findings
-    code = result.exit_code
+    code = case.exit_code = result.exit_code
     stdout, stderr = result.stdout, result.stderr
     allowed = {0, 1, 2, 3} if case.argv[0] == "check" else {0, 2}  # check: 3 = too few steps
     if code not in allowed:
@@ -763,6 +829,7 @@ def run_case(case: Case, timeout_s: float, history_dir: Path) -> list[Finding]:
         )
         if not ok:
             found("error-line", repr(stderr[-300:]))
+    document = None
     if code == 0 and stdout.lstrip().startswith("{"):
         try:
             document = json.loads(stdout)
@@ -772,12 +839,95 @@ def run_case(case: Case, timeout_s: float, history_dir: Path) -> list[Finding]:
             problems = implausible(document)
             if problems:
                 found("implausible", "; ".join(problems[:4]))
-    if code in (0, 1):
-        text = stdout if not stdout.lstrip().startswith("{") else ""
-        bad = _CONTROL.search(text + stderr)
-        if bad is not None:
-            found("terminal", repr((text + stderr)[max(0, bad.start() - 40) : bad.end() + 40]))
+    if case.bound is not None:
+        _judge_meaning(case, code, document, found)
+    text = stdout if not stdout.lstrip().startswith("{") else ""
+    bad = _CONTROL.search(text + stderr)
+    if bad is not None:
+        found("terminal", repr((text + stderr)[max(0, bad.start() - 40) : bad.end() + 40]))
+    _judge_files(case, before, found)
     return findings
+
+
+def _judge_meaning(case: Case, code: int, document: Any, found: Callable[[str, str], None]) -> None:
+    """A meaning-preserving rewrite (or an outlier set aside) gives the intact verdict."""
+    if code != 0 or not isinstance(document, dict):
+        found("misread", f"exit {code} where the intact trace reads")
+        return
+    verdict = document.get("verdict", {})
+    if verdict.get("bound") != case.bound:
+        found("misread", f"bound {verdict.get('bound')!r}, intact {case.bound!r}")
+    elif (
+        case.idle_pct is not None and abs(float(verdict.get("idle_pct", -1)) - case.idle_pct) > 0.5
+    ):
+        found("misread", f"idle {verdict.get('idle_pct')}%, intact {case.idle_pct}%")
+
+
+def _identity(path: Path) -> tuple[Any, ...]:
+    """What must not change about a path: for a regular file its bytes, for anything else (a
+    device, a FIFO, a socket, a folder, a link) its kind and inode."""
+    import hashlib
+    import stat as st
+
+    try:
+        status = path.lstat()
+    except OSError:
+        return ("missing",)
+    if st.S_ISREG(status.st_mode):
+        return ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+    return (st.S_IFMT(status.st_mode), status.st_ino, status.st_rdev)
+
+
+def _identities(case: Case) -> dict[Path, tuple[Any, ...]]:
+    return {p: _identity(p) for p in [*case.inputs, *case.specials]}
+
+
+def _judge_files(
+    case: Case, before: dict[Path, tuple[Any, ...]], found: Callable[[str, str], None]
+) -> None:
+    for path, identity in before.items():
+        now = _identity(path)
+        if now == identity:
+            continue
+        kind = "overwritten" if path in case.inputs else "replaced-special"
+        found(kind, f"{path.name}: {identity[0]} became {now[0]}")
+    folders = {p.parent for p in [*case.inputs, *case.specials] if p.parent.exists()}
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            left = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+            if left:
+                found("leftover", f"temporaries left: {left[:3]}")
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def outcome_of(case: Case, found: list[Finding]) -> str:
+    """A run's column: its first finding's kind, else "refused" (one line, exit 2) or
+    "answered"."""
+    if found:
+        return found[0].kind
+    return "refused" if case.exit_code == 2 else "answered"
+
+
+def command_of(case: Case) -> str:
+    """The row of the campaign's table a case counts in."""
+    if case.category == "mcp":
+        return "mcp"
+    if case.category == "concurrent":
+        return f"concurrent {case.argv[0]}"
+    return case.argv[0] if case.argv else "?"
 
 
 def implausible(document: Any, path: str = "") -> list[str]:
@@ -917,12 +1067,49 @@ def campaign(
             tally.runs += 1
             tally.by_category[case.category] += 1
             tally.findings += found
+            tally.outcomes[(command_of(case), outcome_of(case, found))] += 1
             if log is not None:
                 for f in found:
                     log(f"{f.case} {f.category} {f.kind}: {f.detail}")
+            if case.category in FAMILIES["hostile"]:
+                import fuzz_hostile
+
+                fuzz_hostile.close_sockets()
             if keep is None:
                 _remove(work)
     return tally
+
+
+#: The columns of the campaign's table: every finding kind, each of which must stay at 0.
+FINDING_KINDS = [
+    "traceback",
+    "exit",
+    "hang",
+    "implausible",
+    "misread",
+    "terminal",
+    "overwritten",
+    "replaced-special",
+    "leftover",
+    "error-line",
+    "disagree",
+]
+
+
+def table(tally: Tally) -> str:
+    """The campaign as a Markdown table: a row per command, a column per outcome."""
+    commands = sorted({c for c, _ in tally.outcomes})
+    head = ["command", "runs", "answered", "refused", *FINDING_KINDS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for command in [*commands, "all"]:
+        counts = {
+            k: sum(n for (c, o), n in tally.outcomes.items() if o == k and command in (c, "all"))
+            for k in ["answered", "refused", *FINDING_KINDS]
+        }
+        runs = sum(n for (c, _), n in tally.outcomes.items() if command in (c, "all"))
+        row = [f"**{command}**" if command == "all" else f"`{command}`", f"{runs:,}"]
+        lines.append("| " + " | ".join(row + [f"{counts[k]:,}" for k in counts]) + " |")
+    return "\n".join(lines)
 
 
 def _remove(path: Path) -> None:
@@ -968,6 +1155,8 @@ def main() -> None:
     kinds = Counter(f.kind for f in tally.findings)
     print("findings:", dict(kinds) or "none")
     print("by category:", dict(tally.by_category))
+    print()
+    print(table(tally))
     sys.exit(1 if tally.findings else 0)
 
 

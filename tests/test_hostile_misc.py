@@ -93,3 +93,22 @@ def test_fleet_gives_up_on_a_ray_address_nobody_listens_at(
     result = cli("fleet", str(path), "--out", str(tmp_path / "f.json"), "--engine", "ray",
                  "--ray-address", "127.0.0.1:1")  # fmt: skip
     assert "no Ray cluster answers" in one_error_line(result)
+
+
+@pytest.mark.parametrize(("tail", "reads"), [(b"hello", False), (b"\0" * 600, True), (b"", True)])
+def test_data_after_the_last_gzip_member_is_refused_padding_is_not(
+    tmp_path: Path, trace_bytes: bytes, tail: bytes, reads: bool
+) -> None:
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(trace_bytes) + gzip.compress(b"") + tail)
+    outcomes = [*both_ways(path)]
+    try:
+        outcomes.append(read_bytes(path).data == trace_bytes)
+    except InputError as error:
+        outcomes.append(f"{type(error).__name__}: {error.reason}")
+    if reads:
+        assert not any(isinstance(o, str) for o in outcomes), outcomes
+    else:
+        assert all(isinstance(o, str) and "after the last gzip member" in o for o in outcomes)
+        line = one_error_line(cli("diagnose", str(path)))
+        assert "data after the last gzip member that is not gzip" in line

@@ -142,6 +142,10 @@ def test_two_ranks_that_take_turns_arriving_last_are_both_named(tmp_path: Path) 
         assert s.caused_wait_ns > 0
         assert s.idle_before and s.idle_before[0][0] == "cpu_other at train.py:33 (train)"
     finding = next(f for f in d.findings if f.cause == "straggler")
+    assert (
+        finding.evidence[0]
+        == "2 ranks take turns arriving last: rank 2 (8 of 16), rank 5 (8 of 16)"
+    )
     assert "Rank 2's host issues its work late" in finding.fix
     assert "Rank 5's host issues its work late" in finding.fix
     # Spinning inside the collectives for them is waiting, not work.

@@ -36,9 +36,11 @@ from pathlib import Path
 
 from gpuscope.errors import InputError
 
-#: (device, inode) of every file the running command read -> what it was read as ("input",
-#: or "history" for the run history). A command starts with none (:func:`forget_inputs`).
-_inputs: dict[tuple[int, int], str] = {}
+#: (device, inode) of every file the running command read -> its change time and what it was
+#: read as ("input", or "history" for the run history). A command starts with none
+#: (:func:`forget_inputs`); a file whose change time moved since is another file on a reused
+#: inode (a long-lived process: a test run, an embedding program).
+_inputs: dict[tuple[int, int], tuple[int, str]] = {}
 
 #: The signals that, during a write, remove the named temporary before the process ends.
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -46,7 +48,10 @@ _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def note_input(status: os.stat_result, role: str = "input") -> None:
     """Record a file read as input (its ``stat``), which no output may then overwrite."""
-    _inputs.setdefault((status.st_dev, status.st_ino), role)
+    key = (status.st_dev, status.st_ino)
+    known = _inputs.get(key)
+    if known is None or known[0] != status.st_ctime_ns:
+        _inputs[key] = (status.st_ctime_ns, role)
 
 
 def note_input_path(path: str | Path, role: str = "input") -> None:
@@ -61,7 +66,8 @@ def input_role(path: str | Path) -> str | None:
         status = os.stat(path)
     except (OSError, ValueError):
         return None
-    return _inputs.get((status.st_dev, status.st_ino))
+    known = _inputs.get((status.st_dev, status.st_ino))
+    return known[1] if known is not None and known[0] == status.st_ctime_ns else None
 
 
 def is_input(path: str | Path) -> bool:

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -123,8 +125,7 @@ class History:
                     self._db.isolation_level = None
                     self._migrate(upto)
             else:
-                self._db.execute("PRAGMA journal_mode = WAL")
-                self._migrate(upto)
+                self._set_up(upto)
         except sqlite3.OperationalError as error:
             raise InputError(self.path, _locked_or(error, "cannot be opened")) from None
         except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
@@ -133,6 +134,25 @@ class History:
             ) from None
         except OSError as error:
             raise InputError(self.path, f"cannot be opened ({error.strerror or error})") from None
+
+    def _set_up(self, upto: int) -> None:
+        """WAL mode and the migrations, retried while another connection holds the file: SQLite
+        answers "locked" at once, without waiting, to a connection that would deadlock (two
+        processes creating one history together both switch it to WAL)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        pause = 0.005
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._migrate(upto)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) and "busy" not in str(error):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
 
     def __enter__(self) -> History:
         return self
@@ -229,6 +249,8 @@ class History:
         return run_id
 
     def get(self, run_id: int) -> StoredRun:
+        if not 0 < run_id < 2**63:  # SQLite's integers are 64-bit: no run has such an id
+            raise InputError(self.path, f"no saved run with id {run_id}")
         sql = f"SELECT {_COLUMNS} FROM runs WHERE id = ?"
         row = self._query(lambda: self._db.execute(sql, (run_id,)).fetchone())
         if row is None:
@@ -348,6 +370,15 @@ def _stored(row: tuple[object, ...]) -> StoredRun:
         device=None if device is None else str(device),
         summary=msgspec.json.decode(str(metrics), type=RunSummary),
     )
+
+
+_RUN_ID = re.compile(r"#?([0-9]{1,30})")
+
+
+def run_id(ref: str) -> int | None:
+    """The saved-run id a reference names (``12`` or ``#12``, ASCII digits), else None."""
+    match = _RUN_ID.fullmatch(ref)
+    return int(match.group(1)) if match else None
 
 
 def git_commit(directory: Path | None = None) -> str | None:

@@ -464,6 +464,31 @@ def queued_dependency(ctx: GapContext) -> Evidence | None:
     return Evidence(ctx.queued, ctx.launcher)
 
 
+def garbage_collection(ctx: GapContext) -> Evidence | None:
+    """``gc.collect()`` walks every tracked Python object (a second or more with a large model's
+    objects alive) and launches nothing while it runs. Python frames (``with_stack``) of the
+    collector, which PyTorch's tracer names ``<built-in function collect>``, covering half the
+    piece or more: the host was collecting garbage. The location is the user's frame around it."""
+    names = ctx.host.trace.names
+    if _COLLECTOR not in names:
+        return None
+    frames = ctx.thread_rows[ctx.thread_kind == Kind.PYTHON]
+    ids = ctx.ev.name_id[frames]
+    used = distinct(ids)
+    collector = np.zeros(len(names), dtype=np.bool_)
+    collector[used] = [names[i] == _COLLECTOR for i in used.tolist()]
+    collecting = frames[collector[ids]]
+    if not collecting.size:
+        return None
+    todo = np.flatnonzero(ctx.undecided)
+    cover = np.zeros(ctx.start.size, dtype=np.int64)
+    cover[todo] = covered_ns(ctx.host.intervals(collecting), ctx.start[todo], ctx.end[todo])
+    return Evidence(2 * cover >= ctx.length, ctx.none())
+
+
+_COLLECTOR = "<built-in function collect>"  # gc.collect, as PyTorch's Python tracer names it
+
+
 def short_gap(ctx: GapContext) -> Evidence | None:
     """Up to SHORT_GAP_NS with nothing blocking the host is the time to get the next kernel
     out (dispatch, argument checks, the launch call): the host cannot launch fast enough. Not
@@ -580,7 +605,8 @@ CLAIMS: tuple[tuple[HostActivity, Cause], ...] = (
 #: Why this order: a sync that returned as the piece began is direct evidence of what emptied
 #: the queue (most specific call first); then a short gap before a migration the driver started
 #: (fault service, not the host); then whether the next work was already queued, which
-#: rules out the host as the cause whatever its length; then length alone (a short gap is launch
+#: rules out the host as the cause whatever its length; then the garbage collector, whose frames
+#: name what the host did whatever the length; then length alone (a short gap is launch
 #: overhead); then what the host was running, most specific first (an op that launches nothing,
 #: host code of ordinary length, any op, Python frames, the thread recorded on a CPU). Nothing
 #: left: ``unknown``.
@@ -592,6 +618,7 @@ RULES: tuple[tuple[Cause, Rule], ...] = (
     ("communication_wait", waited_for_a_peer),
     ("launch_overhead", queued_launch_latency),
     (UNKNOWN, queued_dependency),
+    ("gc_collect", garbage_collection),
     ("launch_overhead", short_gap),
     ("cpu_other", cpu_op_without_launches),
     ("launch_overhead", host_code_between_launches),

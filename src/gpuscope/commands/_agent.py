@@ -82,7 +82,9 @@ class Session:
         from gpuscope.render.diff import to_document
 
         def summary(ref: str) -> Any:
-            if Path(ref).exists() or not ref.lstrip("#").isdigit():
+            from gpuscope.history import run_id
+
+            if Path(ref).exists() or run_id(ref) is None:
                 return summarize(self.diagnosis(ref, gpu_hour_usd))
             from gpuscope.commands.diff import summary_of
 

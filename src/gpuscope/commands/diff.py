@@ -85,14 +85,16 @@ def summary_of(
 
     from gpuscope.compare.diff import summarize
     from gpuscope.errors import InputError
+    from gpuscope.history import run_id
 
     path = Path(ref)
     exists = os.path.exists(path)  # False, not an error, for a name too long to exist
-    if not exists and ref.lstrip("#").isdigit():
+    number = None if exists else run_id(ref)
+    if number is not None:
         from gpuscope.history import History
 
         with History(readonly=True) as history:
-            run = history.get(int(ref.lstrip("#")))
+            run = history.get(number)
         name = f"run {run.id}" + (f" ({run.label})" if run.label else "")
         return run.summary, name
     if not exists:

@@ -48,6 +48,7 @@ from gpuscope.analyses.timeline import (
 )
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.analyses.window import profiled_window, real_steps
+from gpuscope.diagnosis.evidence import JobContext, TraceContext
 from gpuscope.diagnosis.findings import (
     DeviceEvidence,
     Finding,
@@ -173,8 +174,7 @@ def diagnose_timelines(
     devices: list[DeviceReport] = []
     works: list[DeviceWork] = []
     evidence: list[DeviceEvidence] = []
-    hosts: dict[int, HostIndex] = {}
-    startups: dict[int, list[Phase]] = {}  # per trace: the start-up phases left in its window
+    contexts: list[TraceContext] = []
     startup: list[StartupEvidence] = []
     kinds: list[KindStat] = []
     traces: list[Trace] = []
@@ -194,8 +194,8 @@ def diagnose_timelines(
             inside = [p for p in phases if window.start_ns < p.end_ns and p.start_ns < bounds[1]]
             phases = rebase(inside, kept)
         traces.append(trace)
-        hosts[id(trace)] = host
-        startups[id(trace)] = phases
+        context = TraceContext(trace, host, phases)
+        contexts.append(context)
         ids = trace.device_ids
         # The views read the analysed window's ranges: the trace as cut, when it was.
         scopes = host_scopes(trace) if ids else None
@@ -205,11 +205,12 @@ def diagnose_timelines(
             kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
             devices.append(report)
             works.append(work)
-            evidence.append(_evidence(trace, report, work))
+            context.devices.append(_evidence(trace, report, work))
+            evidence.append(context.devices[-1])
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    participants = _participants(replace(job, traces=traces), devices, works, hosts)
+    participants = _participants(contexts, devices, works)
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
@@ -218,9 +219,8 @@ def diagnose_timelines(
     if options.predict:
         from gpuscope.diagnosis.predict import predict, priced  # noqa: PLC0415
 
-        found, all_fixes = predict(
-            found, traces, evidence, hosts, startups, participants, ranks, gpu_hour_usd, gpus
-        )
+        job_context = JobContext(contexts, participants, ranks, gpu_hour_usd, gpus)
+        found, all_fixes = predict(found, job_context)
         saving_usd = priced(found, all_fixes, gpu_hour_usd)
     # The headline's dollars are what fixing everything is predicted to save (the all-fixes
     # replay, priced), never the findings' dollars added up: their savings overlap.
@@ -267,17 +267,17 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
 
 
 def _participants(
-    job: Job, devices: list[DeviceReport], works: list[DeviceWork], hosts: dict[int, HostIndex]
+    contexts: list[TraceContext], devices: list[DeviceReport], works: list[DeviceWork]
 ) -> list[Participant]:
     """One participant per device report; ranks a trace does not name are numbered in file
     order."""
-    by_source = {t.source: t for t in job.traces}
+    host_of = {c.trace.source: c.host for c in contexts}
     return [
         Participant(
             report=d,
             work=work,
             rank=d.rank if d.rank is not None else position,
-            host=hosts.get(id(by_source[d.source])) if d.source in by_source else None,
+            host=host_of.get(d.source),
         )
         for position, (d, work) in enumerate(zip(devices, works, strict=True))
     ]

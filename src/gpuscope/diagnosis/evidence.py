@@ -1,4 +1,6 @@
-"""What the findings read from one device, and the raw form of a finding before it is priced."""
+"""What the findings read from one device, the raw form of a finding before it is priced, and
+the per-trace and per-job context a diagnosis carries while it runs (instead of dictionaries
+keyed by trace and long argument lists)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import msgspec
 
 from gpuscope.analyses.attribution import IdleAttribution, LocationStat
 from gpuscope.analyses.bounds import KernelBounds
+from gpuscope.analyses.host import HostIndex
+from gpuscope.analyses.phases import Phase
+from gpuscope.analyses.ranks import Participant, RankAnalysis
 from gpuscope.analyses.timeline import DeviceWork, Overlap, TemporalBreakdown
 from gpuscope.facts import GpuFacts
+from gpuscope.model import Trace
 
 if TYPE_CHECKING:
     from gpuscope.diagnosis import DeviceReport
@@ -55,3 +61,26 @@ class DeviceEvidence(msgspec.Struct, frozen=True):
 #: (pattern, cause, lost_ns, events, locations, evidence, saving_ns): ``saving_ns`` is what fixing
 #: the cause would save, which the dollars price; None when it cannot be estimated (no dollars).
 RawFinding: TypeAlias = tuple[str, str, int, int, list[LocationStat], list[str], int | None]
+
+
+class TraceContext(msgspec.Struct):
+    """One trace (one rank) while the diagnosis runs: the trace as analysed (cut to its steady
+    window when it was), its host events classified, the start-up phases left in its window,
+    and the evidence of each of its devices. It holds the trace, so it lives only while the
+    diagnosis runs; what the diagnosis keeps is the reports."""
+
+    trace: Trace
+    host: HostIndex
+    phases: list[Phase]
+    devices: list[DeviceEvidence] = msgspec.field(default_factory=list)
+
+
+class JobContext(msgspec.Struct):
+    """What a prediction reads of the whole job: its traces, its devices as rank participants,
+    the rank analysis (None for one GPU without collectives), the price and the job's GPUs."""
+
+    traces: list[TraceContext]
+    participants: list[Participant]
+    ranks: RankAnalysis | None
+    gpu_hour_usd: float | None
+    gpus: int

@@ -154,10 +154,20 @@ def findings(
     gpus: int,
     ranks: RankEvidence | None = None,
 ) -> list[Finding]:
-    total_span = sum(e.temporal.span_ns for e in evidence)
-    steps = max((e.steps for e in evidence), default=0)
-    raw: list[RawFinding] = []
+    """Every finding of the job, ranked: idle causes, copies, exposed communication (less what
+    the rank analysis attributes to late peers), the rank findings, then the compute-side
+    savings; each priced and given its fix."""
     copies = _copy_stats(evidence)
+    raw = _idle_raw(evidence, copies) + _copy_raw(copies) + _communication_raw(evidence, ranks)
+    raw += ranks.raw if ranks is not None else []
+    raw += _compute_raw(evidence)
+    return ranked(_priced(raw, evidence, copies, gpu_hour_usd, gpus, ranks))
+
+
+def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> list[RawFinding]:
+    """One raw finding per idle cause; host-to-device copies and unified-memory migrations add
+    the copies nothing hid to their idle cause's finding."""
+    raw: list[RawFinding] = []
     for cause in CAUSES:
         lost = sum(e.idle.lost_ns(cause) for e in evidence)
         stats = [s for e in evidence for s in e.idle.causes if s.cause == cause]
@@ -184,6 +194,12 @@ def findings(
         if cause == "page_migration":
             note += fault_notes(evidence)
         raw.append((row.pattern, cause, lost, count, locations, note, saving))
+    return raw
+
+
+def _copy_raw(copies: dict[str, CopyStat]) -> list[RawFinding]:
+    """Device-to-host and peer-to-peer copies that held the device with nothing else running."""
+    raw: list[RawFinding] = []
     for group, cause_name, words in (
         ("d2h", "d2h_copy", "device-to-host"),
         ("p2p", "p2p_copy", "peer-to-peer"),
@@ -201,36 +217,54 @@ def findings(
                     stat.saving_ns,
                 )
             )
+    return raw
+
+
+def _communication_raw(
+    evidence: list[DeviceEvidence], ranks: RankEvidence | None
+) -> list[RawFinding]:
+    """Communication with no compute alongside; waiting for a late peer is reported by the
+    straggler / collective_wait findings instead."""
     exposed = sum(e.overlap.exposed_ns for e in evidence)
     comm = sum(e.overlap.communication_ns for e in evidence)
     exposed_note = [f"{comm / 1e6:,.2f} ms of communication, {exposed / 1e6:,.2f} ms of it exposed"]
     exposed_locations: list[LocationStat] = []
     if ranks is not None:
-        # Waiting for a late peer is reported by the straggler / collective_wait findings.
         exposed -= ranks.exposed_wait_ns
         exposed_note += ranks.exposed_notes
         exposed_locations = ranks.exposed_locations
-    raw.append(
-        (
-            causes.describe("exposed_communication").pattern,
-            "exposed_communication",
-            exposed,
-            0,
-            exposed_locations,
-            exposed_note,
-            exposed,
-        )
-    )
-    raw += ranks.raw if ranks is not None else []
+    pattern = causes.describe("exposed_communication").pattern
+    return [
+        (pattern, "exposed_communication", exposed, 0, exposed_locations, exposed_note, exposed)
+    ]
+
+
+def _compute_raw(evidence: list[DeviceEvidence]) -> list[RawFinding]:
+    """The compute-side savings (FP32 GEMMs, unfused memory-bound chains), capped together at
+    the compute time so that no nanosecond is counted twice."""
     fp32_lost, fp32_note = _fp32_gemm_saving(evidence)
     mem_lost, mem_kernels, mem_note, mem_pattern = _memory_bound_saving(evidence)
     compute_total = sum(e.temporal.compute_ns for e in evidence)
     scale = min(1.0, compute_total / (fp32_lost + mem_lost)) if fp32_lost + mem_lost else 1.0
     fp32 = int(fp32_lost * scale)
-    raw.append((causes.describe("fp32_gemm").pattern, "fp32_gemm", fp32, 0, [], fp32_note, fp32))
     mem = int(mem_lost * scale)
-    raw.append((mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem))
+    return [
+        (causes.describe("fp32_gemm").pattern, "fp32_gemm", fp32, 0, [], fp32_note, fp32),
+        (mem_pattern, "memory_bound", mem, mem_kernels, [], mem_note, mem),
+    ]
 
+
+def _priced(
+    raw: list[RawFinding],
+    evidence: list[DeviceEvidence],
+    copies: dict[str, CopyStat],
+    gpu_hour_usd: float | None,
+    gpus: int,
+    ranks: RankEvidence | None,
+) -> list[Finding]:
+    """The raw findings worth reporting, with their share, dollars, title and fix."""
+    total_span = sum(e.temporal.span_ns for e in evidence)
+    steps = max((e.steps for e in evidence), default=0)
     graph, some_graphs = _graph_launched(evidence)
     hardware = _hardware(evidence)
     framework = _framework(evidence)
@@ -272,7 +306,7 @@ def findings(
                 or advice(cause_name, fix_evidence),
             )
         )
-    return ranked(result)
+    return result
 
 
 #: The copy group (diagnosis.copies) behind each copy finding: its fix reads the copies.
@@ -289,8 +323,9 @@ def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
     if not known.any():
         return found
     ids = ev.name_id[launches[known]]
-    graph_ids = [i for i in np.unique(ids).tolist() if "GraphLaunch" in trace.names[i]]
-    found[known] = np.isin(ids, graph_ids)
+    graph_ids = [i for i in distinct(ids).tolist() if "GraphLaunch" in trace.names[i]]
+    if graph_ids:  # most traces launch no graph: nothing more to look up
+        found[known] = np.isin(ids, graph_ids)
     return found
 
 
@@ -315,13 +350,14 @@ def _graph_launched(evidence: list[DeviceEvidence]) -> tuple[bool, bool]:
     captured, and a graph would remove its gaps. Second: whether any of the job's work is
     graph-launched at all."""
     graph = total = 0
-    some = False
     for e in evidence:
         rows, lengths = launch_gap_work(e)
         total += int(lengths.sum())
         graph += int(lengths[graph_launched(e.work.trace, rows)].sum())
-        some = some or bool(graph_launched(e.work.trace, e.work.rows).any())
-    return bool(total) and graph * 2 >= total, some
+    if not total or graph * 2 >= total:
+        return bool(total), False
+    some = any(graph_launched(e.work.trace, e.work.rows).any() for e in evidence)
+    return False, some
 
 
 def _framework(evidence: list[DeviceEvidence]) -> bool:

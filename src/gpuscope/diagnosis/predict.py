@@ -36,9 +36,9 @@ from numpy.typing import NDArray
 
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind
-from gpuscope.analyses.host import HostActivity, host_activity
+from gpuscope.analyses.host import HostActivity
 from gpuscope.analyses.intervals import covered_ns, union
-from gpuscope.analyses.ranks import Participant, RankAnalysis, WaitCuts, collective_waits
+from gpuscope.analyses.ranks import Participant, WaitCuts, collective_waits
 from gpuscope.analyses.timeline import WorkClass
 from gpuscope.analyses.whatif import (
     ASSUMPTIONS,
@@ -49,6 +49,7 @@ from gpuscope.analyses.whatif import (
     build_graph,
 )
 from gpuscope.diagnosis import money
+from gpuscope.diagnosis.evidence import JobContext
 from gpuscope.diagnosis.findings import (
     NO_SAVING_PCT,
     Finding,
@@ -72,17 +73,14 @@ EXPOSED_SHARE = 0.1
 PINNED_LINK_EFFICIENCY = 0.8
 
 
-def predict(
-    found: list[Finding],
-    traces: list[Trace],
-    devices: list[DeviceEvidence],
-    hosts: dict[int, HostIndex],
-    startups: dict[int, list[Phase]],
-    participants: list[Participant],
-    ranks: RankAnalysis | None,
-    gpu_hour_usd: float | None,
-    gpus: int,
-) -> tuple[list[Finding], Prediction | None]:
+def predict(found: list[Finding], job: JobContext) -> tuple[list[Finding], Prediction | None]:
+    """Each finding's fix replayed alone, and all of them together (None: no fix has an edit)."""
+    participants, ranks, gpu_hour_usd, gpus = (
+        job.participants,
+        job.ranks,
+        job.gpu_hour_usd,
+        job.gpus,
+    )
     causes = [f.cause for f in found if f.cause in ASSUMPTIONS]
     if not causes:
         return [_unpriced(f) for f in found], None
@@ -99,17 +97,15 @@ def predict(
     inputs: list[EditInputs] = []
     late: set[int] = set()
     # The traces the device reports were computed on (a reader may split or window a job's).
-    by_trace: dict[int, list[DeviceEvidence]] = {}
-    for d in devices:
-        by_trace.setdefault(id(d.work.trace), []).append(d)
-    for reports in by_trace.values():
-        trace = reports[0].work.trace
-        host = hosts.get(id(trace)) or host_activity(trace)
+    for context in job.traces:
+        trace, reports = context.trace, context.devices
+        if not reports:
+            continue
         if any((d.rank if d.rank is not None else -1) in straggler_ranks for d in reports):
             late.add(len(graphs))
         graphs.append(build_graph(trace))
-        phases = startups.get(id(trace), [])
-        inputs.append(_inputs(trace, reports, _outside(trace, host, phases), participants, cuts))
+        outside = _outside(trace, context.host, context.phases)
+        inputs.append(_inputs(trace, reports, outside, participants, cuts))
     replayer = Replayer(graphs, inputs, late)
     result: list[Finding] = []
     for f in found:

@@ -31,6 +31,12 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
     fixes: dict[str, str] = {}
     if analysis.stragglers:
         notes = [_straggler_note(s) for s in analysis.stragglers[:3]]
+        if len(analysis.stragglers) > 1:
+            # Ranks that take turns: none is last at a majority, each costs the others time.
+            turns = ", ".join(
+                f"rank {s.rank} ({s.last_arrivals} of {s.shared})" for s in analysis.stragglers
+            )
+            notes.insert(0, f"{len(analysis.stragglers)} ranks take turns arriving last: {turns}")
         count = sum(s.last_arrivals for s in analysis.stragglers)
         lost = analysis.straggler_exposed_wait_ns
         raw.append((describe("straggler").pattern, "straggler", lost, count, [], notes, lost))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from zlib_ng import zlib_ng
 
@@ -237,6 +237,8 @@ def _gunzip(path: Path, raw: bytes, budget: int | None = None) -> Content:
         size += len(piece)
         offset = len(raw) - len(inflater.unused_data) - len(inflater.unconsumed_tail)
         truncated = not inflater.eof
+    if size <= limit and inflater.eof:
+        require_only_padding(path, view[offset:])
     data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
     if len(data) > limit:
         if limit == bomb:
@@ -245,6 +247,23 @@ def _gunzip(path: Path, raw: bytes, budget: int | None = None) -> Content:
     if not data:
         raise CorruptInputError(path, "gzip stream holds no data (cut off or corrupt)")
     return Content(data, truncated=truncated, compressed=True)
+
+
+#: What a file holding data after its last gzip member is (``_kscan.c`` says the same).
+JUNK_AFTER_GZIP = "corrupt gzip data (data after the last gzip member that is not gzip)"
+
+
+def require_only_padding(
+    path: Path, rest: bytes | memoryview, file: BinaryIO | None = None
+) -> None:
+    """Zero bytes may follow a file's last gzip member (padding); anything else is junk appended
+    to it, refused in one line rather than dropped unsaid. ``file``: the rest still to read."""
+    while True:
+        if bytes(rest).strip(b"\0"):
+            raise CorruptInputError(path, JUNK_AFTER_GZIP)
+        rest = file.read(1 << 20) if file is not None else b""
+        if not rest:
+            return
 
 
 def head_bytes(path: Path, size: int = 65536) -> bytes:

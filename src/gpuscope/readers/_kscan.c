@@ -1238,8 +1238,10 @@ static Py_ssize_t input_more(Input *in) {
     }
 }
 
-/* Gzip members follow one another while the next one starts with the gzip magic bytes; anything
- * else after a member ends the text, as does input that stops mid-stream (truncated). */
+/* Gzip members follow one another while the next one starts with the gzip magic bytes; zero
+ * bytes after the last member (padding) end the text, anything else is corrupt data (junk
+ * appended to the file would otherwise be dropped unsaid), as in _io.py and _scan.py. Input
+ * that stops mid-stream ends the text too (truncated). */
 typedef struct {
     Input *in;
     Py_ssize_t produced, max_text; /* text inflated so far; the most allowed (LIMIT beyond) */
@@ -1254,6 +1256,7 @@ typedef struct {
 } Inflater;
 
 enum { Z_LIMIT = 1000, Z_READ = 1001 }; /* Inflater.error beyond zlib's own codes */
+#define JUNK_AFTER_GZIP "data after the last gzip member that is not gzip"
 
 static int inflater_open(Inflater *f, Input *in, Py_ssize_t max_text) {
     memset(f, 0, sizeof *f);
@@ -1328,6 +1331,14 @@ static Py_ssize_t inflater_run(Inflater *f, char *out, Py_ssize_t room) {
                 r = f->ng ? NG.reset(&f->s.ng) : inflateReset(&f->s.z);
                 if (r != Z_OK) return inflater_fail(f, Z_STREAM_ERROR, "reset");
             } else {
+                for (;;) { /* only zero bytes may follow the last member */
+                    for (Py_ssize_t i = in->used; i < in->length; i++)
+                        if (in->buf[i] != 0)
+                            return inflater_fail(f, Z_DATA_ERROR, JUNK_AFTER_GZIP);
+                    in->used = in->length;
+                    if (in->eof) break;
+                    if (input_more(in) < 0) return inflater_fail(f, Z_READ, strerror(in->error));
+                }
                 f->ended = 1;
             }
         } else if (r == Z_BUF_ERROR || (r == Z_OK && in->used == in->length && made < room_made)) {
@@ -1856,7 +1867,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 5
+#define KSCAN_VERSION 6
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

@@ -37,13 +37,14 @@ from gpuscope.readers._io import (
     inflated_too_much,
     memory_budget,
     over_budget,
+    require_only_padding,
     size_text,
 )
 
 #: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
 #: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
 #: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
-SCANNER_VERSION = 5
+SCANNER_VERSION = 6
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
@@ -199,6 +200,7 @@ def _pieces_of(path: Path, file: BinaryIO, state: TextState) -> Iterator[bytes]:
                         break
                     rest += more
                 if not rest.startswith(GZIP_MAGIC):
+                    require_only_padding(path, rest, file)
                     return
                 pending = rest
                 inflater = zlib_ng.decompressobj(16 + zlib_ng.MAX_WBITS)

@@ -16,6 +16,7 @@ import msgspec
 from msgspec.structs import asdict
 
 from gpuscope import __version__
+from gpuscope.analyses.attribution import CauseStat
 from gpuscope.analyses.bounds import Bound, RooflinePoint
 from gpuscope.analyses.counters import CounterStat, CounterSummary
 from gpuscope.analyses.memory import CATEGORIES, MemoryReport
@@ -138,7 +139,6 @@ def _pct(value: float | None) -> float | None:
 
 
 def _device(d: DeviceReport) -> dict[str, Any]:
-    t = d.temporal
     return {
         "rank": d.rank,
         "world_size": d.world_size,
@@ -151,6 +151,45 @@ def _device(d: DeviceReport) -> dict[str, Any]:
         "gpu": _facts(d.facts),
         "span_start_ns": d.span_start_ns,
         "span_end_ns": d.span_end_ns,
+        **_time(d),
+        "steps": [
+            {
+                "name": s.name,
+                "number": s.number,
+                "start_ns": s.start_ns,
+                "dur_ns": s.dur_ns,
+                "busy_ns": s.busy_ns,
+                "busy_pct": _pct(s.busy_pct),
+            }
+            for s in d.steps
+        ],
+        "streams": [asdict(s) for s in d.streams],
+        "idle_causes": [_idle_cause(c) for c in d.idle.causes],
+        "bounds": _device_bounds(d),
+        "roofline": {
+            "kernels": [_point(p) for p in d.series.roofline_kernels],
+            "operators": [_point(p) for p in d.series.roofline_operators],
+        },
+        "views": None if d.views is None else views_document(d.views),
+        "top_kernels": [
+            {
+                "name": k.name,
+                "class": k.work_class.name.lower(),
+                "count": k.count,
+                "total_ns": k.total_ns,
+                "mean_ns": round(k.mean_ns, 1),
+                "max_ns": k.max_ns,
+                "share_pct": _pct(k.share_of_busy_pct),
+            }
+            for k in d.kernels
+        ],
+    }
+
+
+def _time(d: DeviceReport) -> dict[str, Any]:
+    """Where the device's span went: busy by kind of work, exclusive shares, and overlap."""
+    t = d.temporal
+    return {
         "span_ns": t.span_ns,
         "busy_ns": t.busy_ns,
         "idle_ns": t.idle_ns,
@@ -177,62 +216,35 @@ def _device(d: DeviceReport) -> dict[str, Any]:
             "exposed_ns": d.overlap.exposed_ns,
             "comp_comm_overlap_pct": _pct(d.overlap.overlap_pct),
         },
-        "steps": [
-            {
-                "name": s.name,
-                "number": s.number,
-                "start_ns": s.start_ns,
-                "dur_ns": s.dur_ns,
-                "busy_ns": s.busy_ns,
-                "busy_pct": _pct(s.busy_pct),
-            }
-            for s in d.steps
+    }
+
+
+def _idle_cause(c: CauseStat) -> dict[str, Any]:
+    return {
+        "cause": c.cause,
+        "lost_ns": c.lost_ns,
+        "share_pct": _pct(c.share_pct),
+        "gaps": c.gaps,
+        "locations": [asdict(loc) for loc in c.locations],
+        # warmup only: idle time per kind of start-up and the code that triggered it
+        "kinds": [
+            {"kind": k.kind.value, "lost_ns": k.lost_ns, "location": k.location} for k in c.kinds
         ],
-        "streams": [asdict(s) for s in d.streams],
-        "idle_causes": [
-            {
-                "cause": c.cause,
-                "lost_ns": c.lost_ns,
-                "share_pct": _pct(c.share_pct),
-                "gaps": c.gaps,
-                "locations": [asdict(loc) for loc in c.locations],
-                # warmup only: idle time per kind of start-up and the code that triggered it
-                "kinds": [
-                    {"kind": k.kind.value, "lost_ns": k.lost_ns, "location": k.location}
-                    for k in c.kinds
-                ],
-            }
-            for c in d.idle.causes
-        ],
-        "bounds": {
-            "time_ns": {b.name.lower(): d.bounds.time_ns_by_bound[b] for b in Bound},
-            "gemm_ns": d.bounds.gemm_ns,
-            "fp32_gemm_ns": d.bounds.fp32_gemm_ns,
-            "estimated_share_pct": _pct(100.0 * d.bounds.estimated_share),
-            "achieved_tflops": _scaled(d.bounds.achieved_flops_per_s, 1e12),
-            "achieved_gb_per_s": _scaled(d.bounds.achieved_bytes_per_s, 1e9),
-            "mfu_pct": _pct(d.bounds.mfu_pct),
-            "mbu_pct": _pct(d.bounds.mbu_pct),
-            "not_estimable_reason": d.bounds.not_estimable_reason,
-            **_bounds_source(d),
-        },
-        "roofline": {
-            "kernels": [_point(p) for p in d.series.roofline_kernels],
-            "operators": [_point(p) for p in d.series.roofline_operators],
-        },
-        "views": None if d.views is None else views_document(d.views),
-        "top_kernels": [
-            {
-                "name": k.name,
-                "class": k.work_class.name.lower(),
-                "count": k.count,
-                "total_ns": k.total_ns,
-                "mean_ns": round(k.mean_ns, 1),
-                "max_ns": k.max_ns,
-                "share_pct": _pct(k.share_of_busy_pct),
-            }
-            for k in d.kernels
-        ],
+    }
+
+
+def _device_bounds(d: DeviceReport) -> dict[str, Any]:
+    return {
+        "time_ns": {b.name.lower(): d.bounds.time_ns_by_bound[b] for b in Bound},
+        "gemm_ns": d.bounds.gemm_ns,
+        "fp32_gemm_ns": d.bounds.fp32_gemm_ns,
+        "estimated_share_pct": _pct(100.0 * d.bounds.estimated_share),
+        "achieved_tflops": _scaled(d.bounds.achieved_flops_per_s, 1e12),
+        "achieved_gb_per_s": _scaled(d.bounds.achieved_bytes_per_s, 1e9),
+        "mfu_pct": _pct(d.bounds.mfu_pct),
+        "mbu_pct": _pct(d.bounds.mbu_pct),
+        "not_estimable_reason": d.bounds.not_estimable_reason,
+        **_bounds_source(d),
     }
 
 

@@ -5,6 +5,8 @@ Contract in :mod:`gpuscope.analyses.whatif`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
@@ -90,9 +92,94 @@ class Edit(msgspec.Struct):
 def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Graph:
     """The graph of ``trace``; ``activity`` (from :func:`gpuscope.analyses.host.host_activity`)
     is not needed to build it, only to name edits."""
+    c = _chains(trace)
+    ev, nh, n = trace.events, c.nh, c.rows.size
+    launch_src, launch_dst, delay, latency, event_src, event_dst = _launch_edges(trace, c)
+    host_ids = ev.name_id[c.rows[:nh]]
+    enqueues = _named(trace, host_ids, ENQUEUES)
+    call_ns = int(np.median(c.dur[:nh][enqueues])) if enqueues.any() else 5_000
+    poll_last = _polling(trace, host_ids, c)
+    wait_src, wait_dst, wait_tail, wait_copy, own = _waits(
+        ev,
+        trace,
+        host_ids,
+        c.rows[:nh],
+        c.node_of_row,
+        c.start,
+        c.end,
+        c.chain,
+        nh,
+        launch_src,
+        launch_dst,
+        poll_last,
+    )
+    _copy_delays(c, own[wait_copy], launch_src, launch_dst, delay)
+    # A blocking call's own cost is what it takes past the end of what it waited for.
+    c.dur[wait_dst] = np.where(
+        c.end[wait_src] > c.start[wait_dst], np.maximum(wait_tail, 0), c.dur[wait_dst]
+    )
+    steps, step_of = _steps(trace, c.origin, c.start, c.host, launch_src, launch_dst, n)
+    launch_src, launch_dst, delay = _anchor_unlinked(
+        c.chain, c.start, nh, n, c.fixed, (launch_src, launch_dst, delay)
+    )
+    step_order, step_bounds = _step_order(c.host, step_of)
+    return Graph(
+        trace=trace,
+        origin_ns=c.origin,
+        rows=c.rows,
+        host=c.host,
+        chain=c.chain,
+        first=c.first,
+        start=c.start,
+        end=c.end,
+        dur=c.dur,
+        gap=c.gap,
+        fixed=c.fixed,
+        launch_src=launch_src,
+        launch_dst=launch_dst,
+        launch_delay=delay,
+        event_src=event_src,
+        event_dst=event_dst,
+        wait_src=wait_src,
+        wait_dst=wait_dst,
+        wait_tail=wait_tail,
+        wait_copy=wait_copy,
+        node_of_row=c.node_of_row,
+        launch_latency_ns=latency,
+        call_ns=call_ns,
+        step_of=step_of,
+        steps=steps,
+        step_order=step_order,
+        step_bounds=step_bounds,
+    )
+
+
+class _Chains(NamedTuple):
+    """The nodes of a graph, chain by chain: host calls (the first ``nh`` nodes), then device
+    work; times relative to ``origin``. ``gap`` and ``dur`` are changed in place as the edges are
+    found (polling, waits, synchronous copies)."""
+
+    origin: int
+    rows: I64
+    nh: int
+    host: B
+    first: B
+    chain: I64
+    start: I64
+    end: I64
+    dur: I64
+    gap: I64
+    fixed: I64
+    node_of_row: I64
+    prev_end: I64  # the end of the node before on its chain (NEG for a chain's first)
+    launch_dst: I64  # device nodes with a launch, ascending
+
+
+def _chains(trace: Trace) -> _Chains:
+    """Host chains (per thread, top-level calls only) and device chains (per device and stream,
+    by start); each node's host gap since the node before it on its chain."""
     ev = trace.events
-    kind = ev.kind
-    runtime = np.flatnonzero(kind == Kind.RUNTIME)
+    runtime = np.flatnonzero(ev.kind == Kind.RUNTIME)
     device = np.flatnonzero(ev.of_kind(*BUSY_KINDS) & (ev.device >= 0) & (ev.dur_ns >= 0))
     origin = int(
         min(ev.start_ns[runtime].min(initial=1 << 62), ev.start_ns[device].min(initial=1 << 62))
@@ -100,24 +187,7 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     if device.size == 0:
         origin = 0
 
-    # Host chains: per thread, top-level calls only.
-    pid, tid = ev.pid[runtime].astype(np.int64), ev.tid[runtime].astype(np.int64)
-    thread_key = (pid << 32) + (tid & 0xFFFFFFFF)
-    order = np.argsort(thread_key, kind="stable")  # rows are in start order already
-    hrows, hkey = runtime[order], thread_key[order]
-    hstart, hend = ev.start_ns[hrows] - origin, ev.end_ns[hrows] - origin
-    new_thread = np.ones(hrows.size, dtype=np.bool_)
-    new_thread[1:] = hkey[1:] != hkey[:-1]
-    thread_id = np.cumsum(new_thread) - 1
-    # Running max of previous ends within a thread: a call that starts before it is nested.
-    prev_end = np.full(hrows.size, NEG, dtype=np.int64)
-    if hrows.size:
-        seg = thread_id * _SEG
-        running = np.maximum.accumulate(hend + seg) - seg
-        prev_end[1:] = running[:-1]
-        prev_end[new_thread] = NEG
-    top = hstart >= prev_end
-    outer = np.cumsum(top) - 1  # index among top-level calls of each call's enclosing call
+    hrows, outer, top, new_thread = _host_chains(trace, runtime, origin)
     host_rows = hrows[top]
 
     # Device chains: per (device, stream), by start.
@@ -137,7 +207,6 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     chain = np.cumsum(first) - 1
     start = ev.start_ns[rows] - origin
     end = ev.end_ns[rows] - origin
-    dur = end - start
     n = rows.size
     node_of_row = np.full(len(ev), -1, dtype=np.int64)
     node_of_row[hrows] = outer
@@ -148,118 +217,126 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     prev_end_all = np.where(prev >= 0, end[np.maximum(prev, 0)], NEG)
     gap = np.zeros(n, dtype=np.int64)
     gap[:nh] = np.where(first[:nh], 0, np.maximum(start[:nh] - prev_end_all[:nh], 0))
-
-    # Launch edges.
-    dnodes = np.arange(nh, n)
     launcher = node_of_row[np.maximum(ev.link[drows], 0)]
     linked = (ev.link[drows] >= 0) & (launcher >= 0) & (launcher < nh)
-    launch_dst, launch_src = dnodes[linked], launcher[linked]
-    observed = np.maximum(start[launch_dst] - start[launch_src], 0)
-    waited_launch = start[launch_dst] > prev_end_all[launch_dst] + QUEUED_GAP_NS
-    event_src, event_dst = _event_edges(ev, host, start, chain, launch_src, launch_dst, rows, trace)
-    # The trace decides: work that started before the work it would wait for ended did not wait.
-    agrees = start[event_dst] >= end[event_src] - RETURN_TOLERANCE_NS
-    event_src, event_dst = event_src[agrees], event_dst[agrees]
-    by_event = np.zeros(n, dtype=np.bool_)
-    by_event[event_dst] = start[event_dst] <= end[event_src] + RETURN_TOLERANCE_NS
-    bound = waited_launch & ~by_event[launch_dst]
-    latency = int(np.median(observed[bound])) if bound.any() else DEFAULT_LAUNCH_LATENCY_NS
-    latency = min(latency, DEFAULT_LAUNCH_LATENCY_NS * 4)
-    delay = np.where(bound, observed, np.minimum(observed, latency))
-
+    launch_dst = np.arange(nh, n)[linked]
+    # Fixed starts: a thread's first call, and device work no launch accounts for.
     fixed = np.full(n, NEG, dtype=np.int64)
     fixed[:nh][first[:nh]] = start[:nh][first[:nh]]
     no_launch = np.ones(n, dtype=np.bool_)
     no_launch[:nh] = False
     no_launch[launch_dst] = False
     fixed[no_launch] = start[no_launch]
-
-    host_ids = ev.name_id[host_rows]
-    enqueues = _named(trace, host_ids, ENQUEUES)
-    call_ns = int(np.median(dur[:nh][enqueues])) if enqueues.any() else 5_000
-    # Polling: a run of event / stream queries on a thread is the host waiting for work to end
-    # (the loop exits on the query that finds it done). The last query is a sync; the polling
-    # before it is waiting, not the host's own work, so it takes no time of its own.
-    query = _named(trace, host_ids, frozenset({"query"}))
-    in_chain_prev = np.zeros(nh, dtype=np.bool_)
-    in_chain_prev[1:] = query[:-1] & ~first[1:nh]
-    in_chain_next = np.zeros(nh, dtype=np.bool_)
-    in_chain_next[:-1] = query[1:] & ~first[1:nh]
-    poll_last = query & in_chain_prev & ~in_chain_next
-    polling = query & in_chain_next
-    gap[:nh][query & in_chain_prev] = 0
-    dur[:nh][polling] = 0
-    wait_src, wait_dst, wait_tail, wait_copy, own = _waits(
-        ev,
-        trace,
-        host_ids,
-        host_rows,
-        node_of_row,
+    return _Chains(
+        origin,
+        rows,
+        nh,
+        host,
+        first,
+        chain,
         start,
         end,
-        chain,
-        nh,
-        launch_src,
+        end - start,
+        gap,
+        fixed,
+        node_of_row,
+        prev_end_all,
         launch_dst,
-        poll_last,
     )
-    # A synchronous copy starts once the call has staged (or the stream drained): its delay is
-    # counted from the later of the two, so it is both a launch delay and a stream gap.
-    copy_nodes = own[wait_copy]
-    if copy_nodes.size:
-        dst_pos = np.searchsorted(launch_dst, copy_nodes)
-        ok = (dst_pos < launch_dst.size) & (
-            launch_dst[np.minimum(dst_pos, launch_dst.size - 1)] == copy_nodes
-        )
-        dst_pos, copy_nodes = dst_pos[ok], copy_nodes[ok]
-        calls = launch_src[dst_pos]
-        begin = np.maximum(start[calls], prev_end_all[copy_nodes])
-        off = np.maximum(start[copy_nodes] - begin, 0)
-        delay[dst_pos] = off
-        gap[copy_nodes] = off
-    # A blocking call's own cost is what it takes past the end of what it waited for.
-    dur[wait_dst] = np.where(
-        end[wait_src] > start[wait_dst], np.maximum(wait_tail, 0), dur[wait_dst]
+
+
+def _host_chains(trace: Trace, runtime: I64, origin: int) -> tuple[I64, I64, B, B]:
+    """Host chains: per thread, top-level calls only. The runtime rows by thread, each one's
+    enclosing top-level call (its index among them), which are top-level, and which begin a
+    thread."""
+    ev = trace.events
+    pid, tid = ev.pid[runtime].astype(np.int64), ev.tid[runtime].astype(np.int64)
+    thread_key = (pid << 32) + (tid & 0xFFFFFFFF)
+    order = np.argsort(thread_key, kind="stable")  # rows are in start order already
+    hrows, hkey = runtime[order], thread_key[order]
+    hstart, hend = ev.start_ns[hrows] - origin, ev.end_ns[hrows] - origin
+    new_thread = np.ones(hrows.size, dtype=np.bool_)
+    new_thread[1:] = hkey[1:] != hkey[:-1]
+    thread_id = np.cumsum(new_thread) - 1
+    # Running max of previous ends within a thread: a call that starts before it is nested.
+    prev_end = np.full(hrows.size, NEG, dtype=np.int64)
+    if hrows.size:
+        seg = thread_id * _SEG
+        running = np.maximum.accumulate(hend + seg) - seg
+        prev_end[1:] = running[:-1]
+        prev_end[new_thread] = NEG
+    top = hstart >= prev_end
+    outer = np.cumsum(top) - 1  # index among top-level calls of each call's enclosing call
+    return hrows, outer, top, new_thread
+
+
+def _launch_edges(trace: Trace, c: _Chains) -> tuple[I64, I64, I64, int, I64, I64]:
+    """Launch edges (source call, device node, delay), the launch latency, and the cross-stream
+    event edges the trace agrees with."""
+    ev = trace.events
+    launch_dst = c.launch_dst
+    launch_src = c.node_of_row[np.maximum(ev.link[c.rows[launch_dst]], 0)]
+    start, end = c.start, c.end
+    observed = np.maximum(start[launch_dst] - start[launch_src], 0)
+    waited_launch = start[launch_dst] > c.prev_end[launch_dst] + QUEUED_GAP_NS
+    event_src, event_dst = _event_edges(
+        ev, c.host, start, c.chain, launch_src, launch_dst, c.rows, trace
     )
-    steps, step_of = _steps(trace, origin, start, host, launch_src, launch_dst, n)
-    launch_src, launch_dst, delay = _anchor_unlinked(
-        chain, start, nh, n, fixed, (launch_src, launch_dst, delay)
+    # The trace decides: work that started before the work it would wait for ended did not wait.
+    agrees = start[event_dst] >= end[event_src] - RETURN_TOLERANCE_NS
+    event_src, event_dst = event_src[agrees], event_dst[agrees]
+    by_event = np.zeros(c.rows.size, dtype=np.bool_)
+    by_event[event_dst] = start[event_dst] <= end[event_src] + RETURN_TOLERANCE_NS
+    bound = waited_launch & ~by_event[launch_dst]
+    latency = int(np.median(observed[bound])) if bound.any() else DEFAULT_LAUNCH_LATENCY_NS
+    latency = min(latency, DEFAULT_LAUNCH_LATENCY_NS * 4)
+    delay = np.where(bound, observed, np.minimum(observed, latency))
+    return launch_src, launch_dst, delay, latency, event_src, event_dst
+
+
+def _polling(trace: Trace, host_ids: NDArray[np.int32], c: _Chains) -> B:
+    """Polling: a run of event / stream queries on a thread is the host waiting for work to end
+    (the loop exits on the query that finds it done). The last query is a sync (returned); the
+    polling before it is waiting, not the host's own work, so it takes no time of its own."""
+    nh = c.nh
+    query = _named(trace, host_ids, frozenset({"query"}))
+    in_chain_prev = np.zeros(nh, dtype=np.bool_)
+    in_chain_prev[1:] = query[:-1] & ~c.first[1:nh]
+    in_chain_next = np.zeros(nh, dtype=np.bool_)
+    in_chain_next[:-1] = query[1:] & ~c.first[1:nh]
+    poll_last = query & in_chain_prev & ~in_chain_next
+    polling = query & in_chain_next
+    c.gap[:nh][query & in_chain_prev] = 0
+    c.dur[:nh][polling] = 0
+    return poll_last
+
+
+def _copy_delays(c: _Chains, copy_nodes: I64, launch_src: I64, launch_dst: I64, delay: I64) -> None:
+    """A synchronous copy starts once the call has staged (or the stream drained): its delay is
+    counted from the later of the two, so it is both a launch delay and a stream gap."""
+    if not copy_nodes.size:
+        return
+    dst_pos = np.searchsorted(launch_dst, copy_nodes)
+    ok = (dst_pos < launch_dst.size) & (
+        launch_dst[np.minimum(dst_pos, launch_dst.size - 1)] == copy_nodes
     )
+    dst_pos, copy_nodes = dst_pos[ok], copy_nodes[ok]
+    calls = launch_src[dst_pos]
+    begin = np.maximum(c.start[calls], c.prev_end[copy_nodes])
+    off = np.maximum(c.start[copy_nodes] - begin, 0)
+    delay[dst_pos] = off
+    c.gap[copy_nodes] = off
+
+
+def _step_order(host: B, step_of: I64) -> tuple[I64, I64]:
+    """Device nodes in steps, grouped by step (stable), and where each step's group begins."""
     in_steps = np.flatnonzero(~host & (step_of >= 0))
     step_order = in_steps[np.argsort(step_of[in_steps], kind="stable")]
     grouped = step_of[step_order]
     step_bounds = (
         np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if grouped.size else grouped
     )
-    return Graph(
-        trace=trace,
-        origin_ns=origin,
-        rows=rows,
-        host=host,
-        chain=chain,
-        first=first,
-        start=start,
-        end=end,
-        dur=dur,
-        gap=gap,
-        fixed=fixed,
-        launch_src=launch_src,
-        launch_dst=launch_dst,
-        launch_delay=delay,
-        event_src=event_src,
-        event_dst=event_dst,
-        wait_src=wait_src,
-        wait_dst=wait_dst,
-        wait_tail=wait_tail,
-        wait_copy=wait_copy,
-        node_of_row=node_of_row,
-        launch_latency_ns=latency,
-        call_ns=call_ns,
-        step_of=step_of,
-        steps=steps,
-        step_order=step_order,
-        step_bounds=step_bounds.astype(np.int64),
-    )
+    return step_order, step_bounds.astype(np.int64)
 
 
 def _launch_times(start: I64, launch_src: I64, launch_dst: I64, n: int) -> I64:

@@ -114,7 +114,10 @@ class Replayer:
             # A step predicted to take less than nothing: the replay met times it cannot order
             # (shuffled or corrupt); no prediction rather than an impossible one.
             return None
-        total = round(float(pooled.sum()))
+        # Removing waits cannot slow a step down: a replay that says so met times out of order
+        # (a shuffled trace). The fix then saves nothing, never a negative amount.
+        saving = max(saving, 0.0)
+        total = max(round(float(pooled.sum())), 0)
         note = None
         if waiting_removed and len(causes) == 1:
             note = (

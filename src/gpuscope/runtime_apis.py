@@ -1,7 +1,7 @@
 """What each CUDA / HIP runtime or driver call does, defined once: ``data/runtime_apis.csv``.
 
 Contract: :func:`runtime_role` names the role of a call (``sync``, ``copy``, ``async_copy``,
-``alloc``, ``free``, ``launch``, ``context``, ``module_load``, ``library_init``,
+``alloc``, ``free``, ``launch``, ``context``, ``module_load``, ``library_init``, ``teardown``,
 ``capture_begin``, ``capture_end``, ``graph_instantiate``, ``event_record``,
 ``stream_wait_event``, ``query``, or ``none``), from the table, for every reader of it: the idle
 attribution (:mod:`gpuscope.analyses.host` sorts host events into activities by it), the start-up
@@ -35,6 +35,7 @@ ROLES = (
     "context",
     "module_load",
     "library_init",
+    "teardown",
     "capture_begin",
     "capture_end",
     "graph_instantiate",

@@ -1,5 +1,6 @@
 """Print the labelled suite's confusion matrix: injected cause (rows) vs top finding (columns);
-then the real traces of the corpus's ``wild/`` folder against their known answers (MANIFEST.md).
+then the real traces of the corpus's ``wild/`` folder and the new ``kineto/tracelens/`` traces
+against their known answers (MANIFEST.md), reported apart from the generated suite.
 
 Run: ``python benchmarks/ground_truth.py``
 """
@@ -91,7 +92,73 @@ WILD: dict[str, tuple[str, Callable[[Diagnosis], bool]]] = {
         "host work plus page migration",
         lambda d: set(_causes(d, 2)) == {"cpu_other", "page_migration"},
     ),
+    "a100_switch_moe_fp32_coldstart.json": (
+        "first ~479 ms start-up, then compute-bound on FP32 GEMMs",
+        lambda d: (
+            d.window is not None
+            and 0.45e9 <= d.window.start_ns - _first_ns(d) <= 0.50e9
+            and d.verdict.bound == "compute"
+            and _causes(d, 1) == ["fp32_gemm"]
+        ),
+    ),
 }
+
+#: The new real traces of ``kineto/tracelens/`` with known answers in MANIFEST.md.
+TRACELENS: dict[str, tuple[str, Callable[[Diagnosis], bool]]] = {
+    "h100_timesformer_hf_pipeline.json.gz": (
+        "CPU preprocessing (image_processing_videomae.py) first; busy ~41% of the step",
+        lambda d: _host_first_at(d, "image_processing_videomae.py") and 39 <= _busy(d) <= 43,
+    ),
+    "mi300x_timesformer_hf_pipeline.json.gz": (
+        "CPU preprocessing first; busy ~30.7% of the step",
+        lambda d: _host_first_at(d, "preprocess") and 29 <= _busy(d) <= 32,
+    ),
+    "h100_owlv2_detection_pipeline.json.gz": (
+        "per-label preprocessing on the host first; busy ~46.8%",
+        lambda d: _causes(d, 1)[0] in _HOST and 45 <= _busy(d) <= 48.5,
+    ),
+    "mi300x_owlv2_detection_pipeline.json.gz": (
+        "per-label preprocessing on the host first; busy ~30.3%",
+        lambda d: _causes(d, 1)[0] in _HOST and 29 <= _busy(d) <= 31.5,
+    ),
+    "h100_falconsai_vit_classification.json.gz": (
+        "host/launch-bound",
+        lambda d: d.verdict.bound == "host" and _causes(d, 1) == ["launch_overhead"],
+    ),
+    "mi300x_falconsai_vit_classification.json.gz": (
+        "host/launch-bound",
+        lambda d: d.verdict.bound == "host" and _causes(d, 1) == ["launch_overhead"],
+    ),
+    "mi300x_vllm_prefilldecode_piecewise_graphs.json.gz": (
+        "GPU-bound (MoE experts), not the host",
+        lambda d: d.verdict.bound in ("compute", "memory"),
+    ),
+    "mi300x_xdit_sd3.5_diffusion.json.gz": (
+        "host-bound in the compiled graph",
+        lambda d: d.verdict.bound == "host",
+    ),
+}
+
+_HOST = {"cpu_other", "data_loader", "launch_overhead", "host_sync"}
+
+
+def _first_ns(d: Diagnosis) -> int:
+    """Where the window the trace profiled begins: the earliest excluded phase, else the span."""
+    starts = [e.start_ns for e in d.window.excluded] if d.window else []
+    return min([*starts, *(x.span_start_ns for x in d.devices)])
+
+
+def _busy(d: Diagnosis) -> float:
+    return 100.0 - d.verdict.idle_pct
+
+
+def _host_first_at(d: Diagnosis, where: str) -> bool:
+    top = next((f for f in d.findings if f.pattern != "startup"), None)
+    return (
+        top is not None
+        and top.cause in _HOST
+        and any(where in (loc.location or "") for loc in top.locations[:1])
+    )
 
 
 def wild() -> None:
@@ -100,10 +167,13 @@ def wild() -> None:
     if not folder.is_dir():
         print(f"\n(no {folder}: the real-trace table is skipped)")
         return
-    print("\nreal traces (wild/)")
+    print("\nreal traces (wild/ and kineto/tracelens/; MANIFEST.md's answers)")
     rows = []
-    for name, (answer, check) in WILD.items():
-        d = diagnose(load(folder / name))
+    table = [(folder / n, a, c) for n, (a, c) in WILD.items()]
+    table += [(root / "kineto" / "tracelens" / n, a, c) for n, (a, c) in TRACELENS.items()]
+    for path, answer, check in table:
+        name = path.name
+        d = diagnose(load(path))
         said = ", ".join(_causes(d, 2))
         if d.window is not None:
             said = f"start-up left out ({', '.join(sorted(_excluded(d)))}); then {said}"

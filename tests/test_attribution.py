@@ -44,8 +44,10 @@ NAMES = [
 def _reference_location(trace: Trace, row: int) -> str:
     """HostIndex.location one row at a time, as first written: the user's frame running at the
     row's start on its thread (walking out at most 256 frames), else the innermost of the 64
-    CPU ops that started last, else the row's own name."""
+    CPU ops that started last, else the row's own name; a user frame's row is its own place."""
     ev = trace.events
+    if ev.kind[row] == Kind.PYTHON and _is_user_frame(trace.name(row)):
+        return _frame_location(trace.name(row))  # a frame of the user's code is its own location
     pid, tid, t = int(ev.pid[row]), int(ev.tid[row]), int(ev.start_ns[row])
     python = ev.kind == Kind.PYTHON
     frames = np.flatnonzero(python & (ev.pid == pid) & (ev.tid == tid))

@@ -19,7 +19,8 @@ def test_bert_small_is_host_bound_with_the_python_frames_that_cost_most() -> Non
     assert top.pattern == "ghost_gpu" and top.cause in HOST_CAUSES
     assert top.cause == "launch_overhead"
     assert top.locations[0].location.startswith("transformers/models/bert/modeling_bert.py:")
-    assert d.verdict.summary.startswith("host-bound: the GPU is idle 89%")
+    # Over its one 4.01 ms ProfilerStep (the host work before the first kernel included).
+    assert d.verdict.summary.startswith("host-bound: the GPU is idle 90%")
     assert d.verdict.gpu_hour_usd is not None  # MI300X is in the facts table
 
 

@@ -54,8 +54,13 @@ def test_a_known_fix_is_significant_and_its_finding_resolved(
     assert step.comparison.significant is True
     assert step.outcome == "better"
     assert step.comparison.change_pct is not None and step.comparison.change_pct < -10
-    assert cause in [f.cause for f in result.resolved]
-    assert cause not in [f.cause for f in result.new + result.persisting]
+    assert cause not in [f.cause for f in result.new]
+    # The fixed run still waits once for its first batch, before the first kernel of its first
+    # profiled step (the window opens where the step does): resolved, or persisting far smaller.
+    if cause not in [f.cause for f in result.resolved]:
+        (kept,) = [f for f in result.persisting if f.cause == cause]
+        assert kept.before is not None and kept.after is not None
+        assert kept.after.share_pct < 0.05 * kept.before.share_pct
     lost = result.metric(LOST_PREFIX + cause)
     assert lost is not None and lost.outcome == "better"
     busy = result.metric(GPU_BUSY)
@@ -66,7 +71,13 @@ def test_the_reverse_is_a_significant_regression_with_a_new_finding() -> None:
     result = diff(summary(2), summary(1, inject=(g.SlowDataLoader(ms=40),)))
     step = result.metric(STEP_TIME)
     assert step is not None and step.outcome == "worse"
-    assert [f.cause for f in result.new] == ["data_loader"]
+    # New, or (the clean run's one wait for its first batch) persisting and far larger.
+    grown = [
+        f.cause
+        for f in result.persisting
+        if f.before and f.after and f.after.share_pct > 20 * f.before.share_pct
+    ]
+    assert [f.cause for f in result.new] + grown == ["data_loader"]
 
 
 def test_noise_between_seeds_is_not_called_significant() -> None:
@@ -193,9 +204,12 @@ def test_cli_diff_writes_metrics_and_findings(tmp_path: Path) -> None:
     assert step["change_pct"] == pytest.approx(100 * step["change"] / step["before"], abs=0.01)
     assert step["ci_low"] <= step["change"] <= step["ci_high"]
     assert {"gpu_busy_pct", "cost_usd_per_gpu_hour", "lost_ns_per_step.data_loader"} <= set(metrics)
-    assert [f["cause"] for f in doc["findings"]["resolved"]] == ["data_loader"]
-    assert doc["findings"]["new"] == []
-    assert "step time" in result.output and "resolved" in result.output
+    findings = doc["findings"]
+    # Resolved, or left as the fixed run's one wait for its first batch (see above).
+    kept = [f for f in findings.get("persisting", []) if f["cause"] == "data_loader"]
+    assert [f["cause"] for f in findings["resolved"]] == ["data_loader"] or len(kept) == 1
+    assert findings["new"] == []
+    assert "step time" in result.output
 
 
 def test_cli_diff_of_a_missing_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -205,8 +219,10 @@ def test_cli_diff_of_a_missing_input_is_one_line_and_exit_2(tmp_path: Path) -> N
 
 
 def test_nsys_before_after_pair_diffs_end_to_end() -> None:
-    """mfu_2gpu has no profiler steps but one NVTX range per FSDP block: per block, the after
-    run is about 12.6% slower, and well beyond the block-to-block noise."""
+    """mfu_2gpu has no profiler steps. Its NVTX ``FSDP::pre_forward`` ranges (one per block)
+    are hooks that hold a sliver of the launches, so they are not iterations; the device's
+    repeating 119-kernel sequence, with the device waiting before each, is: per iteration the
+    after run is about 10.5% slower, well beyond the iteration-to-iteration noise."""
     before = summarize(diagnose(load(corpus("nsys/nsys-ai/mfu_2gpu_before.sqlite"))))
     after = summarize(diagnose(load(corpus("nsys/nsys-ai/mfu_2gpu_after.sqlite"))))
     result = diff(before, after)
@@ -214,13 +230,12 @@ def test_nsys_before_after_pair_diffs_end_to_end() -> None:
     assert names[:4] == [STEP_TIME, ITERATIONS, GPU_BUSY, "cost_usd_per_gpu_hour"]
     assert before.devices == after.devices == 2
     for side in (before, after):
-        assert side.step_source is not None and side.step_source.startswith("repeated NVTX range")
-        assert "FSDP::pre_forward" in side.step_source
-    assert (before.steps, after.steps) == (15, 13)  # 17 and 15 blocks, the last open-ended
+        assert side.step_source == "repeating kernel sequence (119 kernels per iteration)"
+    assert (before.steps, after.steps) == (15, 13)
     assert not any("steps found differently" in n for n in result.notes)
     step = result.metric(STEP_TIME)
     assert step is not None and step.outcome == "worse"
-    assert step.comparison.change_pct == pytest.approx(12.6, abs=1.0)
+    assert step.comparison.change_pct == pytest.approx(10.5, abs=1.0)
     assert step.comparison.p_value is not None and step.comparison.p_value < 0.005
     assert result.kernels, "the fix changed which kernels run"
 

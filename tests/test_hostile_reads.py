@@ -126,13 +126,17 @@ def _tamper(doc: dict[str, Any], how: str) -> str:
         saved["verdict"]["idle_pct"] = 7000.0
     elif how == "missing":
         del saved["verdict"]
+    elif how == "uneven":  # a column of the step table longer than the others
+        device["series"]["step_causes"]["outside_ns"].append(5)
     elif how == "deep":
         saved["warnings"] = "@@"
         return json.dumps(doc).replace('"@@"', "[" * 20000 + "]" * 20000)
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("how", ["overflow", "negative", "inf", "percent", "missing", "deep"])
+@pytest.mark.parametrize(
+    "how", ["overflow", "negative", "inf", "percent", "missing", "uneven", "deep"]
+)
 def test_a_tampered_saved_diagnosis_is_one_line(
     tmp_path: Path, saved: dict[str, Any], how: str
 ) -> None:

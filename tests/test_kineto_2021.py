@@ -117,8 +117,8 @@ def test_the_call_stack_gives_the_users_line_of_an_idle_gap(trace_2021: Path) ->
     sync = next(c for c in device.idle.causes if c.cause == "host_sync")
     # The frame of the user's code nearest the op, past torch's decorator.
     assert sync.locations[0].location == "/home/u/proj/train.py:47 (train_step)"
-    # One gap between each two steps' kernels (the last sync is after the device's span).
-    assert (sync.locations[0].gaps, sync.locations[0].lost_ns) == (3, 3 * 5_100_000)
+    # One gap per step: the last one, after the last kernel, is inside the last profiled step.
+    assert (sync.locations[0].gaps, sync.locations[0].lost_ns) == (4, 4 * 5_100_000)
     assert [s.number for s in device.steps] == [1, 2, 3, 4]
 
 

@@ -51,7 +51,6 @@ MAX_FUNCTION_LINES = 80
 #: shrunk below the limit fails the test too.
 LONG_FUNCTIONS: dict[str, str] = {
     "analyses/memory.py:report": "#29: the memory report, one section per helper",
-    "diagnosis/__init__.py:diagnose_timelines": "#27 item 5: the per-trace loop into a context",
     "diagnosis/findings.py:verdict": "#28: the verdict's shares and figures apart",
 }
 

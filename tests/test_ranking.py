@@ -68,7 +68,7 @@ def test_a_job_waiting_for_its_input_is_input_bound_first(tmp_path: Path) -> Non
 
 
 def test_the_demo_tells_one_story() -> None:
-    """The demo waits 30% of its window on its data loader: input-bound, the loader named in the
+    """The demo waits 34% of its window on its data loader: input-bound, the loader named in the
     headline, and the 3% sync that saves more says it hides the loader's wait."""
     from importlib import resources
 
@@ -76,7 +76,7 @@ def test_the_demo_tells_one_story() -> None:
     d = diagnose(load(Path(str(demo))))
     assert d.verdict.bound == "input"
     assert d.verdict.summary.startswith(
-        "input-bound: the GPU waits for the data loader at train.py:48 (train) 30% of the window"
+        "input-bound: the GPU waits for the data loader at train.py:48 (train) 34% of the window"
     )
     assert "compute-bound" not in d.verdict.summary
     first = d.findings[0]

@@ -72,7 +72,16 @@ def _plain(path: Path) -> dict[str, Any]:
         [iv for iv, c, e in zip(ns, is_comm, work, strict=True) if not c and e["cat"] == "kernel"]
     )
     busy = _union(ns)
-    span = max(end for _, end in ns) - min(start for start, _ in ns)
+    # The profiled window: the ProfilerStep ranges (where the host began the first step, to
+    # the later of the last one's end and its device work's), widened to the device work.
+    steps = [
+        (round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and str(e.get("name", "")).startswith("ProfilerStep#")
+        and e.get("cat") != "gpu_user_annotation"
+    ]
+    span = max(end for _, end in ns + steps) - min(start for start, _ in ns + steps)
     return {
         "rank": doc["distributedInfo"]["rank"],
         "span_ns": span,
@@ -114,13 +123,13 @@ def test_dlrm_busiest_least_busy_and_collective_wait_are_consistent() -> None:
     assert d.ranks.busiest is not None and d.ranks.least_busy is not None
     # By the files' kernel time rank 1 looks busiest (66%) and the straggler, rank 7, least busy
     # (24%); but most of the others' kernel time is NCCL spinning for rank 7 with nothing else
-    # running. That is waiting, not work: by work, rank 7 is the busiest (11.7%), rank 1 near the
-    # least (7.9%).
+    # running. That is waiting, not work: by work, rank 7 is the busiest (10.3% of its profiled
+    # step), rank 1 near the least.
     assert max(share, key=lambda r: share[r]) == 1 and min(share, key=lambda r: share[r]) == 7
     work = {r.rank: (r.busy_ns - (r.exposed_wait_ns or 0)) / r.span_ns for r in d.ranks.ranks}
     assert d.ranks.busiest.rank == max(work, key=lambda r: work[r]) == 7
     assert d.ranks.least_busy.rank == min(work, key=lambda r: work[r])
-    assert d.ranks.busiest.busy_pct == pytest.approx(11.7, abs=0.1)
+    assert d.ranks.busiest.busy_pct == pytest.approx(10.3, abs=0.1)
     assert all(r.busy_pct < 100 * share[r.rank] for r in d.ranks.ranks)
     # Collective wait from the files: clocks aligned on the median gap of collective ends, then
     # every rank waits (its duration - the last arrival's) in the n-th collective.
@@ -184,15 +193,16 @@ def test_dlrm_json_and_terminal_show_the_rank_section() -> None:
     render(d, console)
     text = console.export_text()
     assert "Ranks" in text and "straggler: rank 7" in text
-    # Rank 1 runs kernels 65.7% of its span, 59.3% of it spinning inside collectives waiting for
-    # rank 7, the straggler, which works most (busy less waiting with nothing else running).
+    # Rank 1 runs kernels 61.9% of its profiled step, 55.9% of it spinning inside collectives
+    # waiting for rank 7, the straggler, which works most (busy less waiting with nothing else
+    # running).
     line = " ".join(text.split())
     assert (
-        "rank 1 has the most kernel time (65.7%) but waits inside collectives for 59.3% of its"
+        "rank 1 has the most kernel time (61.9%) but waits inside collectives for 55.9% of its"
         " time" in line
     )
-    assert "busiest rank 7 (11.7% busy, not counting waits for a late peer)" in line
-    assert "least busy rank 5 (7.8%)" in line
+    assert "busiest rank 7 (10.3% busy, not counting waits for a late peer)" in line
+    assert "least busy rank 5 (7.1%)" in line
 
 
 def test_one_rank_of_eight_is_analysed_and_says_so(tmp_path: Path) -> None:

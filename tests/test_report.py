@@ -155,8 +155,8 @@ def test_timeline_shows_each_data_loader_wait_with_cause_and_location(tmp_path: 
     ]
     gaps = diagnosis.devices[0].idle.gaps
     loader = int((gaps.cause == CAUSES.index("data_loader")).sum())
-    # Five steps, five waits; the first comes before the first kernel, outside the device's span.
-    assert len(waits) == 1 and len(waits[0]["hovertext"]) == loader == 4
+    # Five steps, five waits: the first, before the first kernel, is inside the first step.
+    assert len(waits) == 1 and len(waits[0]["hovertext"]) == loader == 5
     assert all("train.py:48" in text and "data_loader" in text for text in waits[0]["hovertext"])
 
 

@@ -35,8 +35,10 @@ def _write(cfg: gen.GeneratorConfig, folder: Path, name: str, world: int = 1) ->
 
 
 def _measured_step_ns(path: Path) -> float:
+    """The median step, as predictions measure it (the first step's device time starts at its
+    first work, so it is not like the others)."""
     graphs = [build_graph(t) for t in load(path).traces]
-    return float(np.mean([step_times(g, g.start, g.end).mean() for g in graphs]))
+    return float(np.median([np.median(step_times(g, g.start, g.end)) for g in graphs]))
 
 
 def test_replay_without_edits_reproduces_the_trace(tmp_path: Path) -> None:
@@ -138,15 +140,16 @@ def _rank(result: Diagnosis, f: Finding) -> int:
 
 
 def test_start_up_is_left_out_of_every_edit() -> None:
-    """HTA's alexnet: 6.5 s of cudaFree and 0.7 s of cudaStreamCreate create the CUDA context (a
-    start-up phase). An allocator fix does not remove that: its saving is at most the allocator
-    calls' own time outside start-up (2.0 s), not 8.5 s."""
+    """HTA's alexnet: 30 s of context creation (6.5 s of cudaFree, cudaStreamCreate...) before
+    the first kernel, then a 12.8 s pass the benchmark itself names
+    ``[param|pytorch.model.alex_net|0|0|0|warmup|forward]`` (cuDNN's first convolutions), then an
+    80 ms measured pass. The allocator calls are all inside that start-up: no fix is priced from
+    them, and start-up is never predicted or priced."""
     result = diagnose(load(corpus("kineto/hta/critical_path/alexnet")))
-    allocator = next(f for f in result.findings if f.cause == "allocator")
-    p = allocator.prediction
-    assert p is not None and p.removed_ns is not None
-    assert 0 < p.saving_ns <= p.removed_ns <= allocator.lost_ns
-    assert p.saving_ns_per_step < 2.1e9
+    assert "allocator" not in [f.cause for f in result.findings]
+    for f in result.findings:
+        if f.cause == "warmup":
+            assert f.prediction is None and f.cost_usd_per_day is None
 
 
 def test_predictions_can_be_turned_off(tmp_path: Path) -> None:

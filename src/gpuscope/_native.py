@@ -9,10 +9,7 @@ stderr says so and how to rebuild.
 
 from __future__ import annotations
 
-import logging
 from types import ModuleType
-
-_log = logging.getLogger("gpuscope")
 
 
 def current(module: ModuleType, wanted: int, what: str) -> bool:
@@ -21,7 +18,9 @@ def current(module: ModuleType, wanted: int, what: str) -> bool:
     version = getattr(module, "VERSION", 1)
     if version == wanted:
         return True
-    _log.warning(
+    import logging  # noqa: PLC0415 - only a stale build says anything (logging costs ~5 ms)
+
+    logging.getLogger("gpuscope").warning(
         "gpuscope: the %s extension is stale (built from version %s of its source, this code"
         " follows %s): using the slower pure-Python path; rebuild it with `pip install -e .`",
         what,

@@ -61,6 +61,9 @@ SHORT_GAP_NS = 50_000
 #: How far a synchronisation's return may be from the moment the device drained.
 SYNC_BEFORE_NS = 10_000
 SYNC_AFTER_NS = 100_000
+#: A sync owns the idle time after its return up to this many times its own wait (or up to
+#: LONG_HOST_GAP_NS, whichever is longer).
+SYNC_OWNS_RATIO = 10
 #: A launch this long before the gap began means the work was queued, not late.
 QUEUED_NS = 10_000
 #: Host code running longer than this between launches is the host's own work, not overhead.
@@ -137,10 +140,14 @@ def attribute_idle(
     if g0.size:
         # The device work that ends each gap, and the host thread that launched it.
         starts = ev.start_ns[work.rows]
-        next_work = np.minimum(np.searchsorted(starts, g1, side="left"), starts.size - 1)
-        launcher = ev.link[work.rows[next_work]].astype(np.int64)
+        index = np.searchsorted(starts, g1, side="left")
+        # A gap after the last device work (the window's end) is ended by nothing the device
+        # ran: no launch to follow, and the host's work over it decides.
+        trailing = index >= starts.size
+        next_work = np.minimum(index, starts.size - 1)
+        launcher = np.where(trailing, -1, ev.link[work.rows[next_work]]).astype(np.int64)
         after_class = work.work_class[next_work]
-        after_row = work.rows[next_work]
+        after_row = np.where(trailing, -1, work.rows[next_work])
         main_pid, main_tid = host.main_thread
         pid = np.where(launcher >= 0, ev.pid[np.maximum(launcher, 0)], main_pid)
         tid = np.where(launcher >= 0, ev.tid[np.maximum(launcher, 0)], main_tid)
@@ -359,13 +366,20 @@ class GapContext:
         syncs, ends = syncs[order], ends[order]
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
+        # A call much shorter than the piece never owns it: a sync that waited W could have let
+        # the host do at most about W of its own work earlier, while the device still ran; a
+        # piece far longer than that is the host's own work (or silence), for the later rules.
+        waited = ev.dur_ns[syncs[i]]
+        hit &= (r1 - r0) <= np.maximum(LONG_HOST_GAP_NS, SYNC_OWNS_RATIO * waited)
         return hit, syncs[i]
 
     @cached_property
     def migration_after(self) -> NDArray[np.bool_]:
         """Per piece: the work after it is an on-demand unified-memory migration, which nothing
         launched (see :func:`on_demand_migration`)."""
-        return on_demand_migration(self.host.trace, self.after_row)
+        after = self.after_row
+        found = on_demand_migration(self.host.trace, np.maximum(after, 0))
+        return found & (after >= 0)
 
     @cached_property
     def queued(self) -> NDArray[np.bool_]:
@@ -503,14 +517,37 @@ def inside_a_cpu_op(ctx: GapContext) -> Evidence | None:
 
 def python_frames(ctx: GapContext) -> Evidence | None:
     """Python frames (``with_stack``) covering half the piece or more, with no op: user code
-    running on the host, not waiting for anything the trace records."""
+    running on the host, not waiting for anything the trace records. The piece belongs to the
+    deepest frame that covers half of it or more: the most specific code that holds most of the
+    time (the preprocessing function, not the pipeline call around it, nor one of the hundred
+    short calls inside it)."""
     frames = ctx.thread_rows[ctx.thread_kind == Kind.PYTHON]
     if not frames.size:
         return None
     todo = np.flatnonzero(ctx.undecided)
     py_cover = np.zeros(ctx.start.size, dtype=np.int64)
     py_cover[todo] = covered_ns(ctx.host.intervals(frames), ctx.start[todo], ctx.end[todo])
-    return Evidence(2 * py_cover >= ctx.length, ctx.none())
+    explains = 2 * py_cover >= ctx.length
+    return Evidence(explains, _deepest_covering(ctx, frames, explains))
+
+
+def _deepest_covering(
+    ctx: GapContext, rows: NDArray[np.int64], pieces: NDArray[np.bool_]
+) -> NDArray[np.int64]:
+    """Per piece (of ``pieces`` longer than LONG_HOST_GAP_NS: the few that matter), the
+    latest-starting of ``rows`` (nested frames: the deepest) overlapping half of it or more;
+    -1 for the others."""
+    ev = ctx.ev
+    found = ctx.none()
+    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
+    for i in np.flatnonzero(pieces & (ctx.length > LONG_HOST_GAP_NS)).tolist():
+        a, b = int(ctx.start[i]), int(ctx.end[i])
+        upto = int(np.searchsorted(starts, b, side="left"))
+        overlap = np.minimum(ends[:upto], b) - np.maximum(starts[:upto], a)
+        holding = np.flatnonzero(2 * overlap >= b - a)
+        if holding.size:
+            found[i] = rows[int(holding[-1])]
+    return found
 
 
 def thread_on_a_cpu(ctx: GapContext) -> Evidence | None:

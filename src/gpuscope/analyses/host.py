@@ -147,7 +147,8 @@ class HostIndex(msgspec.Struct):
         return union(ev.start_ns[rows], ev.end_ns[rows])
 
     def location(self, row: int) -> str:
-        """Where in the user's code ``row`` was issued: ``file.py:LINE (fn)`` or the op's name."""
+        """Where in the user's code ``row`` was issued: ``file.py:LINE (fn)`` or the op's name;
+        a Python frame of the user's code is its own location."""
         return self.locations(np.array([row], dtype=np.int64))[0]
 
     def locations(self, rows: NDArray[np.int64]) -> list[str]:
@@ -158,6 +159,13 @@ class HostIndex(msgspec.Struct):
         todo = wanted[[r not in cache for r in wanted.tolist()]]
         if todo.size:
             ev = self.trace.events
+            own = ev.kind[todo] == Kind.PYTHON
+            own[own] = self._is_user(ev.name_id[todo[own]])
+            for row, name_id in zip(
+                todo[own].tolist(), ev.name_id[todo[own]].tolist(), strict=True
+            ):
+                cache[row] = self._frame_name(name_id)
+            todo = todo[~own]
             pids, tids = ev.pid[todo], ev.tid[todo]
             for pid in distinct(pids).tolist():
                 of_pid = pids == pid

@@ -60,7 +60,7 @@ from gpuscope.analyses.intervals import (
     union,
 )
 from gpuscope.model import BUSY_KINDS, Kind, Trace
-from gpuscope.runtime_apis import runtime_role
+from gpuscope.runtime_apis import ALLOCATOR, runtime_role
 
 #: A start-up call lasts at least this long: context creation takes 100 ms to seconds, and an
 #: ordinary allocator or query call microseconds to a few milliseconds.
@@ -93,6 +93,9 @@ class WarmupKind(str, Enum):
     COMPILE = "compile"
     GRAPH_CAPTURE = "graph_capture"
     FIRST_STEP = "first_step"
+    PROCESS_START = "process_start"
+    EARLIER_WORK = "earlier_work"
+    TEARDOWN = "teardown"
 
 
 #: When phases overlap, the idle time goes to the first kind here (the most specific cause).
@@ -106,6 +109,9 @@ KIND_WORDS = {
     WarmupKind.COMPILE: "compilation",
     WarmupKind.GRAPH_CAPTURE: "CUDA-graph capture",
     WarmupKind.FIRST_STEP: "a slow first step",
+    WarmupKind.PROCESS_START: "process start-up",
+    WarmupKind.EARLIER_WORK: "device work queued before the capture",
+    WarmupKind.TEARDOWN: "teardown at exit",
 }
 
 
@@ -129,6 +135,7 @@ _ROLE_KIND = {
     "module_load": WarmupKind.MODULE_LOAD,
     "library_init": WarmupKind.LIBRARY_INIT,
     "graph_instantiate": WarmupKind.GRAPH_CAPTURE,
+    "teardown": WarmupKind.TEARDOWN,
 }
 #: Compiler ranges: ``record_function`` names of Dynamo/Inductor/AOTAutograd (torch 2.x
 #: ``dynamo_timed`` names them after the function), their Python frames, Triton's compiler and
@@ -175,20 +182,47 @@ def _pattern(source: str) -> re.Pattern[str]:
 _TORCHSCRIPT_FALLBACK = "fallback_function"
 
 
+#: ``dynamo_timed`` and ``record_function`` decorate a range's name: ``OutputGraph.call_user_
+#: compiler (dynamo_timed)``, ``_compile.compile_inner (dynamo_timed)``. The family is the bare
+#: function name: the suffix in parentheses and the qualifying class are taken off first.
+_DECORATION = re.compile(r"\s+\([^()]*\)$")
+_QUALIFIER = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*$)")
+#: User ranges (``record_function``, NVTX) whose name says they are one-time set-up: warm-up
+#: iterations, compilation, initialisation (``MPI_Init``, ``model setup``). Whole words only
+#: (case aside); an ``init`` word must end the name or a phrase (``MPI_Init``, ``init model``),
+#: so ``init_hidden`` or ``reinitialize_weights`` do not count.
+_SETUP_RANGE = re.compile(
+    r"(?i)(?:^|[\W_])(?:warm[\W_]?ups?|warming|compil(?:e|ing|ation))(?:$|[\W_])"
+    r"|(?:^|[\W_])(?:init|initiali[sz](?:e|ation)|set[\W_]?up|startup|start[\W_]up)(?:$|[^\w])"
+)
+_SETUP_RANGE_KIND = re.compile(r"(?i)compil")
+
+
+def bare_name(name: str) -> str:
+    """A range's function name without decoration (see :data:`_DECORATION`)."""
+    bare = _DECORATION.sub("", name.strip())
+    return _QUALIFIER.sub("", bare) if " " not in bare else bare
+
+
 @lru_cache(maxsize=1 << 14)
 def _named_kind(name: str) -> int:
     """Index into KIND_ORDER of a compile or capture range by name, -1 when neither."""
     if not any(hint in name for hint in _HINTS):
         return -1
-    if _pattern(_COMPILE).search(name):
+    bare = bare_name(name)
+    if _pattern(_COMPILE).search(name) or _pattern(_COMPILE).search(bare):
         return KIND_ORDER.index(WarmupKind.COMPILE)
     if _pattern(_CAPTURE_FRAME).search(name):
         return KIND_ORDER.index(WarmupKind.GRAPH_CAPTURE)
     return -1
 
 
-def startup_phases(trace: Trace, host: HostIndex) -> list[Phase]:
-    """Every start-up phase on the host side of ``trace``, by start time."""
+def startup_phases(
+    trace: Trace, host: HostIndex, window: tuple[int, int] | None = None
+) -> list[Phase]:
+    """Every start-up (and teardown) phase on the host side of ``trace``, by start time;
+    ``window`` is the profiled window (:func:`~gpuscope.analyses.window.profiled_window`), whose
+    edges the position rules read."""
     ev = trace.events
     phases: list[Phase] = []
     runtime = np.flatnonzero((ev.kind == Kind.RUNTIME) & (ev.device < 0))
@@ -197,10 +231,206 @@ def startup_phases(trace: Trace, host: HostIndex) -> list[Phase]:
     named = np.flatnonzero(ev.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON))
     if named.size:
         phases += _named_phases(trace, named)
+        phases += _setup_ranges(trace)
         phases += _silent_compiles(trace, host, named)
+        phases += _slow_first_calls(trace)
+    phases += _silent_before_generated(trace, host)
+    if window is not None:
+        phases += _edges(trace, host, window)
     phases += _first_step(trace)
     phases.sort(key=lambda p: (p.start_ns, p.end_ns))
     return phases
+
+
+#: A stretch of the launching thread with nothing recorded, this long, is silence to explain.
+SILENCE_MIN_NS = 1_000_000
+#: Silence before a generated kernel's first launch is its compilation when at least this long:
+#: Inductor takes tens of ms to load a compiled graph from its cache and seconds to compile one;
+#: shorter silences are ordinary host work the trace does not record.
+COMPILE_SILENCE_MIN_NS = 20_000_000
+#: Kernels generated at run time (Inductor/Triton, nvFuser, NVRTC-built): their first launch
+#: follows their compilation.
+_GENERATED_KERNEL = re.compile(
+    r"^triton_|^triton\w*_kernel|^(?:kernel|fused)_?\d+|^CudaCodeGen|nvfuser"
+)
+
+
+def _silences(trace: Trace, host: HostIndex, lo: int, hi: int) -> Intervals:
+    """Stretches of ``[lo, hi)`` in which the launching thread recorded nothing new: no host
+    event of it starts or ends there (a frame that encloses the whole stretch only says the
+    program runs), each at least :data:`SILENCE_MIN_NS`."""
+    ev = trace.events
+    pid, tid = host.main_thread
+    rows = host.rows_of_thread(pid, tid)
+    rows = rows[ev.device[rows] < 0]
+    if hi - lo < SILENCE_MIN_NS:
+        return Intervals.empty()
+    marks = np.concatenate([ev.start_ns[rows], ev.end_ns[rows], [lo, hi]])
+    marks = np.unique(np.clip(marks, lo, hi))
+    step = np.diff(marks)
+    long = np.flatnonzero(step >= SILENCE_MIN_NS)
+    return Intervals(marks[long].astype(np.int64), marks[long + 1].astype(np.int64))
+
+
+def _device_extent(trace: Trace) -> tuple[int, int] | None:
+    ev = trace.events
+    device = ev.of_kind(*BUSY_KINDS) & (ev.dur_ns > 0)
+    if not device.any():
+        return None
+    return int(ev.start_ns[device].min()), int(ev.end_ns[device].max())
+
+
+def _edges(trace: Trace, host: HostIndex, window: tuple[int, int]) -> list[Phase]:
+    """Start-up and teardown by position. Before the first device work of a trace without
+    profiled steps the program is starting (imports, reading data, building the model): silence
+    there (nothing recorded on the launching thread) is process start-up. After the last device
+    work, freeing device memory and unloading modules is the process exiting, and silence is its
+    teardown. Inside profiled steps nothing is start-up by position: a step repeats, so what it
+    does before its first kernel (preprocessing a request) is paid every time. Before the first
+    device work, time it already waited in the queue is work from before the capture."""
+    extent = _device_extent(trace)
+    if extent is None:
+        return []
+    first, last = extent
+    ev = trace.events
+    found: list[Phase] = []
+    # The first device work was launched well before it ran, and nothing recorded ran before
+    # it: the device was busy with work queued before the capture began (or the host and
+    # device clocks disagree). That stretch is not idle time of this capture.
+    device = np.flatnonzero(ev.of_kind(*BUSY_KINDS) & (ev.dur_ns > 0) & (ev.start_ns == first))
+    launcher = ev.link[device]
+    # Queued when its launch call returned (a first launch may spend long loading a module).
+    launched = ev.end_ns[launcher[launcher >= 0]]
+    if launched.size and first - int(launched.min()) >= SILENCE_MIN_NS:
+        at = int(launched.min())
+        found.append(Phase(WarmupKind.EARLIER_WORK, at, first, int(launcher[launcher >= 0][0])))
+        first = at
+    if not trace.steps:
+        lead = _silences(trace, host, window[0], first)
+        for a, b in zip(lead.start_ns.tolist(), lead.end_ns.tolist(), strict=True):
+            found.append(Phase(WarmupKind.PROCESS_START, a, b, -1))
+        tail = _silences(trace, host, last, window[1])
+        for a, b in zip(tail.start_ns.tolist(), tail.end_ns.tolist(), strict=True):
+            found.append(Phase(WarmupKind.TEARDOWN, a, b, -1))
+    # Memory released after the last device work, before the end: the program is exiting.
+    exiting = (ev.kind == Kind.RUNTIME) & (ev.start_ns >= last)
+    frees = np.flatnonzero(exiting & (host.activity == HostActivity.ALLOCATOR))
+    for r in frees.tolist():
+        if runtime_role(trace.name(r)) in ALLOCATOR and "Free" in trace.name(r):
+            found.append(Phase(WarmupKind.TEARDOWN, int(ev.start_ns[r]), int(ev.end_ns[r]), r))
+    return found
+
+
+def _setup_ranges(trace: Trace) -> list[Phase]:
+    """User ranges named for one-time set-up (see :data:`_SETUP_RANGE`): a ``warmup`` or
+    ``compile`` range around the first iterations, ``MPI_Init``. The user said what it is."""
+    ev = trace.events
+    rows = np.flatnonzero(ev.kind == Kind.ANNOTATION)
+    if not rows.size:
+        return []
+    ids = ev.name_id[rows]
+    used = np.flatnonzero(np.bincount(ids, minlength=len(trace.names)))
+    kind_of = np.full(len(trace.names), -1, dtype=np.int8)
+    for i in used.tolist():
+        name = trace.names[i]
+        if name.startswith("ProfilerStep") or not _SETUP_RANGE.search(name):
+            continue
+        compile_ = _SETUP_RANGE_KIND.search(name) is not None
+        kind = WarmupKind.COMPILE if compile_ else WarmupKind.FIRST_STEP
+        if not compile_ and re.search(r"(?i)init|set[\W_]?up|start", name):
+            kind = WarmupKind.LIBRARY_INIT
+        kind_of[i] = KIND_ORDER.index(kind)
+    hit = rows[kind_of[ids] >= 0]
+    return [
+        Phase(KIND_ORDER[int(kind_of[ev.name_id[r]])], int(ev.start_ns[r]), int(ev.end_ns[r]), r)
+        for r in hit.tolist()
+    ]
+
+
+def _slow_first_calls(trace: Trace) -> list[Phase]:
+    """An operator's first call that takes far longer than its later ones (at least
+    :data:`CONTEXT_MIN_NS`, and :data:`CONTEXT_RATIO` times their median) paid for a one-time
+    set-up inside it: cuDNN's benchmark mode times several algorithms (with event syncs) on a
+    convolution's first call per shape, cuBLAS and cuDNN create their handles and workspaces, a
+    lazily loaded module is loaded. The syncs inside it are that autotuning, not the program
+    waiting on results. Only the outermost op counts (its children are the same set-up), and
+    only one that calls the runtime inside."""
+    ev = trace.events
+    ops = np.flatnonzero((ev.kind == Kind.CPU_OP) & (ev.dur_ns >= CONTEXT_MIN_NS))
+    # Set-up for the device calls the runtime: an op that makes no runtime call (a cast on the
+    # CPU, a first ``torch.load``) is the host's own work, whatever its first call costs.
+    runtime = np.flatnonzero(ev.kind == Kind.RUNTIME)
+    runtime_starts = ev.start_ns[runtime]
+    found: list[Phase] = []
+    covered_until = -1
+    for r in ops.tolist():
+        if int(ev.start_ns[r]) < covered_until:
+            continue
+        same = np.flatnonzero(
+            (ev.name_id == ev.name_id[r]) & (ev.kind == Kind.CPU_OP) & (ev.tid == ev.tid[r])
+        )
+        if same.size < 2 or same[0] != r:
+            continue
+        later = ev.dur_ns[same[1:]]
+        lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
+        inside = runtime[(runtime_starts >= lo) & (runtime_starts < hi)]
+        inside = inside[ev.tid[inside] == ev.tid[r]]
+        # One long runtime call inside is that call's phase (context creation, a module
+        # load), found by its own rule; the op's set-up is what remains besides it.
+        longest = int(ev.dur_ns[inside].max()) if inside.size else hi - lo
+        setup = hi - lo - longest >= CONTEXT_MIN_NS
+        if setup and ev.dur_ns[r] >= CONTEXT_RATIO * float(np.median(later)):
+            found.append(Phase(WarmupKind.LIBRARY_INIT, int(ev.start_ns[r]), int(ev.end_ns[r]), r))
+            covered_until = int(ev.end_ns[r])
+    return found
+
+
+def _silent_before_generated(trace: Trace, host: HostIndex) -> list[Phase]:
+    """Silence on the launching thread that ends with the first launch of a kernel generated at
+    run time (``triton_*``): Inductor (or nvFuser, NVRTC) compiled it there. Compilation runs on
+    the host between the last recorded event and that launch, and unless the compiler's own
+    ranges are recorded, nothing marks it; the kernel cannot launch before it is built."""
+    ev = trace.events
+    launches = np.flatnonzero((ev.kind == Kind.RUNTIME) & (ev.link >= 0))
+    if not launches.size:
+        return []
+    kernel = ev.link[launches]
+    ids = ev.name_id[kernel]
+    used = np.flatnonzero(np.bincount(ids, minlength=len(trace.names)))
+    generated = np.zeros(len(trace.names), dtype=np.bool_)
+    generated[used] = [_GENERATED_KERNEL.search(trace.names[i]) is not None for i in used.tolist()]
+    if not generated[ids].any():
+        return []
+    order = np.argsort(ids, kind="stable")
+    first = np.ones(order.size, dtype=np.bool_)
+    first[1:] = ids[order][1:] != ids[order][:-1]
+    firsts = launches[order[first]]
+    firsts = firsts[generated[ev.name_id[ev.link[firsts]]]]
+    found: list[Phase] = []
+    for pid, tid in {(int(ev.pid[r]), int(ev.tid[r])) for r in firsts.tolist()}:
+        thread = host.rows_of_thread(pid, tid)
+        thread = thread[ev.device[thread] < 0]
+        marks = np.unique(np.concatenate([ev.start_ns[thread], ev.end_ns[thread]]))
+        if marks.size < 2:
+            continue
+        step = np.diff(marks)
+        silent = np.flatnonzero(step >= SILENCE_MIN_NS)
+        silent_end = marks[silent + 1]
+        mine = launches[(ev.pid[launches] == pid) & (ev.tid[launches] == tid)]
+        launched = np.sort(ev.start_ns[mine])
+        for r in firsts[(ev.pid[firsts] == pid) & (ev.tid[firsts] == tid)].tolist():
+            t = int(ev.start_ns[r])
+            # The last silence before the launch, with nothing launched between the two.
+            k = int(np.searchsorted(silent_end, t, side="right")) - 1
+            if k < 0:
+                continue
+            a, b = int(marks[silent[k]]), int(silent_end[k])
+            if b - a < COMPILE_SILENCE_MIN_NS:
+                continue
+            between = np.searchsorted(launched, t) - np.searchsorted(launched, b)
+            if between == 0:
+                found.append(Phase(WarmupKind.COMPILE, a, b, r))
+    return found
 
 
 _ROLES = ["none", "capture_begin", "capture_end", *_ROLE_KIND]
@@ -379,13 +609,16 @@ def phase_intervals(phases: list[Phase]) -> dict[WarmupKind, Intervals]:
     return result
 
 
-def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
-    """Where the steady state begins: the latest end of a start-up phase such that what follows
-    holds at least :data:`STEADY_MIN_STEPS` steps or :data:`STEADY_MIN_BUSY_SHARE` of the
-    device time (in :data:`STEADY_MIN_WORK` kernels and copies or more), and what precedes it
-    is mostly start-up (its idle time mostly inside phases, and at least
-    :data:`EXCLUDED_MIN_SPAN_SHARE` of the span).
-    None when there is no phase, or no such point (start-up and work are interleaved)."""
+def steady_window(
+    trace: Trace, phases: list[Phase], window: tuple[int, int] | None = None
+) -> SteadyWindow | None:
+    """Where the steady state begins and ends: the latest end of a start-up phase such that
+    what follows holds at least :data:`STEADY_MIN_STEPS` steps or :data:`STEADY_MIN_BUSY_SHARE`
+    of the device time (in :data:`STEADY_MIN_WORK` kernels and copies or more), and what
+    precedes it is mostly start-up (its idle time mostly inside phases, and at least
+    :data:`EXCLUDED_MIN_SPAN_SHARE` of the span); and, after the last device work, the start of
+    teardown when the rest is mostly teardown. ``window`` is the profiled window (the span is
+    that window, widened to the device work). None when neither end has anything to leave out."""
     if not phases:
         return None
     ev = trace.events
@@ -394,7 +627,8 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
         return None
     busy = union(ev.start_ns[device], ev.end_ns[device])
     starts = np.sort(ev.start_ns[device])
-    lo, hi = int(busy.start_ns[0]), int(busy.end_ns[-1])
+    first, last = int(busy.start_ns[0]), int(busy.end_ns[-1])
+    lo, hi = (first, last) if window is None else (min(first, window[0]), max(last, window[1]))
     total = busy.total_ns
     idle = gaps(busy, lo, hi)
     covered = phase_intervals(phases)
@@ -402,39 +636,88 @@ def steady_window(trace: Trace, phases: list[Phase]) -> SteadyWindow | None:
         np.concatenate([c.start_ns for c in covered.values()]),
         np.concatenate([c.end_ns for c in covered.values()]),
     )
+    end = _teardown_start(phases, idle, all_phases, (lo, hi), last)
     step_starts = np.array(sorted(s.start_ns for s in trace.steps), dtype=np.int64)
-    for end in sorted({p.end_ns for p in phases}, reverse=True):
-        if end <= lo or end >= hi:
+    for begin in sorted({p.end_ns for p in phases}, reverse=True):
+        if begin <= lo or begin >= last:
             continue
-        after = clip(busy, end, hi).total_ns
-        steps_after = int(step_starts.size - np.searchsorted(step_starts, end))
-        work_after = int(device.size - np.searchsorted(starts, end))
+        after = clip(busy, begin, hi).total_ns
+        steps_after = int(step_starts.size - np.searchsorted(step_starts, begin))
+        work_after = int(device.size - np.searchsorted(starts, begin))
         steady = (trace.steps and steps_after >= STEADY_MIN_STEPS) or (
             after >= STEADY_MIN_BUSY_SHARE * total and work_after >= STEADY_MIN_WORK
         )
         if not steady:
             continue
-        before_idle = clip(idle, lo, end)
+        before_idle = clip(idle, lo, begin)
         startup = intersection(before_idle, all_phases).total_ns
         enough = startup >= EXCLUDED_MIN_SPAN_SHARE * (hi - lo)
         if enough and startup >= EXCLUDED_STARTUP_SHARE * before_idle.total_ns:
-            excluded = [p for p in phases if p.start_ns < end and p.end_ns > lo]
-            return SteadyWindow(end, hi, excluded)
+            # Teardown is weighed against the steady state that is left, not the whole span.
+            end = _teardown_start(phases, idle, all_phases, (begin, hi), last)
+            excluded = [p for p in phases if p.start_ns < begin and p.end_ns > lo]
+            excluded += [p for p in phases if p.end_ns > end and p.start_ns < hi]
+            return SteadyWindow(begin, end, excluded)
+    if end < hi:
+        return SteadyWindow(lo, end, [p for p in phases if p.end_ns > end and p.start_ns < hi])
     return None
 
 
-def cut(trace: Trace, start_ns: int) -> Trace:
-    """The trace from ``start_ns`` on: device work that starts then or later, host events still
-    running then or later (an enclosing Python frame stays, so code locations resolve), and the
-    steps that begin then or later."""
+def _teardown_start(
+    phases: list[Phase], idle: Intervals, all_phases: Intervals, span: tuple[int, int], last: int
+) -> int:
+    """Where teardown begins after the last device work (``last``): the earliest teardown
+    phase there, when phases cover most of the idle time from it to the end and at least
+    :data:`EXCLUDED_MIN_SPAN_SHARE` of the span (a millisecond of exit in a long trace is not
+    worth a window: it stays in it, as start-up time); else the span's end."""
+    lo, hi = span
+    down = [p for p in phases if p.kind is WarmupKind.TEARDOWN and p.end_ns > last]
+    if not down or hi <= last:
+        return hi
+    begin = max(last, min(p.start_ns for p in down))
+    rest = clip(idle, begin, hi)
+    explained = intersection(rest, all_phases).total_ns
+    enough = explained >= EXCLUDED_MIN_SPAN_SHARE * (hi - lo)
+    if enough and explained >= EXCLUDED_STARTUP_SHARE * rest.total_ns:
+        return begin
+    return hi
+
+
+def kept_rows(trace: Trace, start_ns: int, end_ns: int | None = None) -> NDArray[np.int64]:
+    """The rows :func:`cut` keeps, ascending."""
     ev = trace.events
     on_device = ev.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION)
     keep = np.where(on_device, ev.start_ns >= start_ns, ev.end_ns > start_ns)
-    rows = np.flatnonzero(keep)
+    if end_ns is not None:
+        keep &= ev.start_ns < end_ns
+    return np.flatnonzero(keep).astype(np.int64)
+
+
+def rebase(phases: list[Phase], rows: NDArray[np.int64]) -> list[Phase]:
+    """``phases`` with their rows renumbered into a trace holding only ``rows`` (ascending,
+    :func:`kept_rows`); a phase whose row was not kept keeps no row (-1)."""
+    at = np.searchsorted(rows, [p.row for p in phases]).tolist()
+    return [
+        replace(p, row=i if p.row >= 0 and i < rows.size and int(rows[i]) == p.row else -1)
+        for p, i in zip(phases, at, strict=True)
+    ]
+
+
+def cut(trace: Trace, start_ns: int, end_ns: int | None = None) -> Trace:
+    """The trace from ``start_ns`` on (to ``end_ns``, when given): device work that starts
+    then or later, host events still running then or later (an enclosing Python frame stays, so
+    code locations resolve), and the steps that begin then or later; before ``end_ns``, what
+    starts before it."""
+    ev = trace.events
+    rows = kept_rows(trace, start_ns, end_ns)
     return replace(
         trace,
         events=ev.take(rows),
-        steps=[s for s in trace.steps if s.start_ns >= start_ns],
+        steps=[
+            s
+            for s in trace.steps
+            if s.start_ns >= start_ns and (end_ns is None or s.start_ns < end_ns)
+        ],
         warnings=list(trace.warnings),
         metadata=dict(trace.metadata),
     )

@@ -5,7 +5,11 @@ take; each returns a frozen struct of integer nanoseconds (and derived percentag
 
 Definitions (the same as HTA's where HTA has one):
 
-* span: first device event start to last device event end on that device.
+* span: first device event start to last device event end on that device; or, when the device
+  work is given the profiled window (:func:`~gpuscope.analyses.window.profiled_window`: the
+  profiled steps, else the trace's own span), that window (widened to the device work if it runs
+  past it): the host's work before the first kernel and after the last is part of what was
+  profiled, and the device idles through it.
 * busy: the union of kernel, memcpy and memset intervals over all streams; idle = span - busy.
 * compute / communication / memcpy / memset: the union of that class's intervals (they overlap
   each other); the *exclusive* split assigns each busy nanosecond to one class, in the order
@@ -53,21 +57,28 @@ class DeviceWork(msgspec.Struct, frozen=True):
     work_class: NDArray[np.uint8]  # WorkClass per row
     busy: Intervals
     by_class: dict[WorkClass, Intervals]
+    #: The profiled window (start, end) the span covers beside the device work; None: the
+    #: device's own span.
+    window: tuple[int, int] | None = None
 
     @property
     def span_start_ns(self) -> int:
-        return int(self.busy.start_ns[0])
+        first = int(self.busy.start_ns[0])
+        return first if self.window is None else min(first, self.window[0])
 
     @property
     def span_end_ns(self) -> int:
-        return int(self.busy.end_ns[-1])
+        last = int(self.busy.end_ns[-1])
+        return last if self.window is None else max(last, self.window[1])
 
     @property
     def span_ns(self) -> int:
         return self.span_end_ns - self.span_start_ns
 
 
-def device_work(trace: Trace, device: int) -> DeviceWork:
+def device_work(trace: Trace, device: int, window: tuple[int, int] | None = None) -> DeviceWork:
+    """The device's work in ``trace``; its span is ``window`` (widened to the work) when given,
+    else the work's own extent."""
     ev = trace.events
     rows = np.flatnonzero(among(ev.kind, BUSY_KINDS) & (ev.device == device) & (ev.dur_ns > 0))
     kinds = ev.kind[rows]
@@ -80,7 +91,7 @@ def device_work(trace: Trace, device: int) -> DeviceWork:
     starts, ends = ev.start_ns[rows], ev.end_ns[rows]
     by_class = {c: union(starts[work_class == c], ends[work_class == c]) for c in WorkClass}
     busy = union(starts, ends)
-    return DeviceWork(trace, device, rows.astype(np.int64), work_class, busy, by_class)
+    return DeviceWork(trace, device, rows.astype(np.int64), work_class, busy, by_class, window)
 
 
 # --- temporal breakdown ------------------------------------------------------------------------
@@ -332,12 +343,15 @@ def find_steps(trace: Trace) -> FoundSteps:
     ):
         members.setdefault((family[name_id], tid), []).append(row)
     best: tuple[int, int, str, NDArray[np.int64]] | None = None
+    launched = _launch_times(trace)
     for (name, _tid), chosen in members.items():
         if len(chosen) < MIN_REPEATS:
             continue
         picked = np.array(chosen, dtype=np.int64)
         starts, ends = ev.start_ns[picked], ev.end_ns[picked]
         if np.any(starts[1:] < ends[:-1]):
+            continue
+        if not _iteration_like(ends - starts, starts, ends, launched):
             continue
         covered = int((ends - starts).sum())
         key = (covered, -picked.size)
@@ -363,6 +377,38 @@ def find_steps(trace: Trace) -> FoundSteps:
         return FoundSteps([], None)
     tool = "NVTX" if trace.format == "nsys" else "record_function"
     return FoundSteps(steps, f"repeated {tool} range '{best[2]}'")
+
+
+#: Repetitions of an iteration last comparably long: the middle 80% within this factor.
+COMPARABLE_RATIO = 4.0
+#: ... and hold the launches of at least this share of the device work launched in the trace.
+CONTAINED_SHARE = 0.5
+
+
+def _launch_times(trace: Trace) -> NDArray[np.int64]:
+    """Sorted host times of the calls that launched device work."""
+    ev = trace.events
+    return np.sort(ev.start_ns[(ev.kind == Kind.RUNTIME) & (ev.link >= 0)])
+
+
+def _iteration_like(
+    durations: NDArray[np.int64],
+    starts: NDArray[np.int64],
+    ends: NDArray[np.int64],
+    launched: NDArray[np.int64],
+) -> bool:
+    """Whether repeated ranges are iterations: a loop's body does the same work each time, so
+    its ranges last comparably long (the middle 80% within :data:`COMPARABLE_RATIO`), and it
+    issues the GPU work, so the ranges hold the launches of most of it
+    (:data:`CONTAINED_SHARE`). Ranges around one source line each (DLProf/pyprof markers) or
+    around a logging call repeat too, but hold a sliver of the work."""
+    low, high = np.percentile(durations, [10, 90])
+    if high > COMPARABLE_RATIO * max(float(low), 1.0):
+        return False
+    if launched.size == 0:
+        return True
+    inside = np.searchsorted(launched, ends) - np.searchsorted(launched, starts)
+    return int(inside.sum()) >= CONTAINED_SHARE * launched.size
 
 
 def step_breakdown(work: DeviceWork, found: FoundSteps | None = None) -> list[StepStat]:
@@ -488,7 +534,10 @@ def _kernel_cycles(work: DeviceWork) -> list[StepStat]:
     reach = np.maximum.accumulate(ev.end_ns[kernels])
     idle_before = np.zeros(kernels.size, dtype=np.float64)
     idle_before[1:] = np.maximum(starts[1:] - reach[:-1], 0)
-    phase = int(np.argmax(np.bincount(np.arange(kernels.size) % period, weights=idle_before)))
+    by_phase = np.bincount(np.arange(kernels.size) % period, weights=idle_before)
+    phase = int(np.argmax(by_phase))
+    if not _waits_between(idle_before, period, phase):
+        return []
     bounds = np.arange(phase, kernels.size + 1, period)
     if bounds.size - 1 < MIN_REPEATS - 1:
         return []
@@ -500,6 +549,26 @@ def _kernel_cycles(work: DeviceWork) -> list[StepStat]:
         StepStat(f"iteration {k}", k, int(lo[k]), int(hi[k]), int(busy[k]), "device", source)
         for k in range(bounds.size - 1)
     ]
+
+
+#: The device waits between iterations: the mean idle time before a cycle's first kernel is at
+#: least this many times the mean idle time before the others.
+BOUNDARY_RATIO = 4.0
+
+
+def _waits_between(idle_before: NDArray[np.float64], period: int, phase: int) -> bool:
+    """Whether the cycles are iterations rather than layers: between iterations the device
+    waits for the host (the next batch, the optimizer's sync, the next request), so the idle
+    time before each cycle's first kernel stands out on average (:data:`BOUNDARY_RATIO`); the
+    layers of one forward pass repeat the same kernels too, with nothing between them but the
+    launch latency every kernel waits."""
+    at = np.arange(idle_before.size) % period == phase
+    at[0] = False  # before the first kernel: whatever preceded the trace
+    if not at.any():
+        return False
+    boundary = float(np.mean(idle_before[at]))
+    inside = float(np.mean(idle_before[~at])) if (~at).any() else 0.0
+    return boundary > 0 and boundary >= BOUNDARY_RATIO * inside
 
 
 def _cycle_length(ids: NDArray[np.int32]) -> int | None:

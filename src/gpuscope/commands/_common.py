@@ -126,8 +126,26 @@ def input_errors_exit(func: F) -> F:
             # One line, whatever the reason holds (an SQLite error quotes a schema's lines).
             say(f"gpuscope: error: {error}")
             sys.exit(EXIT_BAD_INPUT)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            source = _saved_source()
+            if source is None:
+                raise  # a bug: its traceback
+            # A saved diagnosis is checked as it is read (gpuscope.diagnosis.saved), but its
+            # parts must also agree with each other (a row per cause, equal columns): one that
+            # breaks the renderers is a hand-edited file, not a bug.
+            say(
+                f"gpuscope: error: {source}: the saved diagnosis does not hold together"
+                f" ({type(error).__name__}: {error}): not one gpuscope wrote"
+            )
+            sys.exit(EXIT_BAD_INPUT)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _saved_source() -> str | None:
+    """The saved diagnosis this command read last, if it read one."""
+    saved = sys.modules.get("gpuscope.diagnosis.saved")
+    return None if saved is None else saved.last_read()
 
 
 def missing_extra(feature: str, package: str, extra: str) -> None:

@@ -15,14 +15,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
+from msgspec.structs import replace
 
-from gpuscope.analyses.attribution import IdleAttribution, KindStat, attribute_idle
+from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
 from gpuscope.analyses.host import HostIndex, host_activity
 from gpuscope.analyses.memory import MemoryReport
 from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
-from gpuscope.analyses.phases import Phase, cut, startup_phases, steady_window
+from gpuscope.analyses.phases import (
+    Phase,
+    cut,
+    kept_rows,
+    rebase,
+    startup_phases,
+    steady_window,
+)
 from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
 from gpuscope.analyses.timeline import (
     DeviceWork,
@@ -39,6 +47,7 @@ from gpuscope.analyses.timeline import (
     temporal_breakdown,
 )
 from gpuscope.analyses.whatif import Prediction
+from gpuscope.analyses.window import profiled_window, real_steps
 from gpuscope.diagnosis.evidence import JobContext, TraceContext
 from gpuscope.diagnosis.findings import (
     DeviceEvidence,
@@ -59,7 +68,7 @@ from gpuscope.diagnosis.startup import (
     window_of,
 )
 from gpuscope.facts import GpuFacts, device_facts
-from gpuscope.model import DeviceInfo, Job, Trace
+from gpuscope.model import DeviceInfo, Job, Kind, Trace
 
 if TYPE_CHECKING:  # measurements (ncu, sampled utilisation) load only when a job has them
     from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
@@ -162,40 +171,21 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    devices: list[DeviceReport] = []
-    works: list[DeviceWork] = []
-    evidence: list[DeviceEvidence] = []
     contexts: list[TraceContext] = []
     startup: list[StartupEvidence] = []
-    kinds: list[KindStat] = []
-    traces: list[Trace] = []
     memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
     for given in job.traces:
-        trace = given
-        host = host_activity(trace)
-        if given.memory is not None:
-            memory_hosts.append((given, host))
-        phases = startup_phases(trace, host)
-        window = steady_window(trace, phases) if phases and not options.whole else None
-        if window is not None:
-            startup.append(startup_evidence(trace, host, phases, window))
-            trace = cut(given, window.start_ns)
-            host = host_activity(trace)
-            phases = [p for p in phases if p.end_ns > window.start_ns]
-        traces.append(trace)
-        context = TraceContext(trace, host, phases)
+        context, left_out = _analysed(given, options, adjust)
+        if given.memory is not None:  # memory is read over the whole trace, start-up included
+            whole = context.host if left_out is None else host_activity(given)
+            memory_hosts.append((given, whole))
         contexts.append(context)
-        ids = trace.device_ids
-        # The views read the analysed window's ranges: the trace as cut, when it was.
-        scopes = host_scopes(trace) if ids else None
-        for device in ids:
-            work = device_work(trace, device)
-            report = _device_report(trace, work, options, host, phases, scopes, adjust)
-            kinds += next((c.kinds for c in report.idle.causes if c.kinds), [])
-            devices.append(report)
-            works.append(work)
-            context.devices.append(_evidence(trace, report, work))
-            evidence.append(context.devices[-1])
+        startup += [left_out] if left_out is not None else []
+    traces = [c.trace for c in contexts]
+    evidence = [e for c in contexts for e in c.devices]
+    devices = [e.report for e in evidence]
+    works = [e.work for e in evidence]
+    kinds = [k for d in devices for k in next((c.kinds for c in d.idle.causes if c.kinds), [])]
     declared = max((t.world_size or 0 for t in job.traces), default=0)
     gpus = world_size(evidence, declared)
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
@@ -230,7 +220,9 @@ def diagnose_timelines(
     )
     if startup or kinds:
         span = sum(d.temporal.span_ns for d in devices)
-        found, judged = revise(found, judged, kinds, startup, span, options.whole)
+        # Runtime-level advice for programs with no framework operators (CUDA C, MPI, HIP).
+        framework = any(t.events.of_kind(Kind.CPU_OP, Kind.PYTHON).any() for t in traces)
+        found, judged = revise(found, judged, kinds, startup, span, options.whole, framework)
         found = ranked(found)  # what start-up adds saves nothing per step: it goes last
     # Memory findings cost bytes, not time: after the time findings, outside verdict and prices.
     found = found + memory_found
@@ -238,7 +230,7 @@ def diagnose_timelines(
     charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
     result = Diagnosis(
         source=job.source,
-        inputs=[_input_summary(t) for t in traces],
+        inputs=[_input_summary(t, devices) for t in traces],
         devices=devices,
         verdict=judged,
         findings=found,
@@ -252,6 +244,39 @@ def diagnose_timelines(
         memory=memory,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
+
+
+def _analysed(
+    given: Trace,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+) -> tuple[TraceContext, StartupEvidence | None]:
+    """One trace analysed: cut to its steady state (unless ``options.whole``), its host events
+    classified, and every device's report and evidence; and what start-up was left out."""
+    trace = replace(given, steps=real_steps(given))
+    profiled = profiled_window(trace)
+    bounds = None if profiled is None else (profiled.start_ns, profiled.end_ns)
+    host = host_activity(trace)
+    phases = startup_phases(trace, host, bounds)
+    window = steady_window(trace, phases, bounds) if phases and not options.whole else None
+    left_out = None
+    if window is not None:
+        left_out = startup_evidence(trace, host, phases, window, bounds)
+        kept = kept_rows(trace, window.start_ns, window.end_ns)
+        trace = cut(trace, window.start_ns, window.end_ns)
+        bounds = (window.start_ns, window.end_ns)
+        host = host_activity(trace)
+        inside = [p for p in phases if window.start_ns < p.end_ns and p.start_ns < bounds[1]]
+        phases = rebase(inside, kept)
+    context = TraceContext(trace, host, phases)
+    ids = trace.device_ids
+    # The views read the analysed window's ranges: the trace as cut, when it was.
+    scopes = host_scopes(trace) if ids else None
+    for device in ids:
+        work = device_work(trace, device, bounds)
+        report = _device_report(trace, work, options, host, phases, scopes, adjust)
+        context.devices.append(_evidence(trace, report, work))
+    return context, left_out
 
 
 def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> RankAnalysis | None:
@@ -320,10 +345,14 @@ def _device_report(
 
 
 def _evidence(trace: Trace, report: DeviceReport, work: DeviceWork) -> DeviceEvidence:
-    return DeviceEvidence(report, work, steps=len(trace.steps))
+    """The device's evidence; its steps are the step table's (profiler steps, else a repeated
+    range or kernel sequence): one count of steps for every figure called "per step"."""
+    return DeviceEvidence(report, work, steps=len(report.steps))
 
 
-def _input_summary(trace: Trace) -> InputSummary:
+def _input_summary(trace: Trace, devices: list[DeviceReport]) -> InputSummary:
+    """The input's summary; its steps are its devices' step tables' (see :func:`_evidence`)."""
+    found = [len(d.steps) for d in devices if d.source == trace.source]
     return InputSummary(
         path=trace.source,
         format=trace.format,
@@ -331,7 +360,7 @@ def _input_summary(trace: Trace) -> InputSummary:
         rank=trace.rank,
         world_size=trace.world_size,
         events=len(trace.events),
-        steps=len(trace.steps),
+        steps=max(found, default=len(trace.steps)),
         base_time_ns=_int_or_none(trace.metadata.get("base_time_ns")),
     )
 

@@ -179,14 +179,29 @@ MAX_DEPTH = 32
 MAX_INT = 2**62
 
 
+#: The saved diagnosis read last (see :func:`last_read`).
+_last: list[str] = []
+
+
+def last_read() -> str | None:
+    """The path of the saved diagnosis read last by this command, or None (the CLI names it when
+    its parts turn out not to agree while rendered)."""
+    from gpuscope._files import input_role  # noqa: PLC0415
+
+    return _last[-1] if _last and input_role(_last[-1]) is not None else None
+
+
 def read(path: str | Path) -> Diagnosis:
     """The diagnosis saved in ``path`` (see :func:`is_saved`). A document gpuscope could not
     have written is refused in one line (:class:`CorruptInputError`): nested deeper than
     :data:`MAX_DEPTH`, an integer beyond :data:`MAX_INT` (or below -1, the "none" of an index,
-    except a clock offset), an infinite figure, a percentage outside 0-100, a key missing or of
+    except a clock offset), an infinite figure, a negative price, time or size, a percentage
+    outside 0-100, a key missing or of
     another type. Reading it counts against ``--max-memory`` (a decoded document takes about
     ten times its size)."""
     note_input_path(path)  # no output of the command may overwrite it
+    _last.append(str(path))
+    del _last[:-1]
     try:
         data = read_bytes(Path(path), limit=memory_budget() // DECODED_FACTOR).data
         document = msgspec.json.decode(data)
@@ -207,13 +222,32 @@ def read(path: str | Path) -> Diagnosis:
     if problem is not None:
         raise CorruptInputError(path, f"the saved diagnosis is not one gpuscope wrote: {problem}")
     try:
-        return from_builtins(saved)
+        return _consistent(from_builtins(saved))
     except (msgspec.ValidationError, RecursionError) as error:
         raise CorruptInputError(path, f"the saved diagnosis does not decode: {error}") from None
     except (KeyError, IndexError, TypeError, ValueError) as error:  # recoding a tampered file
         raise CorruptInputError(
             path, f"the saved diagnosis does not decode: {type(error).__name__} {error}"
         ) from None
+
+
+def _consistent(diagnosis: Diagnosis) -> Diagnosis:
+    """``diagnosis`` when its per-step series agree: every column as long as the others
+    (``analyses.drawn.StepCauses``); else ValueError. A cause without a row (a file saved
+    before the cause existed) lost no time: its row is zeros."""
+    for device in diagnosis.devices:
+        series = getattr(device, "series", None)
+        table = getattr(series, "step_causes", None)
+        if table is None:
+            continue
+        steps = len(table.compute_ns)
+        for cause in CAUSES:
+            table.lost_ns.setdefault(cause, [0] * steps)
+        columns = [table.compute_ns, table.exposed_communication_ns, table.memcpy_memset_ns]
+        columns += [*table.lost_ns.values(), table.outside_ns]
+        if len({len(c) for c in columns}) > 1:
+            raise ValueError("its step table's columns differ in length")
+    return diagnosis
 
 
 def _implausible(value: Any, key: str = "", depth: int = 0) -> str | None:
@@ -241,6 +275,8 @@ def _implausible(value: Any, key: str = "", depth: int = 0) -> str | None:
         number = float(value)
         if math.isinf(number):
             return f"{key} is infinite"
+        if key.endswith(("_usd", "_ns", "_bytes")) and number < 0.0:  # a price, time or size
+            return f"{key} is {number:g}, below zero"
         if key.endswith("_pct") and not math.isnan(number) and not 0.0 <= number <= 100.0:
             return f"{key} is {number:g}%, outside 0-100"
     return None

@@ -18,7 +18,7 @@ HEADLINE_LABEL = "all fixes save per GPU-hour"
 def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you fix it") -> str:
     """Step time before and after, how much faster, the spread over steps, dollars per GPU-day."""
     faster = p.faster_pct
-    text = f"{subject}: step {p.step_ns / 1e6:,.2f} -> {p.predicted_step_ns / 1e6:,.2f} ms"
+    text = f"{subject}: {p.unit} {p.step_ns / 1e6:,.2f} -> {p.predicted_step_ns / 1e6:,.2f} ms"
     if faster >= 0:
         text += f" ({faster:.0f}% faster"
     else:
@@ -28,7 +28,9 @@ def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you f
         text += f"; {low:.0f} to {high:.0f}% over {p.steps} steps"
     text += ")"
     per_day = (
-        per_gpu_day(max(p.saving_ns_per_step, 0.0) / p.step_ns, gpu_hour_usd) if p.step_ns else None
+        per_gpu_day(max(p.saving_ns_per_step, 0.0) / p.step_ns, gpu_hour_usd)
+        if p.step_ns and p.unit == "step"
+        else None
     )
     if per_day is not None:
         text += f", ${per_day:,.2f} per GPU-day"

@@ -26,7 +26,7 @@ class Prediction(msgspec.Struct, frozen=True):
 
     cause: str  # a finding's cause, or "all" for every fix together
     assumption: str
-    step_ns: float  # measured: mean over ranks and steps
+    step_ns: float  # measured: the median step (median over ranks of each rank's median)
     predicted_step_ns: float
     saving_ns_per_step: float  # per GPU
     saving_low_ns_per_step: float  # the spread over steps
@@ -37,6 +37,9 @@ class Prediction(msgspec.Struct, frozen=True):
     #: The most the edits can save, summed over ranks (``edits.removed_ns``): ``saving_ns`` never
     #: exceeds it; None where no bound was computed (a saved diagnosis from before it).
     removed_ns: int | None = None
+    #: "step" when the trace has steps; "window" when it has none: the whole window is replayed
+    #: as one, nothing is called a step and nothing is extrapolated per day.
+    unit: str = "step"
     #: Other findings' causes whose time this fix hides (its saving includes theirs): fixing
     #: them after it saves less than half of what they save alone (diagnosis.predict).
     hides: list[str] = msgspec.field(default_factory=list)
@@ -74,6 +77,7 @@ class Replayer:
         if not causes or not self.graphs:
             return None
         per_rank: list[NDArray[np.float64]] = []
+        predicted: list[NDArray[np.float64]] = []  # per rank: each step's time with the fix
         skip = self.stragglers if "straggler" in causes else set()
         waiting_removed = 0
         removed = 0
@@ -87,6 +91,7 @@ class Replayer:
             if after.size != self.baseline[i].size or i in skip:
                 continue
             per_rank.append(self.baseline[i] - after)
+            predicted.append(self.measured[i] - per_rank[-1])
             removed += removed_ns(g, edit)
             if "straggler" in causes:
                 waiting_removed += int(
@@ -95,11 +100,16 @@ class Replayer:
             elif "collective_wait" in causes:
                 waiting_removed += int(_step_part(g, inputs.collective_rows, inputs.wait_ns))
         measured = [m for m in self.measured if m.size]
-        if not per_rank or not measured:
+        if not per_rank or not measured or not any(p.size for p in predicted):
             return None
         pooled = np.concatenate(per_rank)
-        step_ns = float(np.mean([m.mean() for m in measured]))
-        saving = float(np.mean([s.mean() for s in per_rank]))
+        # One step everywhere: the measured step is the median step, as in the step table (the
+        # first step's device time starts at its first work, not where the host began it, so a
+        # mean would understate it), and the predicted one the median of the steps with the fix
+        # applied; the saving is their difference.
+        step_ns = float(np.median([np.median(m) for m in measured]))
+        fixed_ns = float(np.median([np.median(p) for p in predicted if p.size]))
+        saving = step_ns - fixed_ns
         if not (math.isfinite(saving) and step_ns > 0.0 and saving <= step_ns):
             # A step predicted to take less than nothing: the replay met times it cannot order
             # (shuffled or corrupt); no prediction rather than an impossible one.
@@ -137,4 +147,5 @@ class Replayer:
             steps=max(int(m.size) for m in measured),
             note=note,
             removed_ns=removed,
+            unit="step" if any(g.trace.steps for g in self.graphs) else "window",
         )

@@ -176,9 +176,8 @@ def diagnose_timelines(
     memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
     for given in job.traces:
         context, left_out = _analysed(given, options, adjust)
-        if given.memory is not None:  # memory is read over the whole trace, start-up included
-            whole = context.host if left_out is None else host_activity(given)
-            memory_hosts.append((given, whole))
+        if given.memory is not None:  # read over the whole trace, start-up included
+            memory_hosts.append((given, host_activity(given) if left_out else context.host))
         contexts.append(context)
         startup += [left_out] if left_out is not None else []
     traces = [c.trace for c in contexts]
@@ -193,12 +192,7 @@ def diagnose_timelines(
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
-    memory: list[MemoryReport] = []
-    memory_found: list[Finding] = []
-    if memory_hosts:
-        from gpuscope.diagnosis.memory import trace_memory  # noqa: PLC0415
-
-        memory, memory_found = trace_memory(memory_hosts, options)
+    memory, memory_found = _memory(memory_hosts, options)
     all_fixes = None
     saving_usd: float | None = None
     if options.predict:
@@ -244,6 +238,17 @@ def diagnose_timelines(
         memory=memory,
     )
     return TimelineDiagnosis(result, gpu_hour_usd, price_source)
+
+
+def _memory(
+    traces: list[tuple[Trace, HostIndex]], options: Options
+) -> tuple[list[MemoryReport], list[Finding]]:
+    """The memory reports and findings of the traces that record allocator events."""
+    if not traces:
+        return [], []
+    from gpuscope.diagnosis.memory import trace_memory  # noqa: PLC0415
+
+    return trace_memory(traces, options)
 
 
 def _analysed(

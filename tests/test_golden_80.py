@@ -78,3 +78,13 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
     assert "run000" in worst and "run001" in worst  # the jobs can be told apart
     assert "data_loader" in worst and "$" in worst
     assert "…" not in worst.replace("experiment-lla…", "")  # only the names give way
+
+    env = {"GPUSCOPE_HISTORY": str(tmp_path / "history.sqlite")}
+    for folder in sorted(jobs.iterdir()):
+        run80("diagnose", str(folder), "--save", "--label", "a-long-label-for-this-run", env=env)
+    for args in ((), ("--metric", "step_time_ns")):
+        history = run80("history", *args, env=env)
+        assert "…" not in history
+        # The last column, whole: each run's top finding.
+        assert history.count("data_loader") == 1 and history.count("host_sync") == 1
+        assert history.count(" ms │") == 2  # each run's step time

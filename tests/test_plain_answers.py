@@ -110,6 +110,17 @@ def test_long_sentences_are_kept_whole_and_only_long_names_shortened(tmp_path: P
     assert shown.count("…") == 1 and len(shown) < len(padded)
 
 
+def test_copies_that_fill_a_busy_device_are_not_tagged_idle() -> None:
+    # 51 GB of host-to-device copies fill 95% of the window and the GPU is idle 1%: the copy
+    # finding is copy-bound, not "held but idle" as a data-loader wait is.
+    result = diagnose(load(corpus("nsys/nsys-ai/h100_2gpu_1s.sqlite")))
+    (copy,) = [f for f in result.findings if f.cause == "h2d_copy"]
+    assert copy.share_pct > 90 and copy.pattern == "copy_bound"
+    # Peer copies saturating NVLink are copy-bound too (the file's known answer).
+    p2p = diagnose(load(corpus("wild/a100_nvlink_p2p_copy.json.gz")))
+    assert [f.pattern for f in p2p.findings if f.cause == "p2p_copy"] == ["copy_bound"]
+
+
 # --- the small ones -----------------------------------------------------------------------------
 
 

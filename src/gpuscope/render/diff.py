@@ -427,36 +427,36 @@ def history_document(runs: list[StoredRun], metric: str | None) -> dict[str, Any
 
 
 def render_history(runs: list[StoredRun], console: Console, metric: str | None) -> None:
+    """The saved runs, newest first, in 80 columns with every figure whole: a run's time is
+    stacked over its commit and its step time over its busy share (or the metric over its change),
+    and a long label or cause wraps rather than running off the edge."""
     if not runs:
         console.print(Text("No saved runs (gpuscope diagnose TRACE --save).", style="dim"))
         return
     table = Table(title="Saved runs, newest first", title_justify="left")
-    table.add_column("id", justify="right", min_width=2)
-    table.add_column("time (UTC)", min_width=11)
-    table.add_column("label", min_width=5, overflow="fold")
-    table.add_column("commit", min_width=7)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("time (UTC)\ncommit", no_wrap=True)
+    table.add_column("label", overflow="fold")
     if metric:
-        table.add_column(_label(metric), justify="right", min_width=9)
-        table.add_column("vs prev.", justify="right", min_width=7)
+        number_column(table, f"{_label(metric)}\nvs prev.")
     else:
-        for column in ("step time", "busy", "lost $/GPU-h"):
-            table.add_column(column, justify="right", min_width=len(column))
-    table.add_column("top finding", overflow="fold", min_width=11)  # whole, wrapped if need be
+        number_column(table, "step time\nbusy")
+        number_column(table, "lost\n$/GPU-h")
+    table.add_column("top finding", overflow="fold")
     for i, r in enumerate(runs):
         s = r.summary
         row = [
             str(r.id),
-            r.created_at.replace("T", " ")[5:16],
+            r.created_at.replace("T", " ")[5:16] + "\n" + (r.git_commit or "")[:7],
             r.label or "",
-            (r.git_commit or "")[:7],
         ]
         if metric:
             previous = runs[i + 1].summary if i + 1 < len(runs) else None
-            row += _trend_cells(s, previous, metric)
+            row.append("\n".join(_trend_cells(s, previous, metric)))
         else:
+            step = _value(s.headline(STEP_TIME), "ns")
             row += [
-                _value(s.headline(STEP_TIME), "ns"),
-                _value(s.headline(GPU_BUSY), "pct"),
+                f"{step}\n{_value(s.headline(GPU_BUSY), 'pct')}",
                 _value(s.headline(COST), "usd"),
             ]
         row.append(s.findings[0].cause if s.findings else "")

@@ -82,9 +82,28 @@ def _worst_table(rows: Sequence[JobRow], width: int) -> Table:
     table.add_column("job", no_wrap=True)
     for i, header in enumerate(headers):
         number_column(table, header, justify="left" if i == 1 else "right")
-    for tail, c in zip(distinct_tails([j.path for j in rows]), cells, strict=True):
-        table.add_row(middle(tail, room), *c)
+    room = min(room, _PATH_WIDTH)
+    names = [
+        _job_name(j.path, tail, room)
+        for j, tail in zip(rows, distinct_tails([j.path for j in rows]), strict=True)
+    ]
+    for name, c in zip(names, cells, strict=True):
+        table.add_row(name, *c)
     return table
+
+
+#: The widest job path shown.
+_PATH_WIDTH = 60
+
+
+def _job_name(path: str, tail: str, room: int) -> str:
+    """A job's path in ``room`` characters: whole, else cut from the left at a folder (its last
+    folders and file whole), else the shortest tail that tells it from the other jobs, shortened
+    in its middle (a long folder name keeps its start and its run number)."""
+    cut = short_path(path, room)
+    if cut == path or (cut.startswith("…/") and cut.endswith(tail)):
+        return cut
+    return middle(tail, room)
 
 
 def _failed_table(rows: Sequence[JobRow]) -> Table:

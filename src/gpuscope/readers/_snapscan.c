@@ -3,7 +3,7 @@
  *
  * Contract (the Python side is gpuscope/readers/snapshot.py, whose reference reader, a
  * NoGlobalsUnpickler plus the same column building, gives identical records and is what runs
- * wherever this scanner says Unsupported):
+ * wherever this scanner says UnsupportedError):
  *
  *   scan(read: Callable[[int], bytes], sentinel: object)
  *       -> (document, columns, owners, frame_objects, stacks, unknown_actions)
@@ -11,11 +11,11 @@
  * ``read(n)`` gives the next at most n bytes of the pickle (b"" at its end). Only the opcodes of
  * plain data are followed (protocol 2-5: ints, floats, str, bytes, None, bools, tuples, lists,
  * dicts, the memo, frames). Any opcode that names a global (GLOBAL, STACK_GLOBAL, INST) raises
- * Refused("it names the global MODULE.NAME"), a persistent id (PERSID, BINPERSID)
- * Refused("it holds a persistent id"): nothing is imported, called or built from them. The end
- * of the data before STOP raises Truncated. Anything else this scanner does not follow (another
+ * RefusedError("it names the global MODULE.NAME"), a persistent id (PERSID, BINPERSID)
+ * RefusedError("it holds a persistent id"): nothing is imported, called or built from them. The end
+ * of the data before STOP raises TruncatedError. Anything else this scanner does not follow (another
  * opcode, a malformed stack, a value beyond 64 bits where a column needs it, sharing it does not
- * expect) raises Unsupported: the caller then reads the snapshot the reference way.
+ * expect) raises UnsupportedError: the caller then reads the snapshot the reference way.
  *
  * What is not built: the lists directly inside the top-level ``device_traces`` list hold, where
  * each trace entry dict would be, ``sentinel``; each entry is one row of the columns instead, in
@@ -42,7 +42,7 @@
 #define SNAPSCAN_VERSION 1
 #define CHUNK (4 << 20)
 
-static PyObject *Refused, *Unsupported, *Truncated;
+static PyObject *RefusedError, *UnsupportedError, *TruncatedError;
 
 enum { PLAIN = 0, OUTER = 1, ENTRIES = 2, ENTRY = 3, STACK = 4 };
 /* memo flags: what GET of the slot gives */
@@ -100,7 +100,7 @@ typedef struct {
 static void *fail_unsupported(const char *why) {
     if (!PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_MemoryError)) {
         PyErr_Clear();
-        PyErr_SetString(Unsupported, why);
+        PyErr_SetString(UnsupportedError, why);
     }
     return NULL;
 }
@@ -141,7 +141,7 @@ static int need(M *m, size_t n) {
     }
     while (m->len < n) {
         if (m->eof) {
-            PyErr_SetString(Truncated, "the pickle is cut off");
+            PyErr_SetString(TruncatedError, "the pickle is cut off");
             return -1;
         }
         size_t want = m->cap - m->len;
@@ -563,7 +563,7 @@ static uint8_t new_kind(M *m, int is_list) {
 static int refuse_global(const char *module, size_t mn, const char *name, size_t nn) {
     PyObject *m = PyUnicode_DecodeUTF8(module, (Py_ssize_t)(mn > 200 ? 200 : mn), "replace");
     PyObject *n = PyUnicode_DecodeUTF8(name, (Py_ssize_t)(nn > 200 ? 200 : nn), "replace");
-    if (m && n) PyErr_Format(Refused, "it names the global %U.%U", m, n);
+    if (m && n) PyErr_Format(RefusedError, "it names the global %U.%U", m, n);
     Py_XDECREF(m);
     Py_XDECREF(n);
     return -1;
@@ -762,12 +762,12 @@ static int step(M *m, int *done) {
         PyObject *mod = m->stack[m->depth - 2].obj, *name = m->stack[m->depth - 1].obj;
         if (!PyUnicode_Check(mod) || !PyUnicode_Check(name))
             return UNSUPPORTED("STACK_GLOBAL of what is not text");
-        PyErr_Format(Refused, "it names the global %.200U.%.200U", mod, name);
+        PyErr_Format(RefusedError, "it names the global %.200U.%.200U", mod, name);
         return -1;
     }
     case 'P':
     case 'Q':
-        PyErr_SetString(Refused, "it holds a persistent id");
+        PyErr_SetString(RefusedError, "it holds a persistent id");
         return -1;
     default:
         return UNSUPPORTED("an opcode this scanner does not follow");
@@ -898,13 +898,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_snapscan", NULL, -1
 PyMODINIT_FUNC PyInit__snapscan(void) {
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
-    Refused = PyErr_NewException("gpuscope.readers._snapscan.Refused", NULL, NULL);
-    Unsupported = PyErr_NewException("gpuscope.readers._snapscan.Unsupported", NULL, NULL);
-    Truncated = PyErr_NewException("gpuscope.readers._snapscan.Truncated", NULL, NULL);
-    if (!Refused || !Unsupported || !Truncated ||
-        PyModule_AddObjectRef(mod, "Refused", Refused) < 0 ||
-        PyModule_AddObjectRef(mod, "Unsupported", Unsupported) < 0 ||
-        PyModule_AddObjectRef(mod, "Truncated", Truncated) < 0 ||
+    RefusedError = PyErr_NewException("gpuscope.readers._snapscan.RefusedError", NULL, NULL);
+    UnsupportedError = PyErr_NewException("gpuscope.readers._snapscan.UnsupportedError", NULL, NULL);
+    TruncatedError = PyErr_NewException("gpuscope.readers._snapscan.TruncatedError", NULL, NULL);
+    if (!RefusedError || !UnsupportedError || !TruncatedError ||
+        PyModule_AddObjectRef(mod, "RefusedError", RefusedError) < 0 ||
+        PyModule_AddObjectRef(mod, "UnsupportedError", UnsupportedError) < 0 ||
+        PyModule_AddObjectRef(mod, "TruncatedError", TruncatedError) < 0 ||
         PyModule_AddIntConstant(mod, "VERSION", SNAPSCAN_VERSION) < 0) {
         Py_DECREF(mod);
         return NULL;

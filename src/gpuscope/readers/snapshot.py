@@ -156,13 +156,13 @@ def _read_scanned(path: Path, budget: int) -> Job:
         reader = _GzipReader(path, file, limit) if gzipped else _PlainReader(file)
         try:
             scanned = _snapscan.scan(reader.read, _SCANNED)
-        except _snapscan.Refused as error:
+        except _snapscan.RefusedError as error:
             raise _refused(path, error) from None
-        except _snapscan.Truncated:
+        except _snapscan.TruncatedError:
             raise CorruptInputError(
                 path, "the pickle is cut off: the snapshot cannot be read"
             ) from None
-        except _snapscan.Unsupported:
+        except _snapscan.UnsupportedError:
             raise _UnfollowedError from None
         except MemoryError:
             raise over_budget(path, "reading this snapshot ran out of memory") from None

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from gpuscope import causes
 from gpuscope.analyses.host import HostIndex
-from gpuscope.analyses.memory import MemoryReport, MemorySite, analyse_memory
+from gpuscope.analyses.memory import MemoryReport, analyse_memory
+from gpuscope.analyses.memory_sites import MemorySite
 from gpuscope.analyses.memory_trace import trace_record
 from gpuscope.diagnosis import Diagnosis, InputSummary, Options
 from gpuscope.diagnosis.findings import Finding, Verdict

@@ -297,9 +297,10 @@ def test_annotate_refuses_a_document_it_would_hold_whole_past_the_budget(tmp_pat
         result = cli("annotate", str(path), "-o", str(out), "--max-memory", "32M")
         assert result.exit_code == 0, result.stderr
         written = json.loads(out.read_bytes())
-        assert written["traceEvents"][: len(json.loads(data)["traceEvents"])] == json.loads(
-            data
-        )["traceEvents"]
+        assert (
+            written["traceEvents"][: len(json.loads(data)["traceEvents"])]
+            == json.loads(data)["traceEvents"]
+        )
     finally:
         _io.set_memory_budget(None)
 

@@ -44,9 +44,8 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
     from gpuscope.readers import load
     from gpuscope.readers._io import memory_budget, read_bytes
     from gpuscope.readers.kineto import NotStreamableError
-    from gpuscope.render.annotate import WHOLE_DOCUMENT_FACTOR
+    from gpuscope.render.annotate import WHOLE_DOCUMENT_FACTOR, annotate_file
     from gpuscope.render.annotate import annotate as annotated
-    from gpuscope.render.annotate import annotate_file
 
     job = load(path, prefetch=prefetch)
     _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])

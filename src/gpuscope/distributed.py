@@ -20,7 +20,7 @@ Contract:
   computes over the whole job in one process (the same summaries, reduced there).
 
 Bounded by design: the driver holds one report per rank (:attr:`RankReport.nbytes`: a few KB,
-~80 bytes per collective), never a trace. A file that fails to read is named with its reason in
+72 bytes per collective), never a trace. A file that fails to read is named with its reason in
 ``failed`` and the job is diagnosed from the other ranks, which the verdict says.
 
 Per-rank diagnoses run without the what-if replay (``Options.predict`` is ignored): a finding's

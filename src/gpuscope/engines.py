@@ -55,7 +55,7 @@ class Runner:
         report = done or (lambda _i: None)
         if self._ray is not None:
             return self._map_ray(fn, items, report)
-        if self._pool is None or len(items) <= 1:
+        if self._pool is None:
             results = []
             for i, args in enumerate(items):
                 results.append(fn(*args))

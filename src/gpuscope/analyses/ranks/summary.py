@@ -12,7 +12,7 @@ message bytes, group size, the part of its duration with no compute alongside, a
 issued; plus the compute intervals inside the collectives, what the exposed part of a wait is
 measured against (a wait lies inside its collective: it is its first ``wait`` ns). Columns are
 raw ``int64`` bytes: 8 bytes a value on the wire and in the driver's memory, never a Python
-object each. Size: ~80 bytes per collective, 16 per compute interval inside one, plus the names.
+object each. Size: 72 bytes per collective, 16 per compute interval inside one, plus the names.
 
 What a summary cannot hold is what a straggler did in the windows the cross-rank analysis finds
 (its kernels and idle causes there): that is :func:`straggler_detail` of the rank's participant,
@@ -74,12 +74,6 @@ class RankSummary(msgspec.Struct, frozen=True):
     located: bool  # the trace's host was indexed: locations were resolved
     collectives: bytes  # int64, (collectives, len(COLUMNS)), row-major
     compute: bytes  # int64, (intervals, 2): compute intervals inside collectives
-
-    @property
-    def nbytes(self) -> int:
-        """What the summary weighs: its columns and its names (the driver's cost per rank)."""
-        names = sum(len(s) for s in (*self.groups, *self.kinds, *self.locations, self.source))
-        return len(self.collectives) + len(self.compute) + names + 48 * len(self.steps) + 200
 
     def column(self, name: str) -> I64:
         table = np.frombuffer(self.collectives, dtype=np.int64).reshape(-1, len(COLUMNS))

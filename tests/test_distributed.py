@@ -127,3 +127,13 @@ def test_ray_gives_the_local_answer() -> None:
     on_ray = diagnose_job(corpus(DLRM), Engine("ray", workers=2))
     assert on_ray.engine == "ray"
     assert msgspec.structs.replace(on_ray, engine="local") == local
+
+
+def test_engine_ray_without_ray_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    result = CliRunner().invoke(main, ["diagnose", str(corpus(DLRM)), "--engine", "ray"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--engine ray needs ray" in result.stderr

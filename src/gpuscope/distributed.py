@@ -155,14 +155,13 @@ class JobDiagnosis(msgspec.Struct, frozen=True):
 def reduce_rank(path: str, position: int, options: Options | None = None) -> RankReport:
     """Read and diagnose one rank's file alone, and keep what the job diagnosis needs of it."""
     try:
-        result, summaries = _diagnosed(path, position, options or Options())
+        d, summaries = _diagnosed(path, position, options or Options())
     except UnknownFormatError as error:
         return RankReport(path, position, error.reason, not_a_trace=True)
     except InputError as error:
         return RankReport(path, position, error.reason)
     except Exception as error:  # one bad rank never stops the job
         return RankReport(path, position, f"{type(error).__name__}: {error}")
-    d = result
     kernels = sorted(d.kernel_ns.items(), key=lambda kv: -kv[1])[:KERNELS_PER_RANK]
     return RankReport(
         path=path,
@@ -237,7 +236,8 @@ def rank_files(folder: Path) -> list[Path]:
     return files
 
 
-Describe = Callable[[RankReport, RankSummary, Intervals, Intervals], StragglerDetail]
+#: What a rank did in a straggler's windows and before its arrivals, asked of its report.
+DescribeRank = Callable[[RankReport, RankSummary, Intervals, Intervals], StragglerDetail]
 
 
 def diagnose_job(
@@ -274,7 +274,7 @@ def diagnose_job(
 
 
 def analyse_job(
-    source: str, reports: list[RankReport], describe: Describe | None, engine: str = "local"
+    source: str, reports: list[RankReport], describe: DescribeRank | None, engine: str = "local"
 ) -> JobDiagnosis:
     """The job diagnosis from the ranks' reports alone (see the module docstring)."""
     # In rank order, as a folder read in one process orders its traces (Job.merge).

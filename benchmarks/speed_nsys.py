@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import resource
 import shutil
 import sqlite3
@@ -47,7 +46,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from startup import FLOOR_LABEL, budget_note, floor_command, table
+from startup import FLOOR_LABEL, budget_note, floor_command, table, user_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXPORT = ROOT.parent / "shared/corpus/nsys/nsys-ai/h100_2gpu_1s.sqlite"
@@ -106,17 +105,6 @@ class Target:
 
 
 # --- a. whole process ----------------------------------------------------------------------------
-
-
-def user_environment(tmp: Path) -> dict[str, str]:
-    """The environment a user runs both tools in: bytecode cached after the first run.
-
-    Some shells (this project's sandbox among them) set ``PYTHONDONTWRITEBYTECODE``, which makes
-    every run of an editable install recompile its sources; an installed package has its
-    bytecode. Both tools get a bytecode cache in ``tmp``, warmed by one untimed run each."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    return env
 
 
 def timed_run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:

@@ -35,7 +35,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.model import (
     BlockState,
     MemoryAction,
@@ -170,7 +170,7 @@ class _Device:
         seg_rows = np.flatnonzero(record.segments.device == device)
         self.seg_sizes = record.segments.size_bytes[seg_rows]
         blocks = record.blocks
-        self.block_rows = np.flatnonzero(np.isin(blocks.segment, seg_rows))
+        self.block_rows = np.flatnonzero(member(blocks.segment, seg_rows))
         self.stacks = _StackFacts(record.frames, record.stacks)
         self.backward = any(
             self.stacks.phase(int(x)) == "backward" for x in distinct(self.ev.stack)
@@ -186,8 +186,8 @@ class _Device:
             freeing = MemoryAction.FREE_REQUESTED
         delta = np.where(action == MemoryAction.ALLOC, size, 0)
         delta -= np.where(action == freeing, size, 0)
-        grow = np.isin(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
-        shrink = np.isin(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
+        grow = member(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
+        shrink = member(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
         rdelta = np.where(grow, size, 0) - np.where(shrink, size, 0)
         blocks = self.record.blocks
         held = blocks.state[self.block_rows] != BlockState.INACTIVE
@@ -298,7 +298,7 @@ class _Device:
         blocks = self.record.blocks
         # Blocks held at the dump whose allocation was not recorded: alive all along.
         dump_rows = self.block_rows[held]
-        unseen = ~np.isin(blocks.address[dump_rows], ev.address[alloc_rows])
+        unseen = ~member(blocks.address[dump_rows], ev.address[alloc_rows])
         dump_rows = dump_rows[unseen]
         sizes = np.concatenate(
             [ev.size_bytes[rows], ev.size_bytes[orphan_alive], blocks.size_bytes[dump_rows]]
@@ -779,7 +779,7 @@ def _timeline(
     n = len(ev)
     if not n:
         return []
-    starts = np.unique(np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)[:-1])
+    starts = distinct(np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)[:-1])
     bucket = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
     highest = np.maximum.reduceat(allocated, starts)
     at_max = np.flatnonzero(allocated == highest[bucket])

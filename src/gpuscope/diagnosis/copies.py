@@ -142,7 +142,7 @@ def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
             pageable += int(ev.pageable[picked].sum())
             pinned += _pinned(e, picked)
             compute = e.work.rows[e.work.work_class == WorkClass.COMPUTE]
-            side += int(~member(ev.stream[picked], ev.stream[compute]).sum())
+            side += int((~member(ev.stream[picked], ev.stream[compute])).sum())
             if peak and e.facts is not None:
                 link = e.facts.interconnect if direction == CopyDirection.P2P else "the host link"
                 link_bw = peak

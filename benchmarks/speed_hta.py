@@ -349,7 +349,7 @@ def whole_process_targets(series: list[Series]) -> list[Target]:
             Target(
                 f"a. peak RSS, {label} / HTA",
                 f"{memory:.2f} ({ours.peak_rss_mib:.0f} / {hta.peak_rss_mib:.0f} MiB)",
-                "<= 0.33",
+                f"<= {MEMORY_TARGET:.2f}",
                 memory <= MEMORY_TARGET,
             )
         )

@@ -95,6 +95,23 @@ def _missing() -> str | None:
     return None
 
 
+def start_browser(profile: Path) -> Any:
+    """Headless Chromium under selenium, its profile in ``profile`` (benchmarks/html_draw.py
+    uses it too)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit driver path: selenium never looks for (or downloads) a driver of its own.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.get("about:blank")  # the browser's own start-up is not the report's load time
+    return driver
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     missing = _missing()
@@ -102,17 +119,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(missing)
         pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # An explicit driver path: selenium never looks for (or downloads) a driver of its own.
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.get("about:blank")  # the browser's own start-up is not the report's load time
+    driver = start_browser(tmp_path_factory.mktemp("chromium"))
     yield driver
     driver.quit()
 
@@ -135,6 +142,64 @@ def open_report(driver: Any, path: Path) -> dict[str, Any]:
     assert requests == []  # everything is inline: nothing is fetched
     result: dict[str, Any] = drawn
     return result
+
+
+#: The two screens a report must fit: a desktop window and a phone's (CSS pixels).
+DESKTOP = (1400, 900)
+PHONE = (390, 844)
+#: How the page sits in the window: how far it is wider than the window, its height, whether the
+#: verdict box lies wholly in the first screen, and (to say what is too wide) the outermost
+#: elements that reach past the window's right edge.
+FIT = """
+var root = document.documentElement, width = root.clientWidth;
+var verdict = document.getElementById('verdict'), box = verdict && verdict.getBoundingClientRect();
+var wide = [];
+function clipped(el) {  // inside a box that scrolls or clips: it cannot widen the page
+  for (var p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+    if (getComputedStyle(p).overflowX !== 'visible') { return true; }
+  }
+  return false;
+}
+document.querySelectorAll('body *').forEach(function (el) {
+  if (wide.length >= 5 || el.getBoundingClientRect().right <= width + 1) { return; }
+  var parent = el.parentElement;
+  if (parent && parent.getBoundingClientRect().right > width + 1 && parent !== document.body) {
+    return;
+  }
+  if (clipped(el)) { return; }
+  var r = el.getBoundingClientRect();
+  wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+            (typeof el.className === 'string' && el.className ? '.' + el.className : '') +
+            ' ' + Math.round(r.right) + ' px');
+});
+// Text wider than its box (a long word that cannot wrap) overflows without widening the box.
+var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+var range = document.createRange();
+while (wide.length < 5 && walker.nextNode()) {
+  var node = walker.currentNode;
+  range.selectNodeContents(node);
+  if (range.getBoundingClientRect().right > width + 1 && !clipped(node)) {
+    wide.push('text "' + node.textContent.slice(0, 40) + '" ' +
+              Math.round(range.getBoundingClientRect().right) + ' px');
+  }
+}
+return {overflow_px: root.scrollWidth - width, height_px: root.scrollHeight,
+        verdict_shown: !!box && box.top >= 0 && box.bottom <= window.innerHeight, wide: wide};
+"""
+
+
+def page_fit(driver: Any, path: Path, width: int, height: int) -> dict[str, Any]:
+    """Open a report in a ``width`` x ``height`` viewport and say how it fits (:data:`FIT`)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        open_report(driver, path)
+        fit: dict[str, Any] = driver.execute_script(FIT)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return fit
 
 
 def assert_every_chart_drawn(driver: Any, charts: int) -> None:

@@ -148,7 +148,7 @@ def _finding(
     if f.prediction is not None:
         evidence = (
             f"<li class='prediction'><b>{_e(predicted.headline(f.prediction, gpu_hour_usd))}</b>;"
-            f" {_e(predicted.details(f.prediction))}</li>{evidence}"
+            f" {_code_spans(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
         f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"

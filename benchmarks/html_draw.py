@@ -41,6 +41,7 @@ from gpuscope.errors import GpuscopeError  # noqa: E402
 from gpuscope.render import html  # noqa: E402
 from test_browser import (  # noqa: E402  (the test's helpers: one driver, one way to load)
     DESKTOP,
+    FIT,
     PHONE,
     open_report,
     page_fit,
@@ -80,25 +81,52 @@ def report(source: Path, corpus: Path, keep: Path) -> Path | None:
 
 
 def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
-    draws = []
+    """A report's draw time (None: not drawn within the driver's 20 s, or a chart failed) and
+    how it fits both screens."""
+    draws: list[float | None] = []
     for attempt in range(tries):
         copy = path.with_name(f"{path.stem}.{attempt}{time.monotonic_ns()}.html")
         copy.write_bytes(path.read_bytes())
         try:
             draws.append(open_report(driver, copy)["drawnMs"])
+        except AssertionError:
+            draws.append(None)
         finally:
             copy.unlink()
-    desktop = page_fit(driver, path, *DESKTOP)
-    phone = page_fit(driver, path, *PHONE)
+    fits = []
+    for size in (DESKTOP, PHONE):
+        try:
+            fits.append(page_fit(driver, path, *size))
+        except AssertionError:  # the page did not draw at this size: measured as it stands
+            fits.append({**_fit_as_is(driver, *size), "failed": True})
+    desktop, phone = fits
+    drawn = [d for d in draws if d is not None]
     return {
-        "draw_ms": min(draws),
+        "draw_ms": min(drawn) if len(drawn) == len(draws) else None,
         "draws_ms": draws,
         "overflow_px": phone["overflow_px"],
         "verdict": desktop["verdict_shown"] and phone["verdict_shown"],
+        "failed": [
+            f"{w}x{h}" for (w, h), f in zip((DESKTOP, PHONE), fits, strict=True) if "failed" in f
+        ],
         "height_px": phone["height_px"],
         "wide": phone["wide"],
         "size_mb": path.stat().st_size / 1e6,
     }
+
+
+def _fit_as_is(driver: Any, width: int, height: int) -> dict[str, Any]:
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        fit: dict[str, Any] = driver.execute_script(FIT)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return fit
+
+
+def _ms(value: float | None) -> str:
+    return "not drawn" if value is None else f"{value:,.0f}"
 
 
 def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
@@ -117,9 +145,10 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
             m = measure(driver, path, tries)
             rows.append((relative, m))
             print(
-                f"{m['draw_ms']:7.0f} ms  overflow {m['overflow_px']:4d} px  verdict "
+                f"{_ms(m['draw_ms']):>9} ms  overflow {m['overflow_px']:4d} px  verdict "
                 f"{'yes' if m['verdict'] else 'NO '}  phone {m['height_px']:7,d} px  "
-                f"{m['size_mb']:.2f} MB  {relative}  {' '.join(m['wide'][:3])}",
+                f"{m['size_mb']:.2f} MB  {relative}  {' '.join(m['wide'][:3])}"
+                + (f"  charts failed at {', '.join(m['failed'])}" if m["failed"] else ""),
                 flush=True,
             )
     finally:
@@ -131,20 +160,22 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
     print("|---|---|---|---|---|---|")
     for relative, m in rows:
         print(
-            f"| `{relative}` | {m['size_mb']:.2f} | {m['draw_ms']:,.0f} | {m['overflow_px']} | "
+            f"| `{relative}` | {m['size_mb']:.2f} | {_ms(m['draw_ms'])} | {m['overflow_px']} | "
             f"{'yes' if m['verdict'] else 'no'} | {m['height_px']:,} |"
         )
-    draws = [m["draw_ms"] for _, m in rows]
-    slow = [r for r, m in rows if m["draw_ms"] >= DRAW_BAR_MS]
+    draws = [m["draw_ms"] for _, m in rows if m["draw_ms"] is not None]
+    slow = [r for r, m in rows if m["draw_ms"] is None or m["draw_ms"] >= DRAW_BAR_MS]
     wide = [r for r, m in rows if m["overflow_px"] > 0]
     hidden = [r for r, m in rows if not m["verdict"]]
+    failed = [r for r, m in rows if m["failed"]]
     if draws:
         print(
             f"\n{len(rows)} reports: draw median {statistics.median(draws):,.0f} ms, "
             f"max {max(draws):,.0f} ms; over {DRAW_BAR_MS} ms: {len(slow)}; "
-            f"wider than 390 px: {len(wide)}; verdict not in the first screen: {len(hidden)}"
+            f"wider than 390 px: {len(wide)}; verdict not in the first screen: {len(hidden)};"
+            f" charts failed: {len(failed)}"
         )
-    return 1 if slow or wide or hidden else 0
+    return 1 if slow or wide or hidden or failed else 0
 
 
 def main() -> int:

@@ -124,7 +124,7 @@ def _ray_session(engine: Engine) -> Iterator[Any]:
             num_cpus=engine.workers if local else None,
             include_dashboard=False,
             log_to_driver=False,
-            logging_level=logging.WARNING,
+            logging_level=logging.ERROR,  # not Ray's notices (token auth): our output is ours
         )
     try:
         yield ray

@@ -158,10 +158,13 @@ def too_big(path: Path, kind: str, amount: int) -> InputError:
         else f"the least a read gets: the budget is below the program's own"
         f" {size_text(BASELINE_BYTES)}"
     )
+    limit = scan_limit()
+    # The scanner stops before its next block would pass the limit: what it holds then can be
+    # less than the limit, and is said only when it is the larger figure.
+    held = f"; {size_text(amount)} when the read stopped" if amount > limit else ""
     return over_budget(
         path,
-        f"its events' columns outgrew the {size_text(scan_limit())} they may take ({share});"
-        f" {size_text(amount)} when the read stopped",
+        f"its events' columns would outgrow the {size_text(limit)} they may take ({share}){held}",
     )
 
 

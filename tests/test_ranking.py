@@ -108,6 +108,21 @@ def test_the_headline_never_leads_with_a_finding_that_saves_nothing(relative: st
         assert f"fix first: {f.title}" not in d.verdict.summary
 
 
+def test_time_nothing_explains_is_not_fixed_first() -> None:
+    """MI300X DDP rank 0: 64% of the window is exposed communication, whose replay saves nothing
+    (its all-reduces are launched after backward, with no compute left to overlap); 2% is idle
+    time nothing explains. Neither saves step time, so the larger leads, and the reason the
+    replay saves nothing is the late launch, not 'off the critical path'."""
+    d = _corpus_diagnosis("kineto/tracelens/mi300x_resnet_ddp_rank0of8.json.gz")
+    causes = [f.cause for f in d.findings]
+    assert causes.index("exposed_communication") < causes.index("unknown")
+    unknown = d.findings[causes.index("unknown")]
+    assert worth_pct(unknown) == 0.0 and unknown.share_pct > 2.0
+    comm = d.findings[causes.index("exposed_communication")]
+    assert comm.prediction is not None and comm.share_pct > 60.0
+    assert "launched after the compute they could overlap" in (comm.prediction.note or "")
+
+
 def test_verdict_words_are_one_documented_set() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     docs = (Path(__file__).resolve().parents[1] / "docs" / "verdicts.md").read_text()

@@ -268,27 +268,35 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
         rows = thread_rows[thread_activity == activity] if present[activity] else thread_rows[:0]
         rows_of[activity] = rows
     # Blocking host activities claim the idle time they overlap, in the order of CLAIMS, except
-    # in gaps whose next work was already queued when they began (see :func:`queued_before`).
+    # in gaps whose next work was already queued when they began (see :func:`queued_before`):
+    # only a collective the host waits for claims those too, as the queued work waits for the
+    # same collective (its stream waits on the collective's event).
     queued = queued_before(ev, gap.launcher, gap.start, gap.end)
     unlaunched = (gap.launcher < 0) & (gap.after_row >= 0) & ~queued
     if unlaunched.any():
         blocked = host.intervals(np.concatenate(list(rows_of.values())))
         queued |= unlaunched & _within(blocked, gap.start, gap.end)
     remaining = Intervals(gap.start[~queued], gap.end[~queued])
+    waiting = Intervals(gap.start[queued], gap.end[queued])
     for activity, c in CLAIMS:
         rows = rows_of[activity]
-        if rows.size == 0 or len(remaining) == 0:
+        if rows.size == 0:
             continue
-        claimed = intersection(remaining, host.intervals(rows))
-        if len(claimed):
-            remaining = difference(remaining, claimed)
-            decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
-            pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
-
-    if queued.any():
+        held = host.intervals(rows)
+        pools = [remaining, waiting] if activity is HostActivity.COMM_WAIT else [remaining]
+        for k, pool in enumerate(pools):
+            claimed = intersection(pool, held)
+            if len(claimed):
+                pools[k] = difference(pool, claimed)
+                decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
+                pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
+        remaining = pools[0]
+        if len(pools) > 1:
+            waiting = pools[1]
+    if len(waiting):
         remaining = union(
-            np.concatenate([remaining.start_ns, gap.start[queued]]),
-            np.concatenate([remaining.end_ns, gap.end[queued]]),
+            np.concatenate([remaining.start_ns, waiting.start_ns]),
+            np.concatenate([remaining.end_ns, waiting.end_ns]),
         )
     # What is left is decided by the rules, from the gap each piece belongs to and what the
     # thread was doing just before and during it.

@@ -115,6 +115,14 @@ class DeviceReport(msgspec.Struct, frozen=True):
     series: DeviceSeries  # what the reports draw of this device
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
     views: DeviceViews | None = None  # device time per module path and per operator
+    #: Time spent spinning inside collectives for a late peer with nothing else running: busy on
+    #: the timeline (HTA counts it so), but waiting, not work (set from the rank analysis).
+    peer_wait_ns: int = 0
+
+    @property
+    def busy_pct(self) -> float:
+        """Share of the span doing work: the timeline's busy time less the waiting for peers."""
+        return self.temporal.pct(self.temporal.busy_ns - self.peer_wait_ns)
 
 
 class Diagnosis(msgspec.Struct, frozen=True):
@@ -190,6 +198,7 @@ def diagnose_timelines(
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
     participants = _participants(contexts, devices, works)
     ranks = _ranks(devices, participants)
+    devices = _with_peer_waits(devices, ranks)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
     memory, memory_found = _memory(memory_hosts, options)
@@ -290,6 +299,16 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
     if not devices or not (multi or any(d.temporal.communication_ns for d in devices)):
         return None
     return analyse_ranks(participants)
+
+
+def _with_peer_waits(devices: list[DeviceReport], ranks: RankAnalysis | None) -> list[DeviceReport]:
+    """Each device's report with its rank's waiting for late peers (see ``peer_wait_ns``)."""
+    if ranks is None:
+        return devices
+    waits = {(r.source, r.device): r.exposed_wait_ns or 0 for r in ranks.ranks}
+    return [
+        msgspec.structs.replace(d, peer_wait_ns=waits.get((d.source, d.device), 0)) for d in devices
+    ]
 
 
 def _participants(

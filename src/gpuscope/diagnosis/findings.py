@@ -134,7 +134,9 @@ def worth_pct(f: Finding) -> float:
         share = 100.0 * max(p.saving_ns_per_step, 0.0) / p.step_ns if p.step_ns else 0.0
         return share if share >= NO_SAVING_PCT else 0.0
     if f.cause in _ONE_TIME | _UNEXPLAINED or f.pattern == "startup" or f.memory_bytes is not None:
-        return 0.0  # start-up is paid once; unexplained time has no fix to price; a memory finding is priced in bytes, not time
+        # Start-up is paid once; unexplained time has no fix to price; a memory finding is priced
+        # in bytes, not time.
+        return 0.0
     return f.share_pct
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 import msgspec
@@ -71,8 +72,8 @@ def _clean(value: Any) -> Any:
             return value
         return msgspec.structs.replace(value, **dict(zip(names, new, strict=True)))
     if isinstance(value, list):
-        if all(type(v) is int or type(v) is float for v in value):
-            return value  # a series of numbers (the drawn timeline, the step table): no text
+        if _plain(value):
+            return value  # numbers (the drawn timeline, the step table), names already printable
         return _cleaned_items(value)
     if isinstance(value, tuple):
         items = _cleaned_items(list(value))
@@ -80,11 +81,32 @@ def _clean(value: Any) -> Any:
             return value
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
+        if _plain(value.keys()) and _plain(value.values()):
+            return value
         pairs = [(_clean(k), _clean(v)) for k, v in value.items()]
         if all(k is k2 and v is v2 for (k, v), (k2, v2) in zip(pairs, value.items(), strict=True)):
             return value
         return dict(pairs)
     return value
+
+
+#: The types of items :func:`_plain` checks as a whole (a ``bool`` is an ``int``: kept as is).
+_SCALARS = frozenset({int, float, bool, type(None)})
+_SCALARS_AND_TEXT = _SCALARS | {str}
+
+
+def _plain(items: Collection[Any]) -> bool:
+    """Whether every item is a number, None or a printable string: then nothing in ``items``
+    changes. Checked a whole list at a time (a device's idle gaps name a location each, tens of
+    thousands of them, mostly None): the strings are joined by line feeds, which
+    :data:`_UNPRINTABLE` lets through, and searched once."""
+    types = set(map(type, items))
+    if types <= _SCALARS:
+        return True
+    if not types <= _SCALARS_AND_TEXT:
+        return False
+    texts = [v for v in items if type(v) is str]
+    return max(map(len, texts)) <= MAX_SHOWN_CHARS and _UNPRINTABLE.search("\n".join(texts)) is None
 
 
 def _cleaned_items(items: list[Any]) -> list[Any]:

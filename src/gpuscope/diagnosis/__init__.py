@@ -88,6 +88,9 @@ class Options(msgspec.Struct, frozen=True):
     predict: bool = True  # replay each finding's fix for its predicted saving (analyses.whatif)
     whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
+    #: Compute the job's timeline and utilisation series (``Diagnosis.drawn``): the HTML report
+    #: draws them and ``--json`` saves them; a command that only prints to a terminal skips them.
+    charts: bool = True
 
 
 class InputSummary(msgspec.Struct, frozen=True):
@@ -231,7 +234,9 @@ def diagnose_timelines(
     # Memory findings cost bytes, not time: after the time findings, outside verdict and prices.
     found = found + memory_found
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
-    charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
+    charts = None
+    if works and options.charts:
+        charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices])
     result = Diagnosis(
         source=job.source,
         inputs=[_input_summary(t, devices) for t in traces],

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope import causes
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.attribution import CAUSES, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
@@ -325,7 +325,7 @@ def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
     ids = ev.name_id[launches[known]]
     graph_ids = [i for i in distinct(ids).tolist() if "GraphLaunch" in trace.names[i]]
     if graph_ids:  # most traces launch no graph: nothing more to look up
-        found[known] = np.isin(ids, graph_ids)
+        found[known] = member(ids, graph_ids)
     return found
 
 

@@ -185,15 +185,7 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    contexts: list[TraceContext] = []
-    startup: list[StartupEvidence] = []
-    memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
-    for given in job.traces:
-        context, left_out = _analysed(given, options, adjust)
-        if given.memory is not None:  # read over the whole trace, start-up included
-            memory_hosts.append((given, host_activity(given) if left_out else context.host))
-        contexts.append(context)
-        startup += [left_out] if left_out is not None else []
+    contexts, startup, memory_hosts = _traces_analysed(job, options, adjust)
     traces = [c.trace for c in contexts]
     evidence = [e for c in contexts for e in c.devices]
     devices = [e.report for e in evidence]
@@ -254,6 +246,25 @@ def diagnose_timelines(
     )
     reduced = [summarise(p) for p in participants] if summarise_from is not None else []
     return TimelineDiagnosis(result, gpu_hour_usd, price_source, reduced)
+
+
+def _traces_analysed(
+    job: Job,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+) -> tuple[list[TraceContext], list[StartupEvidence], list[tuple[Trace, HostIndex]]]:
+    """Each trace analysed (:func:`_analysed`), what start-up each left out, and the whole
+    traces that record allocations with their host index (what the memory section reads)."""
+    contexts: list[TraceContext] = []
+    startup: list[StartupEvidence] = []
+    memory_hosts: list[tuple[Trace, HostIndex]] = []
+    for given in job.traces:
+        context, left_out = _analysed(given, options, adjust)
+        if given.memory is not None:  # read over the whole trace, start-up included
+            memory_hosts.append((given, host_activity(given) if left_out else context.host))
+        contexts.append(context)
+        startup += [left_out] if left_out is not None else []
+    return contexts, startup, memory_hosts
 
 
 def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Participant]:

@@ -177,13 +177,16 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
         # Time that is no waste (one-time start-up, paid once per process) has no dollars.
         saving: int | None = lost if row.waste else None
+        pattern = row.pattern
         h2d = copies["h2d"]
         if cause == "h2d_copy" and h2d.exposed_ns:
+            pattern = _copy_pattern(h2d.exposed_ns, lost, pattern)
             note += h2d.notes("host-to-device")
             saving = lost + (h2d.saving_ns or 0)
             lost += h2d.exposed_ns
         um = copies["um"]
         if cause == "page_migration" and um.exposed_ns:
+            pattern = _copy_pattern(um.exposed_ns, lost, pattern)
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
             service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
@@ -193,8 +196,15 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
             lost += um.exposed_ns
         if cause == "page_migration":
             note += fault_notes(evidence)
-        raw.append((row.pattern, cause, lost, count, locations, note, saving))
+        raw.append((pattern, cause, lost, count, locations, note, saving))
     return raw
+
+
+def _copy_pattern(copy_ns: int, idle_ns: int, idle_pattern: str) -> str:
+    """The tag of a copy finding: ``copy_bound`` when most of its time is copies the device runs
+    with nothing else (the GPU is busy moving data: a "held but idle" tag would contradict a
+    99%-busy device), its idle cause's tag when most is idle gaps waiting for them."""
+    return "copy_bound" if copy_ns > idle_ns else idle_pattern
 
 
 def _copy_raw(copies: dict[str, CopyStat]) -> list[RawFinding]:

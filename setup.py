@@ -21,6 +21,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "gpuscope.readers._snapscan",  # memory snapshots; without it: the unpickler
+            sources=["src/gpuscope/readers/_snapscan.c"],
+            optional=True,
+        ),
+        Extension(
             "gpuscope.analyses._replay",
             sources=["src/gpuscope/analyses/_replay.c"],
             optional=True,

@@ -34,6 +34,7 @@ import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind
 from gpuscope.analyses.host import HostActivity
@@ -305,7 +306,7 @@ def _enclosing(trace: Trace, top: NDArray[np.int64], calls: NDArray[np.int64]) -
     t_start, t_end = ev.start_ns[top], ev.end_ns[top]
     at = np.searchsorted(t_start, ev.start_ns[calls], side="right") - 1
     ok = (at >= 0) & (t_end[np.maximum(at, 0)] >= ev.end_ns[calls])
-    return np.unique(at[ok])
+    return distinct(at[ok])
 
 
 def _inputs(

@@ -202,7 +202,7 @@ def _header(d: DeviceReport) -> Text:
         f = d.facts
         peaks = []
         if f.bf16_flops_per_s:
-            peaks.append(f"{f.bf16_flops_per_s / 1e12:,.0f} TFLOP/s BF16")
+            peaks.append(f"{f.bf16_flops_per_s / 1e12:,.0f} TFLOP/s {f.sixteen_bit}")
         if f.memory_bandwidth_bytes_per_s:
             peaks.append(f"{f.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
         if f.usd_per_gpu_hour:

@@ -119,19 +119,24 @@ NO_SAVING_PCT = 0.5
 #: Causes whose time is no waste to fix per step: one-time start-up, paid once per process
 #: (data/causes.csv's ``waits_for`` = startup).
 _ONE_TIME = causes.waiting_for("startup")
+#: Causes whose time nothing in the trace explains (``waits_for`` = unexplained): their remedy is a
+#: better capture, which by itself saves no step time, so they cannot be fixed first.
+_UNEXPLAINED = causes.waiting_for("unexplained")
 
 
 def worth_pct(f: Finding) -> float:
     """What fixing ``f`` saves, as a share: of the step, when its fix was replayed (under
     :data:`NO_SAVING_PCT`: nothing); else of device time, the time it measured (what the finding
     itself estimates fixing saves, for busy-time findings). One-time start-up saves nothing per
-    step, whatever its length."""
+    step, whatever its length; nor does time nothing explains, whose only fix is to re-profile."""
     if f.prediction is not None:
         p = f.prediction
         share = 100.0 * max(p.saving_ns_per_step, 0.0) / p.step_ns if p.step_ns else 0.0
         return share if share >= NO_SAVING_PCT else 0.0
-    if f.cause in _ONE_TIME or f.pattern == "startup" or f.memory_bytes is not None:
-        return 0.0  # start-up is paid once; a memory finding is priced in bytes, not time
+    if f.cause in _ONE_TIME | _UNEXPLAINED or f.pattern == "startup" or f.memory_bytes is not None:
+        # Start-up is paid once; unexplained time has no fix to price; a memory finding is priced
+        # in bytes, not time.
+        return 0.0
     return f.share_pct
 
 

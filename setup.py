@@ -21,7 +21,12 @@ setup(
             optional=True,
         ),
         Extension(
-            "gpuscope.readers.pftrace._pfscan",
+            "gpuscope.readers._snapscan",  # memory snapshots; without it: the unpickler
+            sources=["src/gpuscope/readers/_snapscan.c"],
+            optional=True,
+        ),
+        Extension(
+            "gpuscope.readers.pftrace._pfscan",  # .pftrace; without it: protobuf, per packet
             sources=["src/gpuscope/readers/pftrace/_pfscan.c"],
             optional=True,
         ),

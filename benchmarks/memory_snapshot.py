@@ -1,10 +1,12 @@
 """How long a large PyTorch memory snapshot takes to diagnose, and the peak memory it takes.
 
 Writes a generated snapshot of about ``--size-mb`` (default 1024) shaped as
-``torch.cuda.memory._dump_snapshot`` writes one (protocol 4, memoised strings, one traceback list
-per allocation shared by its alloc and free entries, frames shared among tracebacks), streaming
-the pickle opcodes so that writing it takes no memory; then runs ``gpuscope diagnose --json`` on
-it in a child process under ``/usr/bin/time`` and prints the wall time and the peak RSS.
+``torch.cuda.memory._dump_snapshot`` writes one (protocol 4, memoised strings, a traceback list
+of its own per trace entry, its frames dicts shared among all tracebacks, as
+``torch/csrc/profiler/combined_traceback.cpp`` builds them; the tracebacks drawn from a few
+thousand call paths, as a training loop repeats its allocations), streaming the pickle opcodes so
+that writing it takes no memory; then runs ``gpuscope diagnose --json`` on it in a child process
+under ``/usr/bin/time`` and prints the wall time and the peak RSS.
 
 Run: ``python benchmarks/memory_snapshot.py [--size-mb 1024] [--keep PATH]``
 The issue's target: 1 GB diagnosed in under 60 s with a peak RSS under 3 GB (benchmarks/README.md
@@ -28,149 +30,109 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 
 
+#: Distinct call paths that allocate (a training step repeats the same few thousand), each
+#: TRACEBACK_FRAMES frames drawn from a pool of FRAMES distinct frames.
+CALL_PATHS = 2000
+FRAMES = 400
+TRACEBACK_FRAMES = 12
+_LONG_BINGET = struct.Struct("<cI")
+_LONG8 = struct.Struct("<q")
+
+
 class _Writer:
-    """Pickle opcodes by hand (protocol 4): the memo is numbered as the unpickler numbers it."""
+    """Pickle opcodes by hand (protocol 4) as ``pickle.dump`` writes a snapshot, the memo numbered
+    as the unpickler numbers it; each entry's bytes packed at once (a GB takes a minute)."""
 
     def __init__(self, out: io.BufferedWriter) -> None:
         self.out = out
         self.memo = 0
-        self.frames: dict[int, int] = {}  # frame number -> its dict's memo index
-        self.last_list = -1
         self.strings: dict[str, int] = {}
+        self.frames: dict[int, int] = {}  # frame number -> its dict's memo index
         out.write(b"\x80\x04")
 
-    def memoize(self) -> int:
-        self.out.write(b"\x94")
+    def memoize(self) -> bytes:
         self.memo += 1
-        return self.memo - 1
+        return b"\x94"
 
-    def get(self, index: int) -> None:
-        self.out.write(b"h" + bytes([index]) if index < 256 else b"j" + struct.pack("<I", index))
+    def get(self, index: int) -> bytes:
+        return _LONG_BINGET.pack(b"j", index)
 
-    def string(self, text: str) -> None:
+    def string(self, text: str) -> bytes:
         known = self.strings.get(text)
         if known is not None:
-            self.get(known)
-            return
+            return self.get(known)
         data = text.encode()
-        self.out.write(b"\x8c" + bytes([len(data)]) + data)
-        self.strings[text] = self.memoize()
+        self.strings[text] = self.memo
+        return b"\x8c" + bytes([len(data)]) + data + self.memoize()
 
-    def integer(self, value: int) -> None:
-        if 0 <= value < 256:
-            self.out.write(b"K" + bytes([value]))
-        elif -(1 << 31) <= value < 1 << 31:
-            self.out.write(b"J" + struct.pack("<i", value))
-        else:
-            data = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
-            self.out.write(b"\x8a" + bytes([len(data)]) + data)
+    def frame(self, f: int) -> bytes:
+        known = self.frames.get(f)
+        if known is not None:
+            return self.get(known)
+        file = f"/work/proj/model_{f % 20}.py" if f % 3 else f"/venv/torch/nn/f{f % 7}.py"
+        index = self.memo
+        data = b"}" + self.memoize() + b"("
+        data += self.string("filename") + self.string(file)
+        data += self.string("line") + b"J" + struct.pack("<i", 10 + f)
+        data += self.string("name") + self.string("forward") + b"u"
+        self.frames[f] = index
+        return data
 
-    def dict_of(self, items: list[tuple[str, object]]) -> None:
-        self.out.write(b"}")
-        self.memoize()
-        self.out.write(b"(")
-        for key, value in items:
-            self.string(key)
-            self.value(value)
-        self.out.write(b"u")
-
-    def value(self, value: object) -> None:
-        if isinstance(value, bool):
-            self.out.write(b"\x88" if value else b"\x89")
-        elif isinstance(value, int):
-            self.integer(value)
-        elif isinstance(value, str):
-            self.string(value)
-        elif isinstance(value, _Ref):
-            self.get(value.index)
-        elif isinstance(value, _Frames):
-            self.last_list = self.memo
-            self.out.write(b"]")
-            self.memoize()
-            self.out.write(b"(")
-            for f in value.frames:
-                known = self.frames.get(f)
-                if known is not None:
-                    self.get(known)
-                    continue
-                self.frames[f] = self.memo
-                file = f"/work/proj/model_{f % 20}.py" if f % 3 else f"/venv/torch/nn/f{f % 7}.py"
-                self.dict_of([("filename", file), ("line", 10 + f), ("name", "forward")])
-            self.out.write(b"e")
-        else:
-            raise TypeError(type(value))
-
-
-class _Frames:
-    """A traceback written at its allocation (frames written at their first use)."""
-
-    def __init__(self, frames: list[int]) -> None:
-        self.frames = frames
-
-
-class _Ref:
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def entry(self, action: str, addr: int, size: int, time_us: int, path: list[int]) -> bytes:
+        """One trace entry, with its own traceback list (torch builds one per entry) of frames
+        shared among all tracebacks."""
+        data = b"}" + self.memoize() + b"("
+        data += self.string("action") + self.string(action)
+        data += self.string("addr") + b"\x8a\x08" + _LONG8.pack(addr)
+        data += self.string("size") + b"\x8a\x08" + _LONG8.pack(size)
+        data += self.string("stream") + b"K\x00"
+        data += self.string("time_us") + b"\x8a\x08" + _LONG8.pack(time_us)
+        data += self.string("compile_context") + self.string("N/A")
+        data += self.string("user_metadata") + self.string("")
+        data += self.string("frames") + b"]" + self.memoize() + b"("
+        data += b"".join([self.frame(f) for f in path]) + b"e"
+        return data + b"u"
 
 
 def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> int:
     """A training loop's snapshot of about ``size_bytes``; returns the trace entries written."""
     rng = random.Random(seed)
+    paths = [rng.sample(range(FRAMES), TRACEBACK_FRAMES) for _ in range(CALL_PATHS)]
     with path.open("wb") as raw:
-        out = io.BufferedWriter(raw, 1 << 20)
+        out = io.BufferedWriter(raw, 1 << 22)
         w = _Writer(out)
-        out.write(b"}")
-        w.memoize()
-        out.write(b"(")
-        w.string("segments")
-        out.write(b"]")
-        w.memoize()  # no segments: the trace alone (the dump is small beside it)
-        w.string("device_traces")
-        out.write(b"]")
-        w.memoize()
-        out.write(b"(]")
-        w.memoize()
-        # A pool of frames, each a dict written at its first use and shared afterwards.
-        frames = list(range(400))
+        out.write(b"}" + w.memoize() + b"(" + w.string("segments"))
+        # no segments: the trace alone (the dump is small beside it)
+        out.write(b"]" + w.memoize() + w.string("device_traces") + b"]" + w.memoize())
+        out.write(b"]" + w.memoize() + b"(")
         entries = 0
-        live: list[tuple[int, int, int]] = []
+        live: list[tuple[int, int, list[int]]] = []
         address = 1 << 40
         time_us = 1_700_000_000_000_000
         batch = 0
-        out.write(b"(")
-        while raw.tell() < size_bytes:
+        written = 0
+        while written < size_bytes:
             if live and (len(live) > 2000 or rng.random() < 0.45):
-                addr, size, stack = live.pop(rng.randrange(len(live)))
-                actions = ("free_requested", "free_completed")
+                addr, size, where = live.pop(rng.randrange(len(live)))
+                actions: tuple[str, ...] = ("free_requested", "free_completed")
             else:
                 addr, size = address, rng.choice((512, 4096, 1 << 20, 8 << 20))
                 address += size
-                stack = -1  # written with the entry, as the value of its "frames"
+                where = paths[rng.randrange(CALL_PATHS)]
+                live.append((addr, size, where))
                 actions = ("alloc",)
             for action in actions:
                 time_us += rng.randint(1, 30)
-                w.dict_of(
-                    [
-                        ("action", action),
-                        ("addr", addr),
-                        ("size", size),
-                        ("stream", 0),
-                        ("time_us", time_us),
-                        ("compile_context", "N/A"),
-                        ("user_metadata", ""),
-                        ("frames", _Ref(stack) if stack >= 0 else _Frames(rng.sample(frames, 12))),
-                    ]
-                )
-                if stack < 0:
-                    stack = w.last_list
-                    live.append((addr, size, stack))
+                data = w.entry(action, addr, size, time_us, where)
+                written += len(data)
+                out.write(data)
                 entries += 1
                 batch += 1
                 if batch == 1000:
                     out.write(b"e(")
                     batch = 0
         out.write(b"e")  # the last batch of entries
-        out.write(b"e")  # device_traces: [entries]
+        out.write(b"a")  # device_traces: [entries]
         out.write(b"u.")
         out.flush()
     return entries

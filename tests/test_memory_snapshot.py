@@ -240,6 +240,30 @@ def test_flexgen_oom_the_weights_alone_do_not_fit() -> None:
     assert sum(s.blocks for s in m.sites) == 460
     assert d.findings[0].cause == "weights_exceed_memory"
     assert all(f.cause != "allocator_fragmentation" for f in d.findings)
+    # Offloading is priced too: streamed a layer at a time, the GPU holds the largest weight
+    # block (the 393 MiB embedding) and the next: 2 x 393 MiB.
+    (streamed,) = [e for e in d.findings[0].evidence if e.startswith("offloaded")]
+    assert "0.38 GiB" in streamed and streamed.endswith("peak ~0.77 GiB")
+
+
+def test_offloading_says_how_much_must_leave_the_gpu_to_fit(tmp_path: Path) -> None:
+    """At an out-of-memory that records the device's free memory, the process could have had
+    what it reserved plus that: what must be offloaded is the peak plus the request beyond it."""
+    from gpuscope.testing.memory import generate_snapshot, write_snapshot
+
+    document, _ = generate_snapshot("weights_exceed_memory", seed=0)
+    document["device_traces"][0].append(
+        {"action": "oom", "addr": 256 * MIB, "size": GIB, "stream": 0}
+    )
+    d = diagnose(load(write_snapshot(tmp_path / "s.pickle", document)))
+    (m,) = d.memory
+    weights = m.categories["parameters"]
+    assert weights == m.end_reserved_bytes == m.peak_allocated_bytes
+    (fit,) = [e for e in d.findings[0].evidence if e.startswith("to fit")]
+    # capacity = weights + 256 MiB free; must = weights + 1 GiB asked - capacity = 768 MiB
+    gib = weights / GIB
+    assert f"to fit the {gib + 0.25:,.2f} GiB" in fit and "at least 0.75 GiB" in fit
+    assert fit.endswith(f"peak ~{gib - 0.75:,.2f} GiB")
 
 
 def test_cs336_cached_free_is_an_activation_peak_and_harmless_cache() -> None:

@@ -27,63 +27,32 @@ How each figure is computed (``docs/memory.md`` says the same with its limits):
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
+from gpuscope.analyses.memory_sites import (
+    ACTIVATIONS,
+    CATEGORIES,
+    PHASE_OF,
+    Live,
+    MemorySite,
+    StackFacts,
+    annotated_phase,
+    annotated_phases,
+    covers,
+    top_sites,
+)
 from gpuscope.model import (
     BlockState,
     MemoryAction,
-    MemoryAnnotation,
     MemoryEvents,
-    MemoryFrame,
     MemoryRecord,
 )
 
-#: Categories of memory, in the order reports list them.
-CATEGORIES = (
-    "parameters",
-    "gradients",
-    "optimizer state",
-    "activations",
-    "temporaries",
-    "CUDA-graph pool",
-    "communication buffers",
-    "other",
-)
-#: Packages whose frames are never the user's line: the framework and its helpers. Other
-#: installed packages (``transformers``) hold the model code, so they count as the user's.
-_FRAMEWORKS = frozenset(
-    {"torch", "torchvision", "torchaudio", "functorch", "triton", "einops", "numpy", "_pytest"}
-)
-_PACKAGES = re.compile(r"/(?:site|dist)-packages/([^/]+)/")
-_STDLIB_PATH = re.compile(r"/lib/python3[^/]*/[^/]+$|/lib/python3[^/]*/(?!site-packages)")
-_STDLIB = frozenset(sys.stdlib_module_names)
-_TEMPORARIES = CATEGORIES.index("temporaries")
-_ACTIVATIONS = CATEGORIES.index("activations")
-#: Lines of one function at most this far apart are one site (``nn_utils.py:5-7``).
-SITE_LINES = 5
 #: Points of the drawn timeline.
 TIMELINE_POINTS = 400
-TOP_SITES = 8
-
-
-class MemorySite(msgspec.Struct, frozen=True):
-    location: str  # "model.py:39" or "optimizer.py:74-78": the user's file and line(s)
-    function: str
-    chain: list[str]  # the user's frames, innermost first: "model.py:39 forward"
-    bytes: int
-    blocks: int
-    category: str
-    confidence: str  # high | medium | low
-    phase: str  # the phase its allocations were made in
-    operator: str = ""  # the operator that allocated (traces), "" when not recorded
-    largest_block_bytes: int = 0
 
 
 class Fragmentation(msgspec.Struct, frozen=True):
@@ -166,12 +135,14 @@ class _Device:
         self.device = device
         self.total = total
         ev = record.events
-        self.ev = ev.take(np.flatnonzero(ev.device == device)) if len(ev) else ev
+        mine = ev.device == device
+        # (one device's events are all of them: no copy of millions of rows)
+        self.ev = ev.take(np.flatnonzero(mine)) if len(ev) and not mine.all() else ev
         seg_rows = np.flatnonzero(record.segments.device == device)
         self.seg_sizes = record.segments.size_bytes[seg_rows]
         blocks = record.blocks
         self.block_rows = np.flatnonzero(np.isin(blocks.segment, seg_rows))
-        self.stacks = _StackFacts(record.frames, record.stacks)
+        self.stacks = StackFacts(record.frames, record.stacks)
         self.backward = any(
             self.stacks.phase(int(x)) == "backward" for x in distinct(self.ev.stack)
         )
@@ -231,8 +202,8 @@ class _Device:
         if end_alloc > peak:  # the dump holds more than any recorded moment
             p, peak, reserved_at_peak, peak_time = -1, end_alloc, end_reserved, -1
         live = self._live_at(p, matched, held, peak)
-        sites = _sites(live, self.stacks, rise=False)
-        rise = _sites(live, self.stacks, rise=True)
+        sites = top_sites(live, self.stacks, rise=False)
+        rise = top_sites(live, self.stacks, rise=True)
         categories = {c: 0 for c in CATEGORIES}
         for c, b in zip(live.category, live.size, strict=True):
             categories[CATEGORIES[c]] += int(b)
@@ -240,8 +211,8 @@ class _Device:
         if phase == "unknown" and live.size.size:
             # What is alive says where the step is: activations peak at the end of the forward.
             main = max(categories, key=lambda c: categories[c])
-            if main in _PHASE_OF:
-                phase, phase_source = _PHASE_OF[main], f"position: {main} hold most of the peak"
+            if main in PHASE_OF:
+                phase, phase_source = PHASE_OF[main], f"position: {main} hold most of the peak"
         allocs = size[action == MemoryAction.ALLOC]
         largest = int(allocs.max()) if allocs.size else int(blocks.size_bytes.max(initial=0))
         free_sizes = blocks.size_bytes[self.block_rows][
@@ -278,11 +249,11 @@ class _Device:
             expandable_segments=expandable,
             timeline=_timeline(ev, allocated, reserved, live, matched),
             device_total_bytes=self.total,
-            kept_activation_bytes=int(live.size[(live.category == _ACTIVATIONS) & live.kept].sum()),
+            kept_activation_bytes=int(live.size[(live.category == ACTIVATIONS) & live.kept].sum()),
             backward_recorded=self.backward,
         )
 
-    def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_], peak: int) -> _Live:
+    def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_], peak: int) -> Live:
         """Every block alive at event ``p`` (-1: at the dump), with its stack, category and
         whether it was allocated during recording."""
         ev = self.ev
@@ -298,7 +269,7 @@ class _Device:
         blocks = self.record.blocks
         # Blocks held at the dump whose allocation was not recorded: alive all along.
         dump_rows = self.block_rows[held]
-        unseen = ~np.isin(blocks.address[dump_rows], ev.address[alloc_rows])
+        unseen = ~_within(blocks.address[dump_rows], ev.address[alloc_rows])
         dump_rows = dump_rows[unseen]
         sizes = np.concatenate(
             [ev.size_bytes[rows], ev.size_bytes[orphan_alive], blocks.size_bytes[dump_rows]]
@@ -327,7 +298,7 @@ class _Device:
         recorded[: rows.size] = True
         times = np.full(sizes.size, -1, np.int64)
         times[: rows.size] = ev.time_ns[rows]
-        annotated = _annotated_phases(self.record.annotations, times)
+        annotated = annotated_phases(self.record.annotations, times)
         category = np.array(
             [
                 self._category(s, f < 0, g, r, a)
@@ -345,7 +316,7 @@ class _Device:
         confidence = np.array(
             [self.stacks.confidence(int(s)) for s in stacks], dtype=np.int64
         ).reshape(-1)
-        return _Live(sizes, stacks, category, confidence, recorded, frees < 0)
+        return Live(sizes, stacks, category, confidence, recorded, frees < 0)
 
     def _category(
         self, stack: int, kept: bool, pool: bool, recorded: bool, annotated: str | None
@@ -375,10 +346,10 @@ class _Device:
             return "unknown", "the peak is the dump itself"
         time_ns = int(self.ev.time_ns[p])
         if time_ns >= 0:
-            named = _annotated_phase(self.record.annotations, time_ns)
+            named = annotated_phase(self.record.annotations, time_ns)
             if named:
                 return named, "annotation " + next(
-                    a.name for a in self.record.annotations if _covers(a, time_ns)
+                    a.name for a in self.record.annotations if covers(a, time_ns)
                 )
         stack = int(self.ev.stack[p])
         phase = self.stacks.phase(stack)
@@ -441,6 +412,16 @@ class _Device:
         )
 
 
+def _within(values: NDArray[np.int64], among: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """``np.isin(values, among)`` by binary search: ``np.isin`` takes the distinct values of
+    both first, 20 s for the millions of allocations of a GB snapshot."""
+    if not values.size or not among.size:
+        return np.zeros(values.size, np.bool_)
+    ordered = np.sort(among)
+    at = np.minimum(np.searchsorted(ordered, values), ordered.size - 1)
+    return np.asarray(ordered[at] == values)
+
+
 class _Matched(msgspec.Struct, frozen=True):
     alloc_rows: NDArray[np.int64]
     free_of: NDArray[np.int64]  # per alloc row: the row that freed it, -1 never
@@ -450,7 +431,7 @@ class _Matched(msgspec.Struct, frozen=True):
 def _match(ev: MemoryEvents, freeing: int) -> _Matched:
     """Each allocation to the free that ended it: the next free of the same address."""
     rows = np.flatnonzero((ev.action == MemoryAction.ALLOC) | (ev.action == freeing))
-    order = rows[np.lexsort((rows, ev.address[rows]))]
+    order = rows[np.argsort(ev.address[rows], kind="stable")]  # by address, then by row
     is_alloc = ev.action[order] == MemoryAction.ALLOC
     address = ev.address[order]
     same_next = np.zeros(order.size, np.bool_)
@@ -468,243 +449,6 @@ def _match(ev: MemoryEvents, freeing: int) -> _Matched:
         free_of=free_of_sorted[is_alloc][alloc_order],
         orphan_frees=orphan.astype(np.int64),
     )
-
-
-class _Live(msgspec.Struct, frozen=True):
-    size: NDArray[np.int64]
-    stack: NDArray[np.int64]
-    category: NDArray[np.int64]
-    confidence: NDArray[np.int64]  # 0 low, 1 medium, 2 high
-    recorded: NDArray[np.bool_]
-    kept: NDArray[np.bool_]  # never freed while recording
-
-
-_CONFIDENCE = ("low", "medium", "high")
-_PHASE_OF = {
-    "activations": "forward",
-    "gradients": "backward",
-    "optimizer state": "optimizer step",
-    "parameters": "setup",
-}
-
-
-class _StackFacts:
-    """Per stack, computed once: its user frames, phase and how sure the phase is."""
-
-    def __init__(self, frames: list[MemoryFrame], stacks: list[list[int]]) -> None:
-        self.frames = frames
-        self.stacks = stacks
-        self._user = [_is_user(f) for f in frames]
-        self._bits = [_frame_bits(f) for f in frames]
-        self._phases: dict[int, tuple[str, int]] = {}
-
-    def user_frames(self, stack: int) -> list[MemoryFrame]:
-        if stack < 0:
-            return []
-        return [self.frames[f] for f in self.stacks[stack] if self._user[f]]
-
-    def phase(self, stack: int) -> str:
-        return self._phase(stack)[0]
-
-    def operator(self, stack: int) -> str:
-        """The innermost operator frame (traces' stacks: file ``<op>``)."""
-        if stack < 0:
-            return ""
-        ops = (self.frames[f] for f in self.stacks[stack] if self.frames[f].file == "<op>")
-        return next((f.function for f in ops), "")
-
-    def confidence(self, stack: int) -> int:
-        return self._phase(stack)[1]
-
-    def _phase(self, stack: int) -> tuple[str, int]:
-        known = self._phases.get(stack)
-        if known is None:
-            bits = 0
-            for f in self.stacks[stack] if stack >= 0 else ():
-                bits |= self._bits[f]
-            known = self._phases[stack] = _stack_phase(bits)
-        return known
-
-
-def _is_user(frame: MemoryFrame) -> bool:
-    """A frame of the user's code (or of a model library such as transformers): not the
-    framework, not the standard library, not C++ (paths compared with ``\\`` read as ``/``)."""
-    path = frame.file.replace("\\", "/")
-    lower = path.lower()
-    if not lower.endswith(".py") or "<frozen" in lower or "torchinductor" in lower:
-        return False
-    package = _PACKAGES.search(lower)
-    if package is not None:
-        return package.group(1) not in _FRAMEWORKS
-    if _STDLIB_PATH.search(lower):
-        return False
-    top = lower.lstrip("/").split("/", 1)[0].removesuffix(".py")
-    return top not in _FRAMEWORKS and top not in _STDLIB
-
-
-# What one frame says about the phase, as bits: a stack's phase is the OR of its frames'.
-_COMM, _OPT_FILE, _OPT_FUNCTION, _BACKWARD, _FORWARD, _SETUP, _WEIGHT = (1 << i for i in range(7))
-
-
-def _frame_bits(frame: MemoryFrame) -> int:
-    function, path = frame.function, frame.file.replace("\\", "/").lower()
-    bits = 0
-    if "distributed" in path or "c10d" in path or "nccl" in function.lower():
-        bits |= _COMM
-    if "ProcessGroup" in function:
-        bits |= _COMM
-    if "optim" in os.path.basename(path) or "/optim/" in path:
-        bits |= _OPT_FILE
-    if function in ("step", "_init_group", "wrapper"):
-        bits |= _OPT_FUNCTION
-    if "backward" in function.lower() or (path.endswith(".py") and "/autograd/" in path):
-        bits |= _BACKWARD
-    if function in ("forward", "_call_impl"):
-        bits |= _FORWARD
-    if function in ("__init__", "reset_parameters", "_apply", "load_state_dict", "to", "cuda") or (
-        function.startswith(("init_weight", "load_weight", "from_pretrained"))
-    ):
-        bits |= _SETUP
-    if "weight" in function or function == "_apply":
-        bits |= _WEIGHT
-    return bits
-
-
-def _stack_phase(bits: int) -> tuple[str, int]:
-    """The phase a stack shows (the OR of its frames' bits), and how sure (2 high, 1 medium, 0
-    low). Optimizer first: its stacks also pass through the training loop; backward before
-    forward: a checkpointed backward re-runs forward."""
-    if bits & _COMM:
-        return "communication", 1
-    if bits & _OPT_FILE and bits & _OPT_FUNCTION:
-        return "optimizer step", 2
-    if bits & _BACKWARD:
-        return "backward", 2
-    if bits & _FORWARD:
-        return "forward", 1
-    if bits & _SETUP:
-        return "setup", 2 if bits & _WEIGHT else 1
-    return "unknown", 0
-
-
-def _annotated_phases(
-    annotations: list[MemoryAnnotation], times: NDArray[np.int64]
-) -> list[str | None]:
-    """:func:`_annotated_phase` at each time (-1: none), the annotations checked one by one."""
-    found: list[str | None] = [None] * times.size
-    if not annotations:
-        return found
-    for a in reversed(annotations):  # the first annotation covering a time wins, as below
-        phase = _annotated_phase([a], a.start_ns)
-        if phase is None:
-            continue
-        end = a.end_ns if a.end_ns >= 0 else np.iinfo(np.int64).max
-        for i in np.flatnonzero((times >= 0) & (times >= a.start_ns) & (times <= end)).tolist():
-            found[i] = phase
-    return found
-
-
-def _covers(a: MemoryAnnotation, time_ns: int) -> bool:
-    return a.start_ns <= time_ns and (a.end_ns < 0 or time_ns <= a.end_ns)
-
-
-def _annotated_phase(annotations: list[MemoryAnnotation], time_ns: int) -> str | None:
-    for a in annotations:
-        if _covers(a, time_ns):
-            name = a.name.lower()
-            if name.startswith("optimizer.") or "optimizer" in name:
-                return "optimizer step"
-            if "backward" in name:
-                return "backward"
-            if "forward" in name:
-                return "forward"
-    return None
-
-
-def _sites(live: _Live, stacks: _StackFacts, *, rise: bool) -> list[MemorySite]:
-    """The top sites of the live blocks (those allocated while recording, with ``rise``)."""
-    rows = np.flatnonzero(live.recorded) if rise else np.arange(live.size.size)
-    if not rows.size:
-        return []
-    per_stack: dict[int, list[int]] = {}
-    for r in rows:
-        per_stack.setdefault(int(live.stack[r]), []).append(int(r))
-    # (file, function) -> line -> [bytes, blocks, per-category bytes, best stack, confidence]
-    grouped: dict[tuple[str, str], dict[int, list[int]]] = {}
-    chains: dict[tuple[str, str, int], tuple[int, int]] = {}
-    for stack, members in per_stack.items():
-        user = stacks.user_frames(stack)
-        if user:
-            key, line = (user[0].file, user[0].function), user[0].line
-        else:  # a trace without Python stacks: the operator that allocated
-            key, line = (stacks.operator(stack) or "(no user frame)", ""), 0
-        sizes = live.size[members]
-        total = int(sizes.sum())
-        cell = grouped.setdefault(key, {}).setdefault(line, [0, 0, *([0] * len(CATEGORIES)), 0, 0])
-        cell[0] += total
-        cell[1] += len(members)
-        for c, b in zip(live.category[members], sizes, strict=True):
-            cell[2 + int(c)] += int(b)
-        cell[-1] = max(cell[-1], int(live.confidence[members].max()))
-        cell[-2] = max(cell[-2], int(sizes.max()))
-        best = chains.get((*key, line))
-        if best is None or total > best[1]:
-            chains[(*key, line)] = (stack, total)
-    found: list[MemorySite] = []
-    for (file, function), lines in grouped.items():
-        for cluster in _clusters(sorted(lines)):
-            cells = [lines[x] for x in cluster]
-            size = sum(c[0] for c in cells)
-            per_cat = [sum(c[2 + i] for c in cells) for i in range(len(CATEGORIES))]
-            category = int(np.argmax(per_cat))
-            lasting = list(per_cat)
-            lasting[_TEMPORARIES] = 0
-            if max(lasting) >= 0.3 * size:  # a line that keeps state is named by the state
-                category = int(np.argmax(lasting))
-            biggest = max(cluster, key=lambda x: lines[x][0])
-            stack = chains[(file, function, biggest)][0]
-            name = _basename(file)
-            where = (
-                f"{name}:{cluster[0]}"
-                if len(cluster) == 1
-                else f"{name}:{cluster[0]}-{cluster[-1]}"
-            )
-            share = per_cat[category] / size if size else 0
-            sure = max(c[-1] for c in cells)
-            sure = sure if share > 0.8 else max(sure - 1, 0)
-            found.append(
-                MemorySite(
-                    location=where if file.endswith(".py") else file,
-                    function=function,
-                    chain=[
-                        f"{_basename(f.file)}:{f.line} {f.function}"
-                        for f in stacks.user_frames(stack)[:3]
-                    ],
-                    bytes=size,
-                    blocks=sum(c[1] for c in cells),
-                    category=CATEGORIES[category],
-                    confidence=_CONFIDENCE[sure],
-                    phase=stacks.phase(stack),
-                    operator=stacks.operator(stack),
-                    largest_block_bytes=max(c[-2] for c in cells),
-                )
-            )
-    found.sort(key=lambda s: -s.bytes)
-    return found[:TOP_SITES]
-
-
-def _clusters(lines: list[int]) -> list[list[int]]:
-    groups: list[list[int]] = []
-    for line in lines:
-        if groups and line - groups[-1][-1] <= SITE_LINES:
-            groups[-1].append(line)
-        else:
-            groups.append([line])
-    return groups
-
-
-def _basename(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _at_peak(
@@ -770,7 +514,7 @@ def _timeline(
     ev: MemoryEvents,
     allocated: NDArray[np.int64],
     reserved: NDArray[np.int64],
-    live: _Live,
+    live: Live,
     matched: _Matched,
 ) -> list[MemoryPoint]:
     """At most TIMELINE_POINTS points, each the highest moment of its stretch of events (the

@@ -14,7 +14,8 @@ from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, 
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
-    from gpuscope.fleet import Engine, FleetTable
+    from gpuscope.engines import Engine
+    from gpuscope.fleet import FleetTable
 
 
 @click.command()
@@ -49,11 +50,12 @@ def fleet(
     import msgspec
 
     from gpuscope import fleet as lib
+    from gpuscope.engines import Engine
 
     stored = lib.read(out)
     wanted = lib.expand(inputs)
     todo = lib.pending(wanted, stored)
-    fresh = _run(todo, lib.Engine(engine, workers, ray_address), gpu_hour_usd)
+    fresh = _run(todo, Engine(engine, workers, ray_address), gpu_hour_usd)
     lib.store(fresh, out)  # merged with the table as it is now (another run may have written)
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)

@@ -31,7 +31,13 @@ from gpuscope.analyses.phases import (
     startup_phases,
     steady_window,
 )
-from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
+from gpuscope.analyses.ranks import (
+    Participant,
+    RankAnalysis,
+    RankSummary,
+    analyse_ranks,
+    summarise,
+)
 from gpuscope.analyses.timeline import (
     DeviceWork,
     KernelStat,
@@ -159,15 +165,20 @@ class TimelineDiagnosis(msgspec.Struct, frozen=True):
     diagnosis: Diagnosis
     gpu_hour_usd: float | None  # the price the timelines' devices gave, and its source
     price_source: str
+    #: One per device, when asked for (``summarise_from``): what the cross-rank analysis of a
+    #: job read on many workers needs of this job's devices (:mod:`gpuscope.distributed`).
+    summaries: list[RankSummary] = msgspec.field(default_factory=list)
 
 
 def diagnose_timelines(
     job: Job,
     options: Options,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None = None,
+    summarise_from: int | None = None,
 ) -> TimelineDiagnosis:
     """The diagnosis of the job's timelines; ``adjust`` revises each device's kernel bounds
-    first (with measured counters).
+    first (with measured counters). ``summarise_from``: also reduce each device to a
+    ``RankSummary``, numbering the ranks no trace names from it (the job is part of a larger one).
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
@@ -185,10 +196,9 @@ def diagnose_timelines(
     devices = [e.report for e in evidence]
     works = [e.work for e in evidence]
     kinds = [k for d in devices for k in next((c.kinds for c in d.idle.causes if c.kinds), [])]
-    declared = max((t.world_size or 0 for t in job.traces), default=0)
-    gpus = world_size(evidence, declared)
+    gpus = world_size(evidence, max((t.world_size or 0 for t in job.traces), default=0))
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    participants = _participants(contexts, devices, works)
+    participants = _participants(contexts, devices, works, summarise_from or 0)
     ranks = _ranks(devices, participants)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
@@ -237,7 +247,18 @@ def diagnose_timelines(
         kernel_ns=kernel_ns,
         memory=memory,
     )
-    return TimelineDiagnosis(result, gpu_hour_usd, price_source)
+    reduced = [summarise(p) for p in participants] if summarise_from is not None else []
+    return TimelineDiagnosis(result, gpu_hour_usd, price_source, reduced)
+
+
+def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Participant]:
+    """The job's devices as :func:`diagnose_timelines` analyses them (each trace cut to its
+    steady state unless ``options.whole``), one participant per device: what a straggler's
+    detail is read from when its rank is read again on a worker (:mod:`gpuscope.distributed`)."""
+    contexts = [_analysed(given, options, None)[0] for given in job.traces]
+    evidence = [e for c in contexts for e in c.devices]
+    devices, works = [e.report for e in evidence], [e.work for e in evidence]
+    return _participants(contexts, devices, works, first_rank)
 
 
 def _memory(
@@ -293,16 +314,19 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
 
 
 def _participants(
-    contexts: list[TraceContext], devices: list[DeviceReport], works: list[DeviceWork]
+    contexts: list[TraceContext],
+    devices: list[DeviceReport],
+    works: list[DeviceWork],
+    first_rank: int = 0,
 ) -> list[Participant]:
     """One participant per device report; ranks a trace does not name are numbered in file
-    order."""
+    order (from ``first_rank``)."""
     host_of = {c.trace.source: c.host for c in contexts}
     return [
         Participant(
             report=d,
             work=work,
-            rank=d.rank if d.rank is not None else position,
+            rank=d.rank if d.rank is not None else first_rank + position,
             host=host_of.get(d.source),
         )
         for position, (d, work) in enumerate(zip(devices, works, strict=True))

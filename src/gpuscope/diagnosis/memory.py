@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from gpuscope import causes
 from gpuscope.analyses.host import HostIndex
-from gpuscope.analyses.memory import MemoryReport, MemorySite, analyse_memory
+from gpuscope.analyses.memory import MemoryReport, analyse_memory
+from gpuscope.analyses.memory_sites import MemorySite
 from gpuscope.analyses.memory_trace import trace_record
 from gpuscope.diagnosis import Diagnosis, InputSummary, Options
 from gpuscope.diagnosis.findings import Finding, Verdict
@@ -78,25 +79,53 @@ def weights_exceed_memory(report: MemoryReport) -> Finding | None:
     """Parameters (blocks allocated by ``__init__``/weight loading and never freed) fill the
     allocator at an out-of-memory: no activation or allocator setting is to blame, the model's
     weights alone do not fit, so only fewer bytes per weight (quantising) or fewer weights on
-    the GPU (offloading, sharding) help."""
+    the GPU (offloading, sharding) help. Offloading streams weights from CPU memory as each
+    layer runs: the GPU then holds the one in use and the next, prefetched."""
     oom = report.oom
     if oom is None or oom.verdict != "weights":
         return None
     weights = report.categories["parameters"]
-    after_int8 = report.peak_allocated_bytes - weights // 2
+    peak = report.peak_allocated_bytes
+    after_int8 = peak - weights // 2
+    sites = _sites_of(report, "parameters")
+    largest = max((s.largest_block_bytes for s in sites), default=0)
+    streamed = peak - weights + min(2 * largest, weights)
+    evidence = [
+        oom.summary,
+        f"weights at {_where(sites)}",
+        f"int8 weights: peak {gib(after_int8)}; 4-bit: "
+        f"{gib(peak - weights * 3 // 4)} (from 16-bit weights)",
+        f"offloaded, streamed a layer at a time (the largest weight block, {gib(largest)}, in use"
+        f" and the next prefetched): peak ~{gib(streamed)}",
+    ]
+    capacity = _capacity(report)
+    must = (
+        0 if capacity is None else min(max(peak + (oom.request_bytes or 0) - capacity, 0), weights)
+    )
+    if capacity is not None and must > 0:
+        evidence.append(
+            f"to fit the {gib(capacity)} this process can have, offload at least {gib(must)}"
+            f" of the weights ({100 * must / (weights or 1):.0f}%): peak ~{gib(peak - must)}"
+        )
     return _finding(
         "weights_exceed_memory",
         report,
         weights,
         after_int8,
-        [
-            oom.summary,
-            f"weights at {_where(_sites_of(report, 'parameters'))}",
-            f"int8 weights: peak {gib(after_int8)}; 4-bit: "
-            f"{gib(report.peak_allocated_bytes - weights * 3 // 4)} (from 16-bit weights)",
-        ],
+        evidence,
         causes.fix("weights_exceed_memory"),
     )
+
+
+def _capacity(report: MemoryReport) -> int | None:
+    """The memory this process can have: the device's (``--gpu``, a trace's device facts), or
+    what it had reserved plus what the device still had free at the out-of-memory."""
+    if report.device_total_bytes is not None:
+        return report.device_total_bytes
+    oom = report.oom
+    if oom is not None and oom.device_free_bytes is not None:
+        return report.end_reserved_bytes + oom.device_free_bytes
+    return None
 
 
 def activation_peak(report: MemoryReport) -> Finding | None:

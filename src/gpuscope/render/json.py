@@ -19,7 +19,8 @@ from gpuscope import __version__
 from gpuscope.analyses.attribution import CauseStat
 from gpuscope.analyses.bounds import Bound, RooflinePoint
 from gpuscope.analyses.counters import CounterStat, CounterSummary
-from gpuscope.analyses.memory import CATEGORIES, MemoryReport
+from gpuscope.analyses.memory import MemoryReport
+from gpuscope.analyses.memory_sites import CATEGORIES
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.analyses.samples import Distribution, GpuUtilisation
 from gpuscope.analyses.whatif import Prediction

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-from gpuscope.analyses.memory import CATEGORIES, MemoryReport
+from gpuscope.analyses.memory import MemoryReport
+from gpuscope.analyses.memory_sites import CATEGORIES
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.render.html.page import _LAYOUT, _Section, plot_text
 

@@ -1,0 +1,13 @@
+# The C memory snapshot scanner (see _snapscan.c for the contract).
+from collections.abc import Callable
+from typing import Any
+
+VERSION: int
+
+class RefusedError(Exception): ...
+class UnsupportedError(Exception): ...
+class TruncatedError(Exception): ...
+
+def scan(
+    read: Callable[[int], bytes], sentinel: object, /
+) -> tuple[Any, dict[str, bytearray], list[list[Any]], list[Any], list[bytes], list[Any]]: ...

@@ -105,3 +105,10 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
         )
         assert "…" not in diff.split("Kernel changes")[0]
         assert diff.count("+0.38 ms") == 1  # the SendRecv kernel's change, whole
+
+
+def test_a_job_diagnosed_rank_by_rank_prints_its_fixes_whole() -> None:
+    output = run80("diagnose", str(corpus("kineto/param-dlrm-8rank")), "--engine", "local")
+    cut = [line for line in sentence_lines(output) if line.rstrip().endswith("…")]
+    assert not cut, cut
+    assert "DataLoader(" in output  # a fix that was cut at 160 characters, whole

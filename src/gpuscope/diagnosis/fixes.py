@@ -26,6 +26,7 @@ from typing import NamedTuple
 from gpuscope import causes, facts
 from gpuscope.analyses.ranks import StragglerStat
 from gpuscope.diagnosis.copies import CopyStat
+from gpuscope.sanitise import middle
 
 
 class Hardware(NamedTuple):
@@ -258,4 +259,6 @@ def straggler_advice(s: StragglerStat) -> str:
 
 
 def short_name(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """A kernel name in at most ``width`` characters, cut in its middle: its namespace and its
+    end (template arguments, the part that tells two instances apart) both stay."""
+    return middle(name, width)

@@ -21,8 +21,6 @@ from gpuscope.render.ranks import ranks_document, render_ranks
 from gpuscope.units import ms_or_na, pct
 
 JOB_SCHEMA = "gpuscope/job-1"
-#: A finding's fix is cut to this many characters in the terminal (the JSON has all of it).
-FIX_CHARS = 160
 
 
 def job_document(job: JobDiagnosis) -> dict[str, Any]:
@@ -69,8 +67,7 @@ def _findings(job: JobDiagnosis) -> Text:
             f" (on {f.ranks} of {job.ranks_read} ranks)",
             style="",
         )
-        fix = f.fix if len(f.fix) <= FIX_CHARS else f.fix[: FIX_CHARS - 1] + "…"
-        text.append(f"\n{'':18}{fix}", style="dim")
+        text.append(f"\n{'':18}{f.fix}", style="dim")  # whole: the terminal wraps it
     return text
 
 

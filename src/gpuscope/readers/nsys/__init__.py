@@ -69,12 +69,12 @@ from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatErr
 from gpuscope.model import BUSY_KINDS, ID_COLUMNS, DeviceInfo, Events, Job, Trace, narrow
 from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
-from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
-from gpuscope.readers.nsys._export import _Export, _inspect
-from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metric_series, _gpu_metrics
-from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
+from gpuscope.readers.nsys._device import _kernels, _memsets, memcpys, syncs
+from gpuscope.readers.nsys._export import Export, inspect_export
+from gpuscope.readers.nsys._gpus import _gpu_metrics, device_infos, gpu_metric_series
+from gpuscope.readers.nsys._host import _nvtx, _os_runtime, _runtime, _steps, host_running
 from gpuscope.readers.nsys._memory import gpu_memory, memory_events
-from gpuscope.readers.nsys._um import _um_counters, _um_faults
+from gpuscope.readers.nsys._um import _um_faults, um_counters
 
 __all__ = ["MAX_DISTANCE_NS", "looks_like_nsys", "read"]
 
@@ -159,10 +159,10 @@ def _open(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def _read(path: Path, db: sqlite3.Connection) -> Job:
-    export = _inspect(path, db)
-    parts = [_kernels(export), _memcpys(export), _memsets(export), _syncs(export)]
+    export = inspect_export(path, db)
+    parts = [_kernels(export), memcpys(export), _memsets(export), syncs(export)]
     first_pid = next((int(p.pid[0]) for p in parts if p is not None and len(p)), -1)
-    parts.append(_um_counters(export, first_pid))
+    parts.append(um_counters(export, first_pid))
     device_parts = [p for p in parts if p is not None and len(p)]
     runtime = _runtime(export)
     if not device_parts:
@@ -181,9 +181,9 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         raise EmptyTraceError(path, "no GPU activity left once implausible times are dropped")
     order = np.argsort(events.start_ns, kind="stable")
     busy = events.of_kind(*BUSY_KINDS)
-    infos = _device_infos(export)
+    infos = device_infos(export)
     metrics = _gpu_metrics(export)
-    series = _gpu_metric_series(export)
+    series = gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
@@ -203,12 +203,12 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     return Job(source=str(path), traces=traces)
 
 
-def _running(export: _Export, parts: list[Events]) -> list[Events]:
+def _running(export: Export, parts: list[Events]) -> list[Events]:
     """When the CUDA-calling threads were on a CPU, within the span of the events read (a
     thread's scheduling trace starts with the process, long before its first CUDA call)."""
     starts = [int(p.start_ns.min()) for p in parts]
     ends = [int((p.start_ns + p.dur_ns).max()) for p in parts]
-    running = _host_running(export, min(starts), max(ends))
+    running = host_running(export, min(starts), max(ends))
     return [running] if running is not None else []
 
 
@@ -241,7 +241,7 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
 
 
 def _missing_kernel_table(
-    path: Path, export: _Export, runtime: Events | None, cuda_traced: bool | None
+    path: Path, export: Export, runtime: Events | None, cuda_traced: bool | None
 ) -> list[str]:
     """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
     kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
@@ -308,7 +308,7 @@ def _concat(parts: list[Events]) -> Events:
 
 
 def _trace(
-    export: _Export,
+    export: Export,
     table: Events,
     pid: int,
     rank: int | None,

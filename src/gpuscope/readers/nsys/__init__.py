@@ -69,12 +69,18 @@ from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatErr
 from gpuscope.model import BUSY_KINDS, ID_COLUMNS, DeviceInfo, Events, Job, Trace, narrow
 from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
-from gpuscope.readers.nsys._device import _kernels, _memsets, memcpys, syncs
+from gpuscope.readers.nsys._device import kernel_events, memcpys, memset_events, syncs
 from gpuscope.readers.nsys._export import Export, inspect_export
-from gpuscope.readers.nsys._gpus import _gpu_metrics, device_infos, gpu_metric_series
-from gpuscope.readers.nsys._host import _nvtx, _os_runtime, _runtime, _steps, host_running
+from gpuscope.readers.nsys._gpus import device_infos, gpu_metric_series, gpu_metric_summary
+from gpuscope.readers.nsys._host import (
+    host_running,
+    nvtx_ranges,
+    os_runtime_totals,
+    runtime_events,
+    steps_of,
+)
 from gpuscope.readers.nsys._memory import gpu_memory, memory_events
-from gpuscope.readers.nsys._um import _um_faults, um_counters
+from gpuscope.readers.nsys._um import um_counters, um_fault_counts
 
 __all__ = ["MAX_DISTANCE_NS", "looks_like_nsys", "read"]
 
@@ -160,19 +166,19 @@ def _open(path: Path) -> Iterator[sqlite3.Connection]:
 
 def _read(path: Path, db: sqlite3.Connection) -> Job:
     export = inspect_export(path, db)
-    parts = [_kernels(export), memcpys(export), _memsets(export), syncs(export)]
+    parts = [kernel_events(export), memcpys(export), memset_events(export), syncs(export)]
     first_pid = next((int(p.pid[0]) for p in parts if p is not None and len(p)), -1)
     parts.append(um_counters(export, first_pid))
     device_parts = [p for p in parts if p is not None and len(p)]
-    runtime = _runtime(export)
+    runtime = runtime_events(export)
     if not device_parts:
         raise EmptyTraceError(path, _no_device_work_reason(runtime, _cuda_traced(db)))
     missing = _missing_kernel_table(path, export, runtime, _cuda_traced(db))
-    nvtx = _nvtx(export)
+    nvtx = nvtx_ranges(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
-    os_runtime = _os_runtime(export)
-    um_faults = _um_faults(export)
+    os_runtime = os_runtime_totals(export)
+    um_faults = um_fault_counts(export)
     allocations = gpu_memory(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
@@ -182,7 +188,7 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     order = np.argsort(events.start_ns, kind="stable")
     busy = events.of_kind(*BUSY_KINDS)
     infos = device_infos(export)
-    metrics = _gpu_metrics(export)
+    metrics = gpu_metric_summary(export)
     series = gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
@@ -328,7 +334,7 @@ def _trace(
         devices=devices,
         names=export.names,
         events=table,
-        steps=_steps(table, export.names),
+        steps=steps_of(table, export.names),
         metadata={"pid": pid},
     )
 

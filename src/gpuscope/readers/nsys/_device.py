@@ -95,7 +95,7 @@ def _device_columns(
     return columns, got[6:]
 
 
-def _kernels(export: Export) -> Events | None:
+def kernel_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not export.has(table):
         return None
@@ -175,7 +175,7 @@ def _decode_copy(
     return export.intern(name), direction, pageable
 
 
-def _memsets(export: Export) -> Events | None:
+def memset_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_MEMSET"
     nbytes = export.column_or(table, "bytes", "-1")
     kind = export.column_or(table, "memKind", "-1")

@@ -70,7 +70,7 @@ def _positive(value: Any) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
-def _gpu_metrics(export: Export) -> dict[int, dict[str, Any]]:
+def gpu_metric_summary(export: Export) -> dict[int, dict[str, Any]]:
     """Mean of every sampled GPU metric, per CUDA device (GPU id = ``typeId & 0xFF``)."""
     if not (export.has("GPU_METRICS") and export.has("TARGET_INFO_GPU_METRICS")):
         return {}

@@ -35,7 +35,7 @@ _PLAIN_STEP = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iteration)$", re.IGN
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 
 
-def _runtime(export: Export) -> Events | None:
+def runtime_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not export.has(table):
         return None
@@ -61,7 +61,7 @@ class _Nvtx(msgspec.Struct, frozen=True):
     ranks: dict[int, int]  # pid -> MPI rank named by the export
 
 
-def _nvtx(export: Export) -> _Nvtx:
+def nvtx_ranges(export: Export) -> _Nvtx:
     table = "NVTX_EVENTS"
     if not export.has(table):
         return _Nvtx(None, {})
@@ -155,7 +155,7 @@ def _mpi_ranks(export: Export, text: str, thread: str) -> dict[int, int]:
     return ranks
 
 
-def _os_runtime(export: Export) -> dict[int, dict[str, int]]:
+def os_runtime_totals(export: Export) -> dict[int, dict[str, int]]:
     """Per process, the ten OS runtime calls that took the most time (ns)."""
     table = "OSRT_API"
     if (
@@ -180,7 +180,7 @@ def _os_runtime(export: Export) -> dict[int, dict[str, int]]:
     }
 
 
-def _steps(table: Events, names: list[str]) -> list[Step]:
+def steps_of(table: Events, names: list[str]) -> list[Step]:
     """Step ranges: the most frequent family of step-like NVTX names (``step 3``, ``step 4``)."""
     rows = np.flatnonzero(table.kind == Kind.ANNOTATION)
     families: dict[str, list[tuple[int, int | None]]] = {}

@@ -65,7 +65,7 @@ def um_counters(export: Export, default_pid: int) -> Events | None:
 FAULT_SITES = 5
 
 
-def _um_faults(export: Export) -> dict[int, dict[str, Any]]:
+def um_fault_counts(export: Export) -> dict[int, dict[str, Any]]:
     """Unified-memory page faults per process, from the tables ``nsys profile
     --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true`` adds:
 

@@ -38,7 +38,7 @@ from gpuscope.readers.kineto._pieces import (
     JSON_STRING,
     EventText,
     NotStreamableError,
-    _decode,
+    decode_document,
     flows_in,
     flows_of,
 )
@@ -113,7 +113,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
-    document, lost_tail = _decode(path, data, truncated_stream)
+    document, lost_tail = decode_document(path, data, truncated_stream)
     events = document.traceEvents
     if events is None:
         raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")

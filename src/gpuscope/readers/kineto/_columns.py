@@ -30,13 +30,13 @@ from gpuscope.model import (
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._counters import counter_series, events_in
 from gpuscope.readers.kineto._shape import (
-    _NAME,
-    _PID,
     _SKIP,
     CATEGORY,
     DEVICE_KINDS,
     DUR,
     EMPTY_ARGS,
+    EVENT_NAME,
+    EVENT_PID,
     FLOW_CATEGORIES,
     FLOWS_DECODER,
     KIND_OF_CATEGORY,
@@ -56,23 +56,23 @@ from gpuscope.readers.kineto._values import (
     MAX_NAME_CHARS,
     NEGATIVE_DURATION,
     NOT_A_STRING,
-    _bad_times,
     _coerce_args,
-    _column,
-    _count,
     _extras_of,
-    _ids,
-    _joined,
-    _occupancy,
-    _product,
     _to_ns,
+    arg_column,
+    bad_times,
     between_gpus,
+    count_skipped,
     decode_args,
+    dims_product,
     extra_args,
+    id_column,
     int_id,
+    joined_columns,
     mark_mtia_dma,
     memcpy_columns,
     num,
+    occupancy_percent,
     opt_int,
     raw_string,
     scatter,
@@ -122,7 +122,7 @@ class _Columns:
         self.memory: list[dict[str, np.ndarray]] = []
         #: Counter samples (``"ph": "C"``): hardware counters per GPU (see ``_counters``).
         self.counter_events: list[Any] = []
-        #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
+        #: Complete events skipped, by why (see :func:`bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
         #: The memory the columns, extras and flows take so far (checked against the budget).
         self.nbytes = 0
@@ -172,7 +172,7 @@ class _Columns:
         if not rows:
             return
         kinds = codes[keep]
-        bad = _bad_times(
+        bad = bad_times(
             [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not lenient
         )
         if bad is not None:
@@ -213,10 +213,10 @@ class _Columns:
         codes = codes_of_cat[cat]
         keep = codes != _SKIP
         # The scanner hands over any time that is not a number in range; a negative duration
-        # is skipped and counted here as the msgspec reader does (see _bad_times).
+        # is skipped and counted here as the msgspec reader does (see bad_times).
         negative = keep & (_ints(raw["dur_ns"], n) < 0)
         if negative.any():
-            _count(self.skipped, NEGATIVE_DURATION, int(negative.sum()))
+            count_skipped(self.skipped, NEGATIVE_DURATION, int(negative.sum()))
             keep &= ~negative
         if not keep.any():
             return
@@ -261,7 +261,7 @@ class _Columns:
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": _occupancy(column("occupancy", np.float32), self.skipped),
+            "occupancy_pct": occupancy_percent(column("occupancy", np.float32), self.skipped),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
@@ -376,18 +376,18 @@ class _Columns:
 
         def arg(field: str, chosen: np.ndarray) -> np.ndarray:
             if field in ("grid", "block"):
-                return np.array([_product(getattr(args[r], field)) for r in chosen], np.int64)
-            return _column(args, field, chosen)
+                return np.array([dims_product(getattr(args[r], field)) for r in chosen], np.int64)
+            return arg_column(args, field, chosen)
 
         return {
             "kind": kinds,
-            "name_id": self._intern(list(map(_NAME, rows))),
+            "name_id": self._intern(list(map(EVENT_NAME, rows))),
             "start_ns": _to_ns(ts_us),
             "dur_ns": _to_ns(dur),
             **self._arg_columns(
-                kinds, _ids(list(map(_PID, rows))), _ids(list(map(TID, rows))), arg
+                kinds, id_column(list(map(EVENT_PID, rows))), id_column(list(map(TID, rows))), arg
             ),
-            "occupancy_pct": _occupancy(
+            "occupancy_pct": occupancy_percent(
                 np.fromiter(map(OCCUPANCY, args), dtype=np.float64, count=n), self.skipped
             ),
         }
@@ -435,7 +435,7 @@ class _Columns:
                 text = name
                 if len(text) > MAX_NAME_CHARS:
                     text = text[:MAX_NAME_CHARS] + "…"
-                    _count(self.skipped, LONG_NAME, 1)
+                    count_skipped(self.skipped, LONG_NAME, 1)
                 index[name] = index.setdefault(text, len(self.names))
                 if index[name] == len(self.names):
                     self.names.append(text)
@@ -445,7 +445,7 @@ class _Columns:
         """A name that is not a JSON string (a number, a list, an object) reads as ``?``."""
         if isinstance(name, str):
             return name
-        _count(self.skipped, NOT_A_STRING, 1)
+        count_skipped(self.skipped, NOT_A_STRING, 1)
         return "?"
 
     @property
@@ -460,10 +460,10 @@ class _Columns:
         names = list(self.names)
         # Sorted by start one column at a time, each piece freed as soon as it is copied: the
         # peak stays near one copy of the table rather than three.
-        order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
+        order = np.argsort(joined_columns(self.parts["start_ns"]), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name in list(self.parts):
-            joined = _joined(self.parts.pop(name))
+            joined = joined_columns(self.parts.pop(name))
             # Pieces of different widths join wide: narrowed again before the sorted copy.
             column = (narrow(joined) if name in ID_COLUMNS else joined)[order]
             del joined
@@ -475,8 +475,8 @@ class _Columns:
         new_row = np.empty_like(order)
         new_row[order] = np.arange(len(order))
         extra = Extras.unsorted(
-            new_row[_joined(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
-            _joined(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
+            new_row[joined_columns(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
+            joined_columns(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
             self.extra_values,
         )
         between_gpus(columns, extra)

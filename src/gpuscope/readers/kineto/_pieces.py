@@ -15,8 +15,8 @@ from gpuscope.errors import CorruptInputError
 from gpuscope.readers import _scan
 from gpuscope.readers._scan import UTF8_BOM, TextState
 from gpuscope.readers.kineto._shape import (
-    _DECODER,
     ARRAY_START,
+    DOCUMENT_DECODER,
     EVENTS_DECODER,
     FLOW_DECODER,
     FLOWS_DECODER,
@@ -169,7 +169,7 @@ def flows_of(data: bytes) -> list[Any]:
 # --- decoding ----------------------------------------------------------------------------------
 
 
-def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
+def decode_document(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
     if data.startswith(UTF8_BOM):  # written by some editors and Windows tools: not JSON
         data = data[len(UTF8_BOM) :]
     try:
@@ -199,7 +199,7 @@ _LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])
 
 def _decode_any(data: bytes) -> Any:
     try:
-        return _DECODER.decode(data)
+        return DOCUMENT_DECODER.decode(data)
     except msgspec.ValidationError:
         return LENIENT_DECODER.decode(data)
 

@@ -166,24 +166,24 @@ class LenientDocument(msgspec.Struct):
     hip_runtime_version: Any = None
 
 
-_DECODER = msgspec.json.Decoder(_Document)
+DOCUMENT_DECODER = msgspec.json.Decoder(_Document)
 EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
-META_DECODER = _DECODER  # the document without its events
+META_DECODER = DOCUMENT_DECODER  # the document without its events
 FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
 MAYBE_MEMORY_DECODER = msgspec.json.Decoder(list[_MaybeMemory], float_hook=float)
 MEMORY_DOCUMENT_DECODER = msgspec.json.Decoder(_MemoryDocument, float_hook=float)
 MEMORY_ARGS_DECODER = msgspec.json.Decoder(_MemoryArgs, float_hook=float)
 CATEGORY = attrgetter("cat")
-_NAME = attrgetter("name")
-_PID = attrgetter("pid")
+EVENT_NAME = attrgetter("name")
+EVENT_PID = attrgetter("pid")
 TID = attrgetter("tid")
 TS = attrgetter("ts")
 DUR = attrgetter("dur")
 OCCUPANCY = attrgetter("occupancy_pct")
 _SKIP = 255
 # float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
-# then refused as a value (see _bad_times), rather than failing the whole document.
+# then refused as a value (see bad_times), rather than failing the whole document.
 LENIENT_DECODER = msgspec.json.Decoder(LenientDocument, float_hook=float)
 EMPTY_ARGS = _Args()
 LENIENT_EVENTS_DECODER = msgspec.json.Decoder(list[_LenientEvent], float_hook=float)

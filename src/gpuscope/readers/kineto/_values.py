@@ -25,7 +25,7 @@ from gpuscope.readers.kineto._shape import (
 )
 
 
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
+def joined_columns(parts: list[np.ndarray]) -> np.ndarray:
     """The pieces of a column as one array; the scanner's single piece as it is (no copy)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -48,7 +48,7 @@ def scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return column
 
 
-def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
+def arg_column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
     """One integer argument as a column (``-1`` when absent), for all rows or only ``rows``."""
     chosen = args if rows is None else [args[r] for r in rows.tolist()]
     values = list(map(attrgetter(field), chosen))
@@ -65,7 +65,7 @@ def _in_int64(value: Any) -> bool:
     return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
 
 
-def _ids(values: list[Any]) -> np.ndarray:
+def id_column(values: list[Any]) -> np.ndarray:
     """pid/tid columns: plain ints, except in traces that write them as strings."""
     try:
         column = np.array(values, dtype=np.int64)
@@ -93,7 +93,7 @@ def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
     return split
 
 
-def _product(dims: list[int] | None) -> int:
+def dims_product(dims: list[int] | None) -> int:
     if not dims:
         return -1
     total = 1
@@ -122,11 +122,11 @@ LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
 NOT_A_STRING = "events with a name that is not a string are named '?'"
 
 
-def _count(skipped: dict[str, int], reason: str, n: int) -> None:
+def count_skipped(skipped: dict[str, int], reason: str, n: int) -> None:
     skipped[reason] = skipped.get(reason, 0) + n
 
 
-def _bad_times(
+def bad_times(
     ts: list[Any], dur: list[Any], skipped: dict[str, int], *, typed: bool
 ) -> np.ndarray | None:
     """Rows whose time cannot be used, counted into ``skipped`` by reason; None when all can.
@@ -151,9 +151,9 @@ def _bad_times(
     if not unusable.any() and not negative.any():
         return None
     if unusable.any():
-        _count(skipped, _BAD_TIME, int(unusable.sum()))
+        count_skipped(skipped, _BAD_TIME, int(unusable.sum()))
     if negative.any():
-        _count(skipped, NEGATIVE_DURATION, int(negative.sum()))
+        count_skipped(skipped, NEGATIVE_DURATION, int(negative.sum()))
     bad: np.ndarray = unusable | negative
     return bad
 
@@ -161,13 +161,13 @@ def _bad_times(
 _BAD_OCCUPANCY = "occupancy figures outside 0-100% were read as unknown"
 
 
-def _occupancy(percent: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
+def occupancy_percent(percent: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
     """Achieved occupancy in percent as float32; a figure outside 0-100 (a corrupt value, or one
     beyond a float32) is unknown (NaN) and counted, not kept."""
     with np.errstate(invalid="ignore"):
         bad = (percent < 0) | (percent > 100)
     if bad.any():
-        _count(skipped, _BAD_OCCUPANCY, int(bad.sum()))
+        count_skipped(skipped, _BAD_OCCUPANCY, int(bad.sum()))
         percent = np.where(bad, np.nan, percent)
     column: np.ndarray = percent.astype(np.float32)
     return column

@@ -206,8 +206,15 @@ def run_diagnose(
     from gpuscope.render import base
     from gpuscope.sanitise import sanitised
 
+    # The charts' series are computed only when a renderer that draws or saves them runs.
+    charts = json_out is not None or (output is not None and output_format != "terminal")
     options = Options(
-        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+        top_kernels=top,
+        gpu_hour_usd=gpu_hour_usd,
+        whole=whole,
+        predict=predict,
+        gpu=gpu,
+        charts=charts,
     )
     result = diagnose(load(path, prefetch=prefetch), options)
     # The diagnosis is shown (or written) first: a history that cannot take the run (locked,

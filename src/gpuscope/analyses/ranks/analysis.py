@@ -37,7 +37,8 @@ Describe = Callable[[int, Intervals, Intervals], StragglerDetail]
 def analyse_ranks(participants: list[Participant]) -> RankAnalysis:
     """The rank analysis of participants in this process: each reduced to its summary, then
     :func:`analyse_summaries` (the one cross-rank analysis, wherever the ranks were read)."""
-    summaries = [summarise(p) for p in participants]
+    alone = len(participants) == 1
+    summaries = [summarise(p, alone=alone) for p in participants]
     return analyse_summaries(
         summaries, lambda i, windows, before: straggler_detail(participants[i], windows, before)
     )

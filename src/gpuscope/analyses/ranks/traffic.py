@@ -22,7 +22,7 @@ from gpuscope.analyses.ranks.results import (
     RankStat,
     StepCommunication,
 )
-from gpuscope.analyses.ranks.summary import RankSummary
+from gpuscope.analyses.ranks.summary import LOCATED_COLLECTIVES, RankSummary
 
 # --- bandwidth ----------------------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ def _exposure(
 
 def _locate(s: RankSummary, exposed: I64, into: dict[str, list[int]]) -> None:
     """Where the costliest exposed collectives were issued, in the user's code when known."""
-    order = np.argsort(-exposed, kind="stable")[:256]
+    order = np.argsort(-exposed, kind="stable")[:LOCATED_COLLECTIVES]
     order = order[exposed[order] > 0]
     location = s.column("location")[order]
     for at, ns in zip(location.tolist(), exposed[order].tolist(), strict=True):

@@ -4,6 +4,7 @@ inputs of every kind prints no "…" in a headline, evidence or fix line; ``diff
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from gpuscope.cli import main
 from gpuscope.testing.generator import GeneratorConfig, HostSync, SlowDataLoader, generate
 from gpuscope.testing.samples import dcgmi_dmon_log, nvidia_smi_log
 
+#: A job name shortened in its middle: its start and its run number kept.
+JOB_NAME = re.compile(r"\S*…\S*run00\d")
 #: Table rows and a finding's code locations may shorten names; sentences may not.
 _NAME_LINES = ("│", "┃", "   at ")
 
@@ -27,10 +30,10 @@ CORPUS_INPUTS = [
 ]
 
 
-def run80(*args: str, env: dict[str, str] | None = None) -> str:
-    result = CliRunner(env={"COLUMNS": "80", **(env or {})}).invoke(main, list(args))
+def run80(*args: str, env: dict[str, str] | None = None, width: int = 80) -> str:
+    result = CliRunner(env={"COLUMNS": str(width), **(env or {})}).invoke(main, list(args))
     assert result.exit_code == 0, result.output
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert max(len(line) for line in result.stdout.splitlines()) <= width
     return result.stdout
 
 
@@ -77,7 +80,7 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
     worst = report.split("worst jobs")[1].split("by day")[0]
     assert "run000" in worst and "run001" in worst  # the jobs can be told apart
     assert "data_loader" in worst and "$" in worst
-    assert "…" not in worst.replace("experiment-lla…", "")  # only the names give way
+    assert "…" not in JOB_NAME.sub("", worst)  # only the job names give way, their ends kept
 
     env = {"GPUSCOPE_HISTORY": str(tmp_path / "history.sqlite")}
     for folder in sorted(jobs.iterdir()):
@@ -88,3 +91,17 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
         # The last column, whole: each run's top finding.
         assert history.count("data_loader") == 1 and history.count("host_sync") == 1
         assert history.count(" ms │") == 2  # each run's step time
+
+    # Narrower still, the rows stack (a name on its line, its figures under it): nothing cut.
+    for width in (40, 60):
+        narrow = run80("fleet-report", str(table), width=width)
+        assert "…" not in JOB_NAME.sub("", narrow)
+        assert "…" not in run80("history", env=env, width=width)
+        diff = run80(
+            "diff",
+            str(nsys / "mfu_2gpu_before.sqlite"),
+            str(nsys / "mfu_2gpu_after.sqlite"),
+            width=width,
+        )
+        assert "…" not in diff.split("Kernel changes")[0]
+        assert diff.count("+0.38 ms") == 1  # the SendRecv kernel's change, whole

@@ -433,6 +433,9 @@ def render_history(runs: list[StoredRun], console: Console, metric: str | None) 
     if not runs:
         console.print(Text("No saved runs (gpuscope diagnose TRACE --save).", style="dim"))
         return
+    if not _history_fits(runs, console.width, metric):
+        console.print(_history_stacked(runs, metric))
+        return
     table = Table(title="Saved runs, newest first", title_justify="left")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("time (UTC)\ncommit", no_wrap=True)
@@ -464,6 +467,37 @@ def render_history(runs: list[StoredRun], console: Console, metric: str | None) 
     console.print(table)
     if metric:
         console.print(_sparkline(runs, metric))
+
+
+def _history_fits(runs: list[StoredRun], width: int, metric: str | None) -> bool:
+    """Whether the history table fits ``width`` with each figure and cause on one line and a
+    label column of at least :data:`~gpuscope.render.fit.MIN_NAME` characters."""
+    causes = ["top finding", *(r.summary.findings[0].cause for r in runs if r.summary.findings)]
+    figures = [["9,999.99 ms"], ["$9,999.99"]] if not metric else [["9,999.99 ms", "+999.9%"]]
+    return name_room(width, [[str(runs[0].id)], ["12-31 23:59"], *figures, causes]) is not None
+
+
+def _history_stacked(runs: list[StoredRun], metric: str | None) -> Text:
+    """The saved runs where no table fits: a run's id, time, commit and label on one line, its
+    figures and top finding on the next (wrapped, never cut)."""
+    text = Text("Saved runs, newest first\n", style="italic")
+    for i, r in enumerate(runs):
+        s = r.summary
+        head = [str(r.id), r.created_at.replace("T", " ")[5:16], (r.git_commit or "")[:7]]
+        text.append("  ".join(p for p in [*head, r.label or ""] if p) + "\n", style="bold")
+        if metric:
+            previous = runs[i + 1].summary if i + 1 < len(runs) else None
+            value, change = _trend_cells(s, previous, metric)
+            figures = f"{_label(metric)} {value}" + (f" ({change} vs prev.)" if change else "")
+        else:
+            figures = (
+                f"step {_value(s.headline(STEP_TIME), 'ns')} · busy"
+                f" {_value(s.headline(GPU_BUSY), 'pct')} · lost"
+                f" {_value(s.headline(COST), 'usd')}/GPU-h"
+            )
+        top = s.findings[0].cause if s.findings else "none"
+        text.append(f"  {figures} · top finding {top}\n")
+    return text
 
 
 def _unit_of(metric: str) -> str:

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.names import plural, short_path
-from gpuscope.render.fit import MIN_NAME, distinct_tails, middle, name_room, number_column
+from gpuscope.render.fit import distinct_tails, middle, name_room, number_column
 from gpuscope.render.html.page import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 from gpuscope.units import usd
 
@@ -55,14 +56,15 @@ def render_terminal(s: FleetSummary, console: Console) -> None:
 
 def _waste_table(title: str, rows: Sequence[Waste]) -> Table:
     table = Table(title=title, title_justify="left")
-    for name in ("", "GPU-hours", "USD", "jobs"):
-        table.add_column(name, justify="left" if not name else "right")
+    table.add_column("", overflow="fold")
+    for name in ("GPU-hours", "USD", "jobs"):
+        number_column(table, name)  # folded, never cut, in a terminal narrower than the table
     for w in rows:
         table.add_row(w.key, _hours(w.gpu_hours), usd(w.usd), str(w.jobs))
     return table
 
 
-def _worst_table(rows: Sequence[JobRow], width: int) -> Table:
+def _worst_table(rows: Sequence[JobRow], width: int) -> Table | Text:
     """The worst jobs, every figure whole: jobs by the shortest path tails that tell them apart
     (their basenames), shortened in the middle if need be; a job's bound stacked over its top
     cause, its dollars under its GPU-hours."""
@@ -77,7 +79,10 @@ def _worst_table(rows: Sequence[JobRow], width: int) -> Table:
     ]
     headers = ("idle %", "bound\ntop cause", "lost GPU-h\nlost USD", "saving\nUSD")
     others = [[h, *(c[i] for c in cells)] for i, h in enumerate(headers)]
-    room = max(name_room(width, others) or MIN_NAME, MIN_NAME)
+    fits = name_room(width, others)
+    if fits is None:  # too narrow for the columns: each job a line, its figures under it
+        return _worst_stacked(rows)
+    room = fits
     table = Table(title="worst jobs", title_justify="left")
     table.add_column("job", no_wrap=True)
     for i, header in enumerate(headers):
@@ -90,6 +95,21 @@ def _worst_table(rows: Sequence[JobRow], width: int) -> Table:
     for name, c in zip(names, cells, strict=True):
         table.add_row(name, *c)
     return table
+
+
+def _worst_stacked(rows: Sequence[JobRow]) -> Text:
+    """The worst jobs where no table fits: each job's path on its own line (wrapped, whole),
+    its figures on the next."""
+    text = Text("worst jobs\n", style="italic")
+    for j in rows:
+        idle = f"{j.idle_pct:.1f}%" if j.idle_pct is not None else "n/a"
+        text.append(f"{j.path}\n", style="bold")
+        text.append(
+            f"  idle {idle} · {j.bound or '-'} · {j.top_cause or '-'} · lost"
+            f" {_hours(j.lost_gpu_hours or 0.0)} GPU-h, {usd(j.lost_usd)} · saving"
+            f" {usd(j.saving_usd)}\n"
+        )
+    return text
 
 
 #: The widest job path shown.

@@ -21,7 +21,7 @@ from gpuscope import diagnose, load
 from gpuscope.cli import main
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.distributed import JobDiagnosis, diagnose_job, reduce_rank
-from gpuscope.engines import Engine
+from gpuscope.engines import Engine, session
 from gpuscope.testing.generator import GeneratorConfig, Straggler, generate_job
 
 DLRM = "kineto/param-dlrm-8rank"
@@ -96,6 +96,19 @@ def test_a_rank_that_cannot_be_read_is_named_and_the_rest_diagnosed(tmp_path: Pa
     assert result.exit_code == 0, result.output
     warned = [line for line in result.stderr.splitlines() if "rank not read" in line]
     assert len(warned) == 1 and "rank1.json" in warned[0]
+
+
+def _square_or_die(x: int) -> int:
+    if x == 2:
+        os._exit(3)  # the worker killed mid-task (out of memory, a lost node)
+    return x * x
+
+
+def test_a_worker_that_dies_fails_its_items_not_the_run() -> None:
+    with session(Engine(workers=2), 4) as runner:
+        out = runner.map(_square_or_die, [(i,) for i in range(4)], failed=lambda _i, _e: -1)
+    assert out[2] == -1  # the pool breaks: items still pending with it fail too
+    assert all(v in (i * i, -1) for i, v in enumerate(out))
 
 
 def test_cli_engine_json_and_usage(tmp_path: Path) -> None:

@@ -253,7 +253,10 @@ def diagnose_job(
     files = rank_files(path) if path.is_dir() else [path]
     with session(engine, len(files)) as runner:
         reports = runner.map(
-            reduce_rank, [(str(f), i, options) for i, f in enumerate(files)], on_done
+            reduce_rank,
+            [(str(f), i, options) for i, f in enumerate(files)],
+            on_done,
+            lambda i, error: RankReport(str(files[i]), i, f"its worker failed: {error!r}"),
         )
 
         unread = [r for r in reports if r.error is not None and not r.not_a_trace]

@@ -14,6 +14,7 @@ says which extra is missing).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ from gpuscope.errors import InputError
 
 T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each finished item's position
+Failed = Callable[[int, Exception], T]  # the result of an item whose worker failed
 
 #: Seconds to wait for a Ray cluster's address to accept a connection.
 RAY_CONNECT_S = 5.0
@@ -51,10 +53,14 @@ class Runner:
         fn: Callable[..., T],
         items: Sequence[tuple[Any, ...]],
         done: Progress | None = None,
+        failed: Failed[T] | None = None,
     ) -> list[T]:
+        """``fn(*args)`` for each item, in item order. ``failed``: the result of an item whose
+        worker died or raised (a process killed for memory, a lost Ray node; ``fn`` itself
+        should return its errors as values); without it the exception propagates."""
         report = done or (lambda _i: None)
         if self._ray is not None:
-            return self._map_ray(fn, items, report)
+            return self._map_ray(fn, items, report, failed)
         if self._pool is None:
             results = []
             for i, args in enumerate(items):
@@ -64,12 +70,17 @@ class Runner:
         out: dict[int, T] = {}
         futures = {self._pool.submit(fn, *args): i for i, args in enumerate(items)}
         for future in as_completed(futures):
-            out[futures[future]] = future.result()
-            report(futures[future])
+            i = futures[future]
+            out[i] = _outcome(future.result, i, failed)
+            report(i)
         return [out[i] for i in range(len(items))]
 
     def _map_ray(
-        self, fn: Callable[..., T], items: Sequence[tuple[Any, ...]], report: Progress
+        self,
+        fn: Callable[..., T],
+        items: Sequence[tuple[Any, ...]],
+        report: Progress,
+        failed: Failed[T] | None,
     ) -> list[T]:
         ray = self._ray
         task: Any = ray.remote(fn)
@@ -79,9 +90,19 @@ class Runner:
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            out[index[ready[0]]] = ray.get(ready[0])
-            report(index[ready[0]])
+            i = index[ready[0]]
+            out[i] = _outcome(functools.partial(ray.get, ready[0]), i, failed)
+            report(i)
         return [out[i] for i in range(len(items))]
+
+
+def _outcome(result: Callable[[], T], i: int, failed: Failed[T] | None) -> T:
+    if failed is None:
+        return result()
+    try:
+        return result()
+    except Exception as error:  # the worker, not the work: see Runner.map
+        return failed(i, error)
 
 
 @contextmanager

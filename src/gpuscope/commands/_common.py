@@ -66,11 +66,29 @@ class Number(click.ParamType[float]):
 #: A price or cost in USD.
 PRICE = Number(0.0)
 
+
+def _known_gpu(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--gpu`` name the facts table knows, or one line and exit 2: a name that matches no
+    GPU would otherwise be ignored without a word, and the peaks and price stay unknown."""
+    if value is None:
+        return None
+    from gpuscope.facts import family_facts, match_device
+
+    if match_device(value) is None and family_facts(value) is None:
+        say(
+            f"gpuscope: error: --gpu {value!r} is not a GPU gpuscope knows"
+            " (data/gpu_facts.csv): give a name such as 'H100 SXM', 'A100-SXM4-80GB' or 'MI300X'"
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    return value
+
+
 #: Options several trace commands share, defined once.
 gpu_option = click.option(
     "--gpu",
     "gpu_name",
     metavar="NAME",
+    callback=_known_gpu,
     help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
 whole_option = click.option(

@@ -73,7 +73,8 @@ def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
         if format_name != "kineto":
             raise UnknownFormatError(
                 source,
-                f"an {format_name} timeline, and only Kineto (Chrome-trace JSON) is annotated",
+                f"holds a timeline in the {format_name} format, and only Kineto (Chrome-trace"
+                " JSON) timelines are annotated",
             )
 
 

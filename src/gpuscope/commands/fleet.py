@@ -3,6 +3,7 @@ report on it. The work lives in :mod:`gpuscope.fleet`; these commands parse, cal
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ def fleet(
     from gpuscope import fleet as lib
     from gpuscope.engines import Engine
 
+    unmatched = [p for p in inputs if not lib.is_url(p) and not glob.glob(p, recursive=True)]
+    if len(unmatched) == len(inputs):
+        # Nothing to diagnose at all (a glob that matched nothing, a path that is not there): a
+        # table of error rows and exit 0 would read as a fleet that was diagnosed.
+        listed = ", ".join(repr(p) for p in unmatched)
+        say(f"gpuscope: error: {listed}: no file or folder matches; no job to diagnose")
+        sys.exit(EXIT_BAD_INPUT)
     stored = lib.read(out)
     wanted = lib.expand(inputs)
     todo = lib.pending(wanted, stored)

@@ -124,6 +124,14 @@ class DeviceReport(msgspec.Struct, frozen=True):
     series: DeviceSeries  # what the reports draw of this device
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
     views: DeviceViews | None = None  # device time per module path and per operator
+    #: Time spent spinning inside collectives for a late peer with nothing else running: busy on
+    #: the timeline (HTA counts it so), but waiting, not work (set from the rank analysis).
+    peer_wait_ns: int = 0
+
+    @property
+    def busy_pct(self) -> float:
+        """Share of the span doing work: the timeline's busy time less the waiting for peers."""
+        return self.temporal.pct(self.temporal.busy_ns - self.peer_wait_ns)
 
 
 class Diagnosis(msgspec.Struct, frozen=True):
@@ -185,15 +193,7 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    contexts: list[TraceContext] = []
-    startup: list[StartupEvidence] = []
-    memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
-    for given in job.traces:
-        context, left_out = _analysed(given, options, adjust)
-        if given.memory is not None:  # read over the whole trace, start-up included
-            memory_hosts.append((given, host_activity(given) if left_out else context.host))
-        contexts.append(context)
-        startup += [left_out] if left_out is not None else []
+    contexts, startup, memory_hosts = _traces_analysed(job, options, adjust)
     traces = [c.trace for c in contexts]
     evidence = [e for c in contexts for e in c.devices]
     devices = [e.report for e in evidence]
@@ -203,6 +203,7 @@ def diagnose_timelines(
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
     participants = _participants(contexts, devices, works, summarise_from or 0)
     ranks = _ranks(devices, participants)
+    devices = _with_peer_waits(devices, ranks)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
     memory, memory_found = _memory(memory_hosts, options)
@@ -254,6 +255,25 @@ def diagnose_timelines(
     )
     reduced = [summarise(p) for p in participants] if summarise_from is not None else []
     return TimelineDiagnosis(result, gpu_hour_usd, price_source, reduced)
+
+
+def _traces_analysed(
+    job: Job,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+) -> tuple[list[TraceContext], list[StartupEvidence], list[tuple[Trace, HostIndex]]]:
+    """Each trace analysed (:func:`_analysed`), what start-up each left out, and the whole
+    traces that record allocations with their host index (what the memory section reads)."""
+    contexts: list[TraceContext] = []
+    startup: list[StartupEvidence] = []
+    memory_hosts: list[tuple[Trace, HostIndex]] = []
+    for given in job.traces:
+        context, left_out = _analysed(given, options, adjust)
+        if given.memory is not None:  # read over the whole trace, start-up included
+            memory_hosts.append((given, host_activity(given) if left_out else context.host))
+        contexts.append(context)
+        startup += [left_out] if left_out is not None else []
+    return contexts, startup, memory_hosts
 
 
 def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Participant]:
@@ -316,6 +336,16 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
     if not devices or not (multi or any(d.temporal.communication_ns for d in devices)):
         return None
     return analyse_ranks(participants)
+
+
+def _with_peer_waits(devices: list[DeviceReport], ranks: RankAnalysis | None) -> list[DeviceReport]:
+    """Each device's report with its rank's waiting for late peers (see ``peer_wait_ns``)."""
+    if ranks is None:
+        return devices
+    waits = {(r.source, r.device): r.exposed_wait_ns or 0 for r in ranks.ranks}
+    return [
+        msgspec.structs.replace(d, peer_wait_ns=waits.get((d.source, d.device), 0)) for d in devices
+    ]
 
 
 def _participants(

@@ -149,7 +149,23 @@ def too_big(path: Path, kind: str, amount: int) -> InputError:
     (the budget: ``amount`` is what the columns took when the read stopped)."""
     if kind == "text":
         return inflated_too_much(path, amount)
-    return over_budget(path, f"its events' columns passed {size_text(amount)} while read")
+    # The figure that broke the budget is the columns' share of it, named with how it follows
+    # from the budget: the bytes read when the scan stopped are far below the budget itself.
+    share = (
+        f"{SCAN_SHARE:.0%} of what the budget leaves beside the program's own"
+        f" {size_text(BASELINE_BYTES)}"
+        if memory_budget() > BASELINE_BYTES + (1 << 20) / SCAN_SHARE
+        else f"the least a read gets: the budget is below the program's own"
+        f" {size_text(BASELINE_BYTES)}"
+    )
+    limit = scan_limit()
+    # The scanner stops before its next block would pass the limit: what it holds then can be
+    # less than the limit, and is said only when it is the larger figure.
+    held = f"; {size_text(amount)} when the read stopped" if amount > limit else ""
+    return over_budget(
+        path,
+        f"its events' columns would outgrow the {size_text(limit)} they may take ({share}){held}",
+    )
 
 
 def decompressed_pieces(path: Path, state: TextState) -> Iterator[bytes]:

@@ -204,10 +204,8 @@ def _device_row(d: DeviceReport) -> str:
         _e(_device_label(d, True)),
         _e(d.info.name or "unknown"),
         duration(t.span_ns),
-        *(
-            f"{t.pct(x):.1f}%"
-            for x in (t.busy_ns, t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)
-        ),
+        f"{d.busy_pct:.1f}%",
+        *(f"{t.pct(x):.1f}%" for x in (t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)),
         "n/a" if d.bounds.mfu_pct is None else f"{d.bounds.mfu_pct:.1f}%",
     ]
     tds = "".join(
@@ -217,7 +215,7 @@ def _device_row(d: DeviceReport) -> str:
 
 
 def _extremes(devices: Sequence[DeviceReport]) -> list[DeviceReport]:
-    by_busy = sorted(devices, key=lambda d: d.temporal.busy_ns / max(d.temporal.span_ns, 1))
+    by_busy = sorted(devices, key=lambda d: d.busy_pct)
     return [by_busy[0], by_busy[-1]]
 
 

@@ -8,12 +8,14 @@ are counted, not failures: the unpickler's wording of a broken opcode is its own
 the process: the input being read is always in ``--out``/current.pickle first. With an
 AddressSanitizer build it also finds memory errors::
 
-    cd src/gpuscope/readers && gcc -O1 -g -fsanitize=address -shared -fPIC \\
-        $(python3-config --includes) _snapscan.c -o _snapscan$(python3-config --extension-suffix)
-    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \\
+    (cd src/gpuscope/readers && gcc -O1 -g -fsanitize=address -shared -fPIC \\
+        $(python3-config --includes) _snapscan.c -o _snapscan$(python3-config --extension-suffix))
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) \\
+        ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \\
         python benchmarks/fuzz_snapscan.py --runs 20000
 
-(then rebuild normally: ``pip install -e . --no-deps``).
+(``allocator_may_return_null``: the unpickler asks for absurd sizes a mutated length gives, and
+must get its MemoryError; then rebuild normally: ``pip install -e . --no-deps``).
 """
 
 from __future__ import annotations
@@ -128,11 +130,13 @@ def main() -> None:
             kept = args.out / f"disagree-{run}.pickle"
             kept.write_bytes(data)
             print(f"disagreement: {kept}: {str(a)[:120]!r} vs {str(b)[:120]!r}")
-    print(
-        f"{args.runs:,} inputs in {time.perf_counter() - start:.0f} s: "
-        + ", ".join(f"{k} {v:,}" for k, v in counts.items())
-        + f"; disagreements {disagreements}"
-    )
+        if (run + 1) % 500 == 0 or run + 1 == args.runs:
+            print(
+                f"{run + 1:,} inputs in {time.perf_counter() - start:.0f} s: "
+                + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+                + f"; disagreements {disagreements}",
+                flush=True,
+            )
     sys.exit(1 if disagreements else 0)
 
 

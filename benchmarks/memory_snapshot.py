@@ -16,6 +16,7 @@ has the figures measured).
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import os
 import random
@@ -94,12 +95,14 @@ class _Writer:
         return data + b"u"
 
 
-def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> int:
-    """A training loop's snapshot of about ``size_bytes``; returns the trace entries written."""
+def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> tuple[int, int]:
+    """A training loop's snapshot of about ``size_bytes`` of pickle (gzip for a ``.gz`` name);
+    returns the trace entries and the bytes of pickle written."""
     rng = random.Random(seed)
     paths = [rng.sample(range(FRAMES), TRACEBACK_FRAMES) for _ in range(CALL_PATHS)]
-    with path.open("wb") as raw:
-        out = io.BufferedWriter(raw, 1 << 22)
+    gzipped = path.suffix == ".gz"
+    with gzip.open(path, "wb", compresslevel=1) if gzipped else path.open("wb") as raw:
+        out = io.BufferedWriter(raw, 1 << 22)  # type: ignore[arg-type]
         w = _Writer(out)
         out.write(b"}" + w.memoize() + b"(" + w.string("segments"))
         # no segments: the trace alone (the dump is small beside it)
@@ -135,22 +138,22 @@ def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> int:
         out.write(b"a")  # device_traces: [entries]
         out.write(b"u.")
         out.flush()
-    return entries
+    return entries, written
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--keep", type=Path, help="Write the snapshot here and keep it.")
+    parser.add_argument("--gzip", action="store_true", help="Write it gzip (level 1).")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="gpuscope-snapshot-")
-    path = args.keep or Path(folder) / "snapshot.pickle"
+    path = args.keep or Path(folder) / ("snapshot.pickle.gz" if args.gzip else "snapshot.pickle")
     start = time.perf_counter()
-    entries = write_snapshot(path, args.size_mb * MIB)
-    size = path.stat().st_size
+    entries, size = write_snapshot(path, args.size_mb * MIB)
     print(
-        f"wrote {size / MIB:,.0f} MiB, {entries:,} trace entries"
-        f" in {time.perf_counter() - start:.1f} s"
+        f"wrote {size / MIB:,.0f} MiB of pickle ({path.stat().st_size / MIB:,.0f} MiB on disk),"
+        f" {entries:,} trace entries, in {time.perf_counter() - start:.1f} s"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     timing = Path(folder) / "time.txt"

@@ -26,6 +26,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "gpuscope.readers.pftrace._pfscan",  # .pftrace; without it: protobuf, per packet
+            sources=["src/gpuscope/readers/pftrace/_pfscan.c"],
+            optional=True,
+        ),
+        Extension(
             "gpuscope.analyses._replay",
             sources=["src/gpuscope/analyses/_replay.c"],
             optional=True,

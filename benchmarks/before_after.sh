@@ -15,8 +15,15 @@ files=("$@")
                                  "$corpus/nsys/nsys-ai/h100_2gpu_1s.sqlite")
 N=${N:-9}
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+# Both trees run as users run them: bytecode cached (some shells set PYTHONDONTWRITEBYTECODE,
+# which would make every run of an editable checkout recompile its sources), warmed untimed.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="$out/pycache"
 for f in "${files[@]}"; do
   : > "$out/before"; : > "$out/after"
+  for tree in "$before" "$after"; do
+    (cd "$tree" && PYTHONPATH="$tree/src" python -m gpuscope diagnose "$f" > /dev/null)
+  done
   for _ in $(seq "$N"); do
     for side in before after; do
       tree=$before; [ $side = after ] && tree=$after

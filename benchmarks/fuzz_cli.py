@@ -702,8 +702,10 @@ def _fs_case(rng: random.Random, seeds: Seeds, seed: int, index: int, work: Path
         (work / "a").symlink_to(work / "b")
         (work / "b").symlink_to(work / "a")
         return Case(seed, index, "fs", kind, ["diagnose", str(work / "a")])
-    if kind == "devnull":
-        return Case(seed, index, "fs", kind, ["diagnose", "/dev/null"])
+    if kind == "devnull":  # a private device: the campaign never names the machine's own
+        import fuzz_hostile
+
+        return Case(seed, index, "fs", kind, ["diagnose", str(fuzz_hostile.private_null(work))])
     if kind == "self-output":
         return Case(seed, index, "fs", kind, ["diagnose", str(good), "--json", str(good)])
     if kind == "self-output-link":

@@ -202,7 +202,7 @@ def _special(
             readers.append(reader)
         return path, kind, readers
     if kind == "devnull":
-        return _private_null(work), kind, readers
+        return private_null(work), kind, readers
     if kind == "socket":
         path = work / "out.sock"
         server = socket.socket(socket.AF_UNIX)
@@ -232,7 +232,7 @@ def _special(
 _SOCKETS: list[socket.socket] = []
 
 
-def _private_null(work: Path) -> Path:
+def private_null(work: Path) -> Path:
     """A character device like ``/dev/null`` made in the case's folder (root may ``mknod``): a
     regression that renamed over it must never take the machine's own ``/dev/null`` with it.
     Without the right to make one, a FIFO nobody reads stands in (also never to be replaced)."""
@@ -309,7 +309,7 @@ def env_case(fc: Any, rng: random.Random, seeds: Any, work: Path) -> Any:
         history.mkdir()
         specials.append(history)
     elif kind == "devnull":
-        history = _private_null(work)
+        history = private_null(work)
         specials.append(history)
     elif kind == "input":
         history = good
@@ -564,7 +564,7 @@ def mcp_case(fc: Any, rng: random.Random, seeds: Any, work: Path) -> Any:
                             [
                                 str(good),
                                 str(fifo),
-                                str(_private_null(work)),
+                                str(private_null(work)),
                                 str(work),
                                 str(work / "r.html"),
                                 "",

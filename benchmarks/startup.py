@@ -8,8 +8,10 @@ output: :func:`budget_note` says so under each run.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 FLOOR_LABEL = "start-up floor (imports only)"
 _LIBRARIES = ("numpy", "msgspec", "click", "rich.console", "rich.table")
@@ -18,6 +20,17 @@ _LIBRARIES = ("numpy", "msgspec", "click", "rich.console", "rich.table")
 def floor_command(*readers: str) -> list[str]:
     """The floor process; ``readers`` are the modules the format's reader adds (zlib_ng...)."""
     return [sys.executable, "-c", "import " + ", ".join((*_LIBRARIES, *readers))]
+
+
+def user_environment(tmp: Path) -> dict[str, str]:
+    """The environment a user runs both tools in: bytecode cached after the first run.
+
+    Some shells (this project's sandbox among them) set ``PYTHONDONTWRITEBYTECODE``, which makes
+    every run of an editable install recompile its sources; an installed package has its
+    bytecode. Both tools get a bytecode cache in ``tmp``, warmed by one untimed run each."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    return env
 
 
 def budget_note(peer: str, peer_s: float, floor_s: float, ours_s: float, target: float) -> str:

@@ -132,3 +132,16 @@ def test_annotate_never_writes_over_its_input(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["annotate", str(path), "-o", str(path)])
     assert result.exit_code == 2 and "is one of the command's inputs" in result.output
     assert path.read_bytes() == before
+
+
+def test_annotate_refuses_a_timeline_of_another_format_in_one_line(tmp_path: Path) -> None:
+    from gpuscope.testing.pftrace import write_pftrace
+
+    source = tmp_path / "trace.json"
+    slow_loader_trace(steps=2).write(source)
+    pftrace = write_pftrace(source, tmp_path / "run.pftrace", "cuspy")
+    result = CliRunner().invoke(main, ["annotate", str(pftrace), "-o", str(tmp_path / "o.json")])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert str(pftrace) in line
+    assert "holds a timeline in the pftrace format, and only Kineto" in line

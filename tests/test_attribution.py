@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analyses.attribution import _innermost_at
+from gpuscope import diagnose, load
+from gpuscope.analyses.attribution import CAUSES, _innermost_at
 from gpuscope.analyses.host import HostIndex, _frame_location, _is_user_frame
 from gpuscope.model import Events, Kind, Trace
 
@@ -141,3 +146,62 @@ def test_op_names_look_back_at_most_64_ops() -> None:
     launches = np.flatnonzero(events.kind == Kind.RUNTIME).astype(np.int64)
     assert host.locations(launches) == ["outer", "launch"]
     assert [_reference_location(trace, int(r)) for r in launches] == ["outer", "launch"]
+
+
+def _drain_trace(path: Path, with_launches: bool) -> Path:
+    """One step: 20 kernels queued up front (their launches recorded or not, as when the
+    profiler starts after they were launched), the host blocked in ``cudaDeviceSynchronize``
+    while the device drains them with a 30 µs bubble between each, then 3 ms of host work and
+    one more launch."""
+    host = {"pid": 100, "tid": 100}
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 20000}
+        | host
+    ]
+    for i in range(20):
+        if with_launches:
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10 + 10 * i}
+                | {"dur": 5, "args": {"correlation": i + 1}}
+                | host
+            )
+        args = {"device": 0, "stream": 7, "correlation": i + 1 if with_launches else 0}
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 0, "tid": 7}
+            | {"ts": 300 + 430 * i, "dur": 400, "args": args}
+        )
+    drained = 300 + 430 * 19 + 400
+    events += [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 250}
+        | {"dur": drained + 5 - 250}
+        | host,
+        {"ph": "X", "cat": "cpu_op", "name": "aten::cpu_work", "ts": drained + 10, "dur": 3000}
+        | host,
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": drained + 3020}
+        | {"dur": 5, "args": {"correlation": 99}}
+        | host,
+        {"ph": "X", "cat": "kernel", "name": "gemm_last", "pid": 0, "tid": 7}
+        | {"ts": drained + 3030, "dur": 400, "args": {"device": 0, "stream": 7, "correlation": 99}},
+    ]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("with_launches", [True, False])
+def test_bubbles_while_the_host_waits_in_a_sync_are_not_the_syncs(
+    tmp_path: Path, with_launches: bool
+) -> None:
+    """The device drains work queued before the sync: its bubbles are launch latency, whether
+    the launches are in the trace or not; the sync owns only the idle time after the queue
+    drained (the host's 3 ms of work before its next launch)."""
+    d = diagnose(load(_drain_trace(tmp_path / "drain.json", with_launches)))
+    gaps = d.devices[0].idle.gaps
+    cause = [CAUSES[c] for c in gaps.cause.tolist()]
+    bubbles = [
+        c
+        for s, e, c in zip(gaps.start_ns.tolist(), gaps.end_ns.tolist(), cause, strict=True)
+        if e - s == 30_000
+    ]
+    assert bubbles == ["launch_overhead"] * 19
+    sync = next(f for f in d.findings if f.cause == "host_sync")
+    assert 3_000_000 <= sync.lost_ns <= 3_100_000

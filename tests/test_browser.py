@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import pytest
 from gpuscope.render import html
 from test_report import (
     LARGE,
+    LONG_TABLE,
+    MANY_LANES,
     RANKS,
     XSS_FLAG,
     corpus_diagnosis,
@@ -95,6 +98,23 @@ def _missing() -> str | None:
     return None
 
 
+def start_browser(profile: Path) -> Any:
+    """Headless Chromium under selenium, its profile in ``profile`` (benchmarks/html_draw.py
+    uses it too)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit driver path: selenium never looks for (or downloads) a driver of its own.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.get("about:blank")  # the browser's own start-up is not the report's load time
+    return driver
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     missing = _missing()
@@ -102,17 +122,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(missing)
         pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # An explicit driver path: selenium never looks for (or downloads) a driver of its own.
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.get("about:blank")  # the browser's own start-up is not the report's load time
+    driver = start_browser(tmp_path_factory.mktemp("chromium"))
     yield driver
     driver.quit()
 
@@ -135,6 +145,64 @@ def open_report(driver: Any, path: Path) -> dict[str, Any]:
     assert requests == []  # everything is inline: nothing is fetched
     result: dict[str, Any] = drawn
     return result
+
+
+#: The two screens a report must fit: a desktop window and a phone's (CSS pixels).
+DESKTOP = (1400, 900)
+PHONE = (390, 844)
+#: How the page sits in the window: how far it is wider than the window, its height, whether the
+#: verdict box lies wholly in the first screen, and (to say what is too wide) the outermost
+#: elements that reach past the window's right edge.
+FIT = """
+var root = document.documentElement, width = root.clientWidth;
+var verdict = document.getElementById('verdict'), box = verdict && verdict.getBoundingClientRect();
+var wide = [];
+function clipped(el) {  // inside a box that scrolls or clips: it cannot widen the page
+  for (var p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+    if (getComputedStyle(p).overflowX !== 'visible') { return true; }
+  }
+  return false;
+}
+document.querySelectorAll('body *').forEach(function (el) {
+  if (wide.length >= 5 || el.getBoundingClientRect().right <= width + 1) { return; }
+  var parent = el.parentElement;
+  if (parent && parent.getBoundingClientRect().right > width + 1 && parent !== document.body) {
+    return;
+  }
+  if (clipped(el)) { return; }
+  var r = el.getBoundingClientRect();
+  wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+            (typeof el.className === 'string' && el.className ? '.' + el.className : '') +
+            ' ' + Math.round(r.right) + ' px');
+});
+// Text wider than its box (a long word that cannot wrap) overflows without widening the box.
+var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+var range = document.createRange();
+while (wide.length < 5 && walker.nextNode()) {
+  var node = walker.currentNode;
+  range.selectNodeContents(node);
+  if (range.getBoundingClientRect().right > width + 1 && !clipped(node)) {
+    wide.push('text "' + node.textContent.slice(0, 40) + '" ' +
+              Math.round(range.getBoundingClientRect().right) + ' px');
+  }
+}
+return {overflow_px: root.scrollWidth - width, height_px: root.scrollHeight,
+        verdict_shown: !!box && box.top >= 0 && box.bottom <= window.innerHeight, wide: wide};
+"""
+
+
+def page_fit(driver: Any, path: Path, width: int, height: int) -> dict[str, Any]:
+    """Open a report in a ``width`` x ``height`` viewport and say how it fits (:data:`FIT`)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        open_report(driver, path)
+        fit: dict[str, Any] = driver.execute_script(FIT)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return fit
 
 
 def assert_every_chart_drawn(driver: Any, charts: int) -> None:
@@ -226,13 +294,14 @@ def test_hostile_names_show_as_text_and_run_nothing(browser: Any, tmp_path: Path
     [
         LARGE,
         RANKS,
+        MANY_LANES,
         "kineto/hta/mtia_trace_single_rank/mtia_rank_0.json.gz",
         "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz",
         "kineto/tracelens/mi300x_resnet_ddp_rank0of8.json.gz",
     ],
 )
 def test_corpus_report_draws_within_budget(browser: Any, tmp_path: Path, relative: str) -> None:
-    page = html.render(corpus_diagnosis(relative))
+    page = corpus_page(relative)
     size = len(page.encode())
     times: list[tuple[float, float]] = []
     for attempt in range(TRIES):
@@ -256,6 +325,82 @@ def test_corpus_report_draws_within_budget(browser: Any, tmp_path: Path, relativ
     assert min(a for a, _ in times) < FIRST_SCREEN_BUDGET_MS, shown
     budget = DRAW_BUDGET_MS * oversubscription()
     assert min(b for _, b in times) < budget, f"{shown} (budget {budget:.0f} ms)"
+
+
+@cache
+def corpus_page(relative: str) -> str:
+    """A corpus report, rendered once per session (several tests load the same one)."""
+    return html.render(corpus_diagnosis(relative))
+
+
+#: The reports most likely not to fit: the most timeline lanes, the longest module table, and
+#: eight ranks' inputs. ``benchmarks/html_draw.py`` checks every corpus report the same way.
+@pytest.mark.parametrize("relative", [MANY_LANES, LONG_TABLE, RANKS])
+def test_corpus_report_fits_a_phone_and_shows_the_verdict_first(
+    browser: Any, tmp_path: Path, relative: str
+) -> None:
+    path = tmp_path / "report.html"
+    path.write_text(corpus_page(relative), encoding="utf-8")
+    desktop = page_fit(browser, path, *DESKTOP)
+    assert desktop["verdict_shown"] and desktop["overflow_px"] == 0, desktop
+    phone = page_fit(browser, path, *PHONE)
+    assert phone["verdict_shown"], phone
+    assert phone["overflow_px"] == 0, phone["wide"]
+    # Long tables fold, and a name column keeps a few words a line (439 module paths made a
+    # 230,000 px page of four letters a line).
+    assert phone["height_px"] < 25_000
+
+
+#: Rows of a table shown (not hidden) and all its body rows.
+TABLE_ROWS = """
+var rows = Array.from(arguments[0].rows).filter(function (r) { return !r.querySelector('th'); });
+return [rows.filter(function (r) { return !r.hidden; }).length, rows.length];
+"""
+
+
+def test_a_long_table_folds_to_its_first_rows_and_a_link_unfolds_it(
+    browser: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "report.html"
+    path.write_text(corpus_page(LONG_TABLE), encoding="utf-8")
+    open_report(browser, path)
+    table = browser.find_element("css selector", "#views table.sortable")
+    shown, total = browser.execute_script(TABLE_ROWS, table)
+    assert (shown, total) == (20, 439)
+    button = browser.execute_script("return arguments[0].nextElementSibling", table)
+    assert button.text == "Show all 439 rows"
+    browser.execute_script("arguments[0].click()", button)
+    assert browser.execute_script(TABLE_ROWS, table) == [439, 439]
+    browser.execute_script("arguments[0].click()", button)
+    # Sorted by GPU time, the first 20 shown are the 20 largest.
+    browser.execute_script("arguments[0].querySelector('th:nth-child(4)').click()", table)
+    shown_times = browser.execute_script(
+        "return Array.from(arguments[0].tBodies[0].rows).filter(function (r) { return !r.hidden; })"
+        ".map(function (r) { return Number(r.cells[3].getAttribute('data-v')); })",
+        table,
+    )
+    every = sorted(
+        browser.execute_script(
+            "return Array.from(arguments[0].tBodies[0].rows)"
+            ".map(function (r) { return Number(r.cells[3].getAttribute('data-v')); })",
+            table,
+        ),
+        reverse=True,
+    )
+    assert shown_times == every[:20]
+    # A link to a folded row (a finding's location links to its module row) unfolds the table.
+    hidden = browser.execute_script(
+        "return Array.from(arguments[0].tBodies[0].rows)"
+        ".find(function (r) { return r.hidden; }).id",
+        table,
+    )
+    browser.execute_script("location.hash = arguments[0]", hidden)
+    deadline = time.monotonic() + 5
+    while (
+        browser.find_element("id", hidden).get_attribute("hidden") and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert browser.find_element("id", hidden).get_attribute("hidden") is None
 
 
 def oversubscription() -> float:

@@ -114,13 +114,13 @@ def test_inference_steps_are_top_level_module_calls(
     assert step_names(trace) == ["ProfilerStep#1", "ProfilerStep#2"]
 
 
-def test_a_failing_script_shows_its_traceback_and_exits_2(
+def test_a_failing_script_shows_its_traceback_and_exits_as_python_would(
     torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "fails.py").write_text(FAILS)
     args = ("--warmup", "0", "--out", "out", "--", "python", "fails.py")
     result = profile_here(tmp_path, *args, monkeypatch=monkeypatch)
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # an uncaught exception: python's own exit status
     assert 'fails.py", line 5, in <module>' in result.stderr
     assert "ValueError: boom" in result.stderr
     assert "runpy" not in result.stderr  # the traceback is the script's, not gpuscope's
@@ -134,10 +134,22 @@ def test_a_script_that_exits_with_a_message_shows_it(
     (tmp_path / "quits.py").write_text('raise SystemExit("boom: no data in /data/train")\n')
     args = ("--warmup", "0", "--out", "out", "--", "python", "quits.py")
     result = profile_here(tmp_path, *args, monkeypatch=monkeypatch)
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "boom: no data in /data/train\n" in result.stderr  # where python would print it
     last = result.stderr.splitlines()[-1]
     assert last.endswith("the script failed (exit status 1): boom: no data in /data/train")
+
+
+def test_a_script_keeps_its_own_exit_status(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "three.py").write_text("import sys\nsys.exit(3)\n")
+    args = ("--warmup", "0", "--out", "out", "--", "python", "three.py")
+    result = profile_here(tmp_path, *args, monkeypatch=monkeypatch)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "gpuscope: error: the script failed (exit status 3)"
+    )
 
 
 def test_a_missing_script_is_named_before_anything_runs(

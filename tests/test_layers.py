@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope._native",
             "gpuscope._sniff",
             "gpuscope.causes",
+            "gpuscope.engines",  # where pieces of work run (a process pool, Ray): no analysis
             "gpuscope.classify",
             "gpuscope.errors",
             "gpuscope.facts",
@@ -41,7 +42,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("readers", ("gpuscope.readers",)),
     ("analyses", ("gpuscope.analyses",)),
     ("diagnosis", ("gpuscope.diagnosis",)),
-    ("comparisons", ("gpuscope.compare", "gpuscope.history", "gpuscope.fleet")),
+    (
+        "comparisons",
+        ("gpuscope.compare", "gpuscope.history", "gpuscope.fleet", "gpuscope.distributed"),
+    ),
     ("renderers", ("gpuscope.render",)),
     (
         "cli",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from corpus import corpus
+from gpuscope import __version__
 from gpuscope.commands import _agent
 from gpuscope.errors import InputError
 
@@ -56,7 +57,12 @@ def test_mcp_server_lists_its_tools_diagnoses_a_trace_and_reports_bad_input(
 
     async def drive() -> tuple[set[str], Any, Any, Any]:
         async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
+            started = await session.initialize()
+            # The server names itself with gpuscope's version (it reported "" before).
+            assert (started.server_info.name, started.server_info.version) == (
+                "gpuscope",
+                __version__,
+            )
             tools = {t.name for t in (await session.list_tools()).tools}
             diagnosed = await session.call_tool("diagnose_trace", {"path": str(trace)})
             explained = await session.call_tool(

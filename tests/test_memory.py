@@ -247,6 +247,64 @@ def test_annotate_copies_the_trace_in_pieces(
     assert json.loads(written) == expected
 
 
+def with_other_keys(data: bytes, before: bytes = b"", after: bytes = b"") -> bytes:
+    """A generated document with more keys before its events and after them."""
+    body = data.rstrip()
+    assert body.startswith(b"{") and body.endswith(b"}")
+    return b"{" + before + body[1:-1] + after + b"}"
+
+
+def test_a_long_text_after_the_events_is_held_within_the_budget(
+    tmp_path: Path, reader: str
+) -> None:
+    """The document's other keys are decoded whole: a text after the events longer than the
+    budget allows is not gathered by the piecewise readers (it once was, whatever the budget:
+    600 MB of it took 2.4 GB under ``--max-memory 1G``) but goes to the whole-document reader,
+    whose bound refuses it in one line; a short one still reads."""
+    data = generate(GeneratorConfig(seed=4, steps=3)).to_bytes()  # 0.6 MB
+    long = tmp_path / "long.json"
+    long.write_bytes(with_other_keys(data, after=b', "junk": "' + b"j" * (6 << 20) + b'"'))
+    short = tmp_path / "short.json"
+    short.write_bytes(with_other_keys(data, after=b', "junk": "' + b"j" * (200 << 10) + b'"'))
+    try:
+        for command, flag in (("diagnose", "--json"), ("annotate", "-o")):
+            out = str(tmp_path / f"{command}.json")
+            line = one_error_line(cli(command, str(long), flag, out, "--max-memory", "32M"))
+            assert "too big for the memory budget of 32 MB: read whole" in line, line
+            result = cli(command, str(short), flag, out, "--max-memory", "32M")
+            assert result.exit_code == 0, result.stderr
+    finally:
+        _io.set_memory_budget(None)
+
+
+def test_annotate_refuses_a_document_it_would_hold_whole_past_the_budget(tmp_path: Path) -> None:
+    """A layout the pieces do not follow (an events array nested before the real one) is
+    annotated whole, which takes about 8 times its text (benchmarks/README.md): past the
+    budget's share, one line and no output, where ``diagnose`` (whole at 1/8) still answers."""
+    from gpuscope.render.annotate import WHOLE_DOCUMENT_FACTOR
+
+    data = generate(GeneratorConfig(seed=4, steps=8)).to_bytes()
+    path = tmp_path / "nested.json"
+    path.write_bytes(with_other_keys(data, before=b'"meta": {"traceEvents": []}, '))
+    size = path.stat().st_size  # 1.7 MB
+    budget = (16 << 20) if size * WHOLE_DOCUMENT_FACTOR > 16 << 20 else pytest.fail(str(size))
+    out = tmp_path / "out.json"
+    try:
+        assert cli("diagnose", str(path), "--max-memory", "16M").exit_code == 0
+        line = one_error_line(cli("annotate", str(path), "-o", str(out), "--max-memory", "16M"))
+        assert f"too big for the memory budget of {_io.size_text(budget)}" in line, line
+        assert not out.exists()
+        result = cli("annotate", str(path), "-o", str(out), "--max-memory", "32M")
+        assert result.exit_code == 0, result.stderr
+        written = json.loads(out.read_bytes())
+        assert (
+            written["traceEvents"][: len(json.loads(data)["traceEvents"])]
+            == json.loads(data)["traceEvents"]
+        )
+    finally:
+        _io.set_memory_budget(None)
+
+
 # --- narrow columns -------------------------------------------------------------------------------
 
 

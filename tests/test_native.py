@@ -27,7 +27,7 @@ def test_a_stale_extension_is_not_used_and_says_so_in_one_line(
 
 
 def test_the_built_extensions_follow_this_source() -> None:
-    """In a checkout built with ``pip install -e .`` both extensions are current and in use (CI
+    """In a checkout built with ``pip install -e .`` the extensions are current and in use (CI
     builds them; elsewhere a checkout without a compiler skips this)."""
     import os
 
@@ -39,3 +39,6 @@ def test_the_built_extensions_follow_this_source() -> None:
 
     assert schedule._replay is not None and schedule._replay.VERSION == schedule.REPLAY_VERSION
     assert _scan._kscan is not None and _scan._kscan.VERSION == _scan.SCANNER_VERSION
+    from gpuscope.readers.pftrace import _columns
+
+    assert _columns._pfscan is not None and _columns._pfscan.VERSION == _columns.PFSCAN_VERSION

@@ -16,6 +16,7 @@ def test_exported_members() -> None:
         "InputError",
         "InputSummary",
         "Job",
+        "JobDiagnosis",
         "Options",
         "RankAnalysis",
         "RunDiff",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from corpus import corpus
 from gpuscope import diagnose, load
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.diagnosis.findings import BOUND_WORDS, INPUT_BOUND_PCT, worth_pct
+from gpuscope.render.json import to_document
 from gpuscope.testing import generator as gen
 from gpuscope.testing.config import GeneratorConfig, HostSync, SlowDataLoader, Straggler
 
@@ -108,6 +110,21 @@ def test_the_headline_never_leads_with_a_finding_that_saves_nothing(relative: st
         assert f"fix first: {f.title}" not in d.verdict.summary
 
 
+def test_time_nothing_explains_is_not_fixed_first() -> None:
+    """MI300X DDP rank 0: 64% of the window is exposed communication, whose replay saves nothing
+    (its all-reduces are launched after backward, with no compute left to overlap); 2% is idle
+    time nothing explains. Neither saves step time, so the larger leads, and the reason the
+    replay saves nothing is the late launch, not 'off the critical path'."""
+    d = _corpus_diagnosis("kineto/tracelens/mi300x_resnet_ddp_rank0of8.json.gz")
+    causes = [f.cause for f in d.findings]
+    assert causes.index("exposed_communication") < causes.index("unknown")
+    unknown = d.findings[causes.index("unknown")]
+    assert worth_pct(unknown) == 0.0 and unknown.share_pct > 2.0
+    comm = d.findings[causes.index("exposed_communication")]
+    assert comm.prediction is not None and comm.share_pct > 60.0
+    assert "launched after the compute they could overlap" in (comm.prediction.note or "")
+
+
 def test_verdict_words_are_one_documented_set() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     docs = (Path(__file__).resolve().parents[1] / "docs" / "verdicts.md").read_text()
@@ -163,3 +180,27 @@ def test_dlrm_names_rank_7_only() -> None:
     assert d.ranks is not None
     assert [s.rank for s in d.ranks.stragglers] == [7]
     assert d.ranks.stragglers[0].last_arrivals == 5
+
+
+def test_every_busy_figure_leaves_out_waiting_for_peers() -> None:
+    """Spinning inside a collective for a late peer is waiting: each device's busy share (its
+    panel, the devices table, the JSON) is its rank's, not the timeline's, which counts it."""
+    d = _corpus_diagnosis("kineto/param-dlrm-8rank")
+    assert d.ranks is not None
+    by_rank = {r.rank: r for r in d.ranks.ranks}
+    waited = [dev for dev in d.devices if dev.peer_wait_ns]
+    assert len(waited) == 8
+    for dev in d.devices:
+        assert dev.rank is not None
+        assert dev.busy_pct == pytest.approx(by_rank[dev.rank].busy_pct)
+        timeline = dev.temporal.pct(dev.temporal.busy_ns)
+        assert dev.busy_pct < timeline
+    rank1 = next(dev for dev in d.devices if dev.rank == 1)
+    assert rank1.temporal.pct(rank1.temporal.busy_ns) > 60.0
+    assert rank1.busy_pct < 10.0
+    assert _device_json(d, 1)["busy_pct"] == pytest.approx(rank1.busy_pct, abs=0.01)
+
+
+def _device_json(d: Diagnosis, rank: int) -> dict[str, Any]:
+    device: dict[str, Any] = next(x for x in to_document(d)["devices"] if x["rank"] == rank)
+    return device

@@ -6,6 +6,7 @@ Reports are checked through what they embed: the page's HTML and the figure JSON
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from functools import cache
@@ -13,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -24,6 +26,7 @@ from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
 from gpuscope.compare import diff
 from gpuscope.render import html
+from gpuscope.render.html.timeline import STREAM_LANES
 from gpuscope.testing.generator import (
     GeneratedTrace,
     GeneratorConfig,
@@ -32,6 +35,7 @@ from gpuscope.testing.generator import (
     TinyKernels,
     generate,
 )
+from gpuscope.units import duration
 
 #: Names that would run script if a report put them into the page as HTML. Each sets a window
 #: flag that the browser test asserts stays unset.
@@ -43,6 +47,10 @@ EVIL_FILE = "evil<img src=x onerror=window.__gpuscope_xss=3></script>.py"
 XSS_FLAG = "__gpuscope_xss"
 LARGE = "kineto/hta/df_index_resolver/df_index_resolver.json.gz"
 RANKS = "kineto/param-dlrm-8rank"
+#: The corpus trace with the most timeline lanes: 567 queues of one MI350X, most with a kernel.
+MANY_LANES = "rocprof/mi350x_train_rocprofv3.json.gz"
+#: The longest module table (439 paths): the one that made a phone page 230,000 px tall.
+LONG_TABLE = "kineto/tracelens/b200_vllm_moe_fp8_rank0of8.json.gz"
 
 
 # --- helpers (test_browser.py uses them too) -----------------------------------------------------
@@ -96,6 +104,13 @@ def corpus_diagnosis(relative: str) -> Diagnosis:
 def figures(page: str) -> dict[str, dict[str, Any]]:
     """The figures a report embeds, by chart id."""
     return {f["id"]: f["figure"] for f in html.embedded_figures(page)}
+
+
+def plotly_array(value: Any) -> list[Any]:
+    """A figure's array as a list: plotly writes numpy arrays as ``{"dtype", "bdata"}``."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
+    return list(value)
 
 
 def timeline_bars(figure: dict[str, Any]) -> int:
@@ -216,6 +231,92 @@ def test_ranks_report_has_a_heatmap_row_per_rank() -> None:
     assert heatmap["type"] == "heatmap"
     assert heatmap["y"] == [f"rank {r} · GPU {r}" for r in range(8)]
     assert all(row[0] is not None and 0 <= row[0] <= 100 for row in heatmap["z"])
+
+
+def test_verdict_comes_first_and_inputs_beyond_three_fold_away() -> None:
+    page = html.render(corpus_diagnosis(RANKS))
+    verdict = page.index("id='verdict'")
+    shown = re.search(r"<ul class='dim inputs'>(.*?)</ul>", page)
+    assert shown is not None and verdict < shown.start()
+    assert shown[1].count("<li>") == 3
+    folded = re.search(
+        r"<details class='inputs'><summary[^>]*>(.*?)</summary>(.*?)</details>", page
+    )
+    assert folded is not None and folded[1] == "and 5 more inputs"
+    assert folded[2].count("<li>") == 5
+
+
+def test_many_lanes_draw_as_the_busiest_plus_other_with_every_lane_listed() -> None:
+    diagnosis = corpus_diagnosis(MANY_LANES)
+    assert diagnosis.drawn is not None
+    lanes = diagnosis.drawn.timeline.lanes
+    assert len(lanes) == 567
+    page = html.render(diagnosis)
+    timeline = figures(page)["chart-timeline"]
+    rows = timeline["layout"]["yaxis"]["ticktext"]
+    # The idle lane, the 8 busiest queues, and one row holding the other 558.
+    assert len(rows) == 1 + STREAM_LANES + 1
+    assert rows[0] == "GPU 0 · idle" and rows[-1] == "GPU 0 · 558 other streams"
+    busy = sorted(
+        (int((x.end_ns - x.start_ns).sum() + x.run_busy_ns.sum()), f"GPU 0 · stream {x.stream}")
+        for x in lanes
+        if x.stream is not None
+    )
+    assert set(rows[1:-1]) == {label for _, label in busy[-STREAM_LANES:]}
+    # Every bar is still drawn, each in its lane's row; the hover names the queue it ran on.
+    bars = sum(x.start_ns.size + x.run_start_ns.size for x in lanes)
+    assert timeline_bars(timeline) == bars
+    other = len(rows) - 1
+    quiet = {label for _, label in busy[:-STREAM_LANES]}
+    in_other = [
+        text
+        for trace in timeline["data"]
+        for y, text in zip(plotly_array(trace["y"]), trace["hovertext"], strict=True)
+        if y == other
+    ]
+    assert len(in_other) == sum(
+        x.start_ns.size + x.run_start_ns.size
+        for x in lanes
+        if f"GPU 0 · stream {x.stream}" in quiet
+    )
+    assert all(text.rsplit("<br>", 1)[-1] in quiet for text in in_other)
+    # The full list, a click away: every lane, busiest first.
+    listed = re.search(r"<details class='lanes'>.*?</details>", page, re.S)
+    assert listed is not None and listed[0].count("<tr><td") == 567
+    assert "All 567 lanes, busiest first" in listed[0]
+
+
+def test_backticks_are_code_and_durations_read_in_their_unit(tmp_path: Path) -> None:
+    diagnosis, _ = report_of(slow_loader_trace(), tmp_path / "report.html")
+    top = diagnosis.findings[0]
+    finding = msgspec.structs.replace(
+        top, title="call `torch.cuda.synchronize` less", lost_ns=19_426_203_000_000
+    )
+    verdict = msgspec.structs.replace(diagnosis.verdict, summary="profile after `torch.compile`")
+    page = html.render(msgspec.structs.replace(diagnosis, verdict=verdict, findings=[finding]))
+    assert "profile after <code>torch.compile</code>" in page
+    assert "call <code>torch.cuda.synchronize</code> less" in page
+    assert "`" not in re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    assert "5.4 h lost" in page and "19,426,203" not in page
+
+
+@pytest.mark.parametrize(
+    ("ns", "shown"),
+    [
+        (19_426_203_000_000, "5.4 h"),
+        (3_597_000_000_000, "1.0 h"),  # 59.95 min rounds to the hour
+        (754_000_000_000, "12.6 min"),
+        (59_990_000_000, "59.99 s"),
+        (4_561_000_000, "4.56 s"),
+        (999_999_000, "1.00 s"),
+        (12_345_000, "12.35 ms"),
+        (999_000, "999.0 µs"),
+        (3_200, "3.2 µs"),
+        (0, "0.00 ms"),
+    ],
+)
+def test_duration_is_written_in_the_unit_that_reads(ns: int, shown: str) -> None:
+    assert duration(ns) == shown
 
 
 def test_utilisation_of_many_ranks_is_a_row_each_not_overlapping_lines(tmp_path: Path) -> None:

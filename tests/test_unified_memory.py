@@ -55,7 +55,9 @@ def test_uvm_softmax_is_host_work_plus_page_migration() -> None:
 
 
 def test_uvm_softmax_without_its_scheduling_trace_is_honestly_unknown(tmp_path: Path) -> None:
-    """With the thread's CPU record removed, nothing says what the host did in the long gaps."""
+    """With the thread's CPU record removed, nothing says what the host did in the long gaps:
+    they are the costliest idle cause, stated as unexplained (a finding that is not fixed first:
+    its only fix is a better capture)."""
     import shutil
     import sqlite3
 
@@ -65,7 +67,8 @@ def test_uvm_softmax_without_its_scheduling_trace_is_honestly_unknown(tmp_path: 
         db.execute("DROP TABLE SCHED_EVENTS")
         db.execute("DROP TABLE COMPOSITE_EVENTS")
     d = diagnose(load(path))
-    assert next(f.cause for f in d.findings if f.pattern != "startup") == "unknown"
+    assert d.devices[0].idle.causes[0].cause == "unknown"
+    assert any(f.cause == "unknown" for f in d.findings)
     assert lost(d, "cpu_other") == 0
 
 

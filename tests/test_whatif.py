@@ -241,6 +241,6 @@ def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> Non
     shown = (
         f"fixing host_sync: step {c['before_step_ns'] / 1e6:,.2f} -&gt;"
         f" {c['predicted_step_ns'] / 1e6:,.2f} ms; measured after:"
-        f" {c['after_step_ns'] / 1e6:,.2f} ms ({c['error_pct']:+.1f}%)"
+        f" {c['after_step_ns'] / 1e6:,.2f} ms, the median of every step ({c['error_pct']:+.1f}%)"
     )
     assert shown in section.group(1), section.group(1)

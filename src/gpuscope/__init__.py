@@ -6,7 +6,7 @@ Public API::
     diagnosis = gpuscope.diagnose(job)       # pure analyses, typed results
     # Finding is the one finding type; the result types of the other entry points (a diff's
     # RunDiff, a gate's CheckOutcome, scaling and sweep reports, the rank analysis, a fleet
-    # table) are exported here too, all msgspec Structs
+    # table, a job diagnosed from per-rank summaries) are exported here too, all msgspec Structs
     # a Diagnosis is plain data: its DeviceReports, Verdict and Findings hold no trace, and
     # `gpuscope diagnose --json` saves it whole (gpuscope.diagnosis.saved reads it back)
 """
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gpuscope.compare.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import DeviceReport, Diagnosis, InputSummary, Options, diagnose
     from gpuscope.diagnosis.findings import Finding, Verdict
+    from gpuscope.distributed import JobDiagnosis
     from gpuscope.errors import GpuscopeError, InputError
     from gpuscope.fleet import FleetTable
     from gpuscope.model import Job, Trace
@@ -50,6 +51,7 @@ _HOME = {
     "ScalingReport": "gpuscope.compare.scaling",
     "SweepReport": "gpuscope.compare.scaling",
     "FleetTable": "gpuscope.fleet",
+    "JobDiagnosis": "gpuscope.distributed",
 }
 
 
@@ -72,6 +74,7 @@ __all__ = [
     "InputError",
     "InputSummary",
     "Job",
+    "JobDiagnosis",
     "Options",
     "RankAnalysis",
     "RunDiff",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
+    from numpy.typing import ArrayLike, NDArray
 
 S = TypeVar("S", bound=np.generic)
 
@@ -40,6 +40,40 @@ def among(values: NDArray[np.uint8], codes: Iterable[int]) -> NDArray[np.bool_]:
     for code in codes:
         mask |= values == code
     return mask
+
+
+def member(values: ArrayLike, pool: ArrayLike) -> NDArray[np.bool_]:
+    """``np.isin(values, pool)`` for integers, by a search in the sorted pool.
+
+    ``np.isin`` on integers whose range is wide (addresses, row numbers) sorts with
+    ``np.unique``, which imports ``numpy.ma`` (10 ms) the first time (see :func:`distinct`).
+    """
+    given = np.asarray(values)
+    pool = np.asarray(pool).ravel()
+    if pool.size == 0:
+        return np.zeros(given.shape, dtype=np.bool_)
+    ordered = np.sort(pool)
+    at = np.searchsorted(ordered, given)
+    np.minimum(at, ordered.size - 1, out=at)
+    found: NDArray[np.bool_] = ordered[at] == given
+    return found
+
+
+def median(values: ArrayLike) -> np.float64:
+    """``np.median(values)`` of a 1-d array, the same arithmetic (the middle value, or the mean
+    of the middle two, in float64; NaN where any value is NaN). ``np.median`` of floats checks
+    for NaN through ``numpy.ma``, importing it (10 ms) the first time."""
+    given = np.asarray(values).ravel()
+    n = given.shape[0]
+    if n == 0:
+        return np.float64(np.nan)
+    if given.dtype.kind == "f" and np.isnan(given).any():
+        return np.float64(np.nan)
+    half = n // 2
+    if n % 2:
+        return np.float64(np.partition(given, half)[half])
+    part = np.partition(given, (half - 1, half))
+    return np.float64((np.float64(part[half - 1]) + np.float64(part[half])) / 2)
 
 
 def bucket_edges(lo: int, hi: int, buckets: int) -> NDArray[np.int64]:

@@ -46,6 +46,20 @@ class _Commands(click.Group):
         command: click.Command = getattr(import_module(f"gpuscope.commands.{module}"), name)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            from difflib import get_close_matches
+
+            from gpuscope.sanitise import printable
+
+            near = get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
+            if near:  # a typo: say the command meant ("gpuscope diagnoze" -> diagnose)
+                ctx.fail(f"no such command {printable(name, 80)!r}; did you mean {near[0]!r}?")
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         from gpuscope._files import forget_inputs
         from gpuscope.readers._io import set_memory_budget

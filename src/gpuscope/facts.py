@@ -73,6 +73,12 @@ _GENERIC_AMD_NAME = re.compile(r"^(AMD\b)?\s*(Radeon(\s+Graphics)?|Instinct)?$",
 _MIG_NAME = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
 
 
+#: Architectures by what their tensor (matrix) cores take: none at all, or FP16 and not BF16.
+#: On these the 16-bit peak (``bf16_flops_per_s``) is an FP16 figure.
+NO_TENSOR_CORES = frozenset({"pascal", "maxwell"})
+FP16_ONLY = frozenset({"volta", "turing"})
+
+
 class GpuFacts(msgspec.Struct, frozen=True):
     """One GPU model's dense peak figures; ``None`` where the figure does not exist."""
 
@@ -93,6 +99,11 @@ class GpuFacts(msgspec.Struct, frozen=True):
     architecture: str | None = None
     host_link_bytes_per_s: float | None = None
     estimated: bool = False  # from the GPU's family, not its own row
+
+    @property
+    def sixteen_bit(self) -> str:
+        """What the 16-bit peak is a peak of: ``"FP16"`` on GPUs without BF16, else ``"BF16"``."""
+        return "FP16" if self.architecture in NO_TENSOR_CORES | FP16_ONLY else "BF16"
 
 
 def _float(text: str, scale: float) -> float | None:

@@ -31,12 +31,10 @@ from __future__ import annotations
 import glob
 import importlib
 import json
-import logging
 import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,10 +43,11 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import msgspec
 
-from gpuscope import causes
+from gpuscope import causes, engines
 from gpuscope._files import write_output
 from gpuscope.diagnosis import money
 from gpuscope.diagnosis.money import NS_PER_HOUR
+from gpuscope.engines import Engine
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -284,12 +283,6 @@ def _date(epoch: tuple[int, str] | None, mtime: int | None) -> tuple[str | None,
 # --- engines ------------------------------------------------------------------------------------
 
 
-class Engine(msgspec.Struct, frozen=True):
-    kind: str = "local"  # "local" | "ray"
-    workers: int | None = None  # processes (1: in this process) or a local Ray's CPUs; None: all
-    ray_address: str | None = None  # ray: an existing cluster; None starts a local one
-
-
 Progress = Callable[[str], None]
 
 
@@ -299,92 +292,18 @@ def run(
     gpu_hour_usd: float | None = None,
     on_done: Progress | None = None,
 ) -> FleetTable:
-    """Diagnose every input with ``engine``; rows come back in input order."""
+    """Diagnose every input with ``engine`` (:mod:`gpuscope.engines`); rows come back in input
+    order."""
     engine = engine or Engine()
     done = on_done or (lambda _path: None)
-    if engine.kind == "ray":
-        parts = _run_ray(inputs, engine, gpu_hour_usd, done)
-    elif engine.kind == "local":
-        parts = _run_local(inputs, engine.workers, gpu_hour_usd, done)
-    else:
-        raise ValueError(f"unknown engine {engine.kind!r}: local or ray")
+    with engines.session(engine, len(inputs)) as runner:
+        parts = runner.map(
+            diagnose_input, [(p, gpu_hour_usd) for p in inputs], lambda i: done(inputs[i])
+        )
     table = FleetTable()
     for part in parts:
         table.extend(part)
     return table
-
-
-def _run_local(
-    inputs: Sequence[str], workers: int | None, usd: float | None, done: Progress
-) -> list[FleetTable]:
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(inputs) <= 1:
-        results = []
-        for path in inputs:
-            results.append(diagnose_input(path, usd))
-            done(path)
-        return results
-    out: dict[int, FleetTable] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(inputs))) as pool:
-        futures = {pool.submit(diagnose_input, p, usd): i for i, p in enumerate(inputs)}
-        for future in as_completed(futures):
-            out[futures[future]] = future.result()
-            done(inputs[futures[future]])
-    return [out[i] for i in range(len(inputs))]
-
-
-def _run_ray(
-    inputs: Sequence[str], engine: Engine, usd: float | None, done: Progress
-) -> list[FleetTable]:
-    """Ray tasks on ``engine.ray_address``, or on a local Ray of ``engine.workers`` CPUs."""
-    import ray  # noqa: PLC0415 - optional extra
-
-    started = not ray.is_initialized()
-    if started and engine.ray_address is not None:
-        _require_listening(engine.ray_address)
-    if started:
-        local = engine.ray_address is None
-        ray.init(
-            address=engine.ray_address,
-            num_cpus=engine.workers if local else None,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
-    try:
-        task: Any = ray.remote(diagnose_input)
-        refs = [task.remote(p, usd) for p in inputs]
-        index = {ref: i for i, ref in enumerate(refs)}
-        out: dict[int, FleetTable] = {}
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            out[index[ready[0]]] = ray.get(ready[0])
-            done(inputs[index[ready[0]]])
-        return [out[i] for i in range(len(inputs))]
-    finally:
-        if started:
-            ray.shutdown()
-
-
-#: Seconds to wait for a Ray cluster's address to accept a connection.
-RAY_CONNECT_S = 5.0
-
-
-def _require_listening(address: str) -> None:
-    """One line when nothing listens at a Ray address: ``ray.init`` retries such an address for
-    minutes. ``auto`` and addresses that are not ``host:port`` are left to Ray."""
-    import socket  # noqa: PLC0415
-
-    target = address.removeprefix("ray://")
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
-    except OSError as error:
-        why = error.strerror or type(error).__name__
-        raise InputError(address, f"no Ray cluster answers at this address ({why})") from None
 
 
 # --- storage ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,6 +37,15 @@ _UNPRINTABLE = re.compile(
 _NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 #: The longest message (an error line, a path) shown whole.
 MAX_LINE_CHARS = 4000
+#: Fields of a result that hold gpuscope's own sentences (a headline, a finding's evidence and
+#: fix): they are shown whole, wrapped by the terminal, never cut at :data:`MAX_SHOWN_CHARS`;
+#: only a name inside them longer than that is shortened, in its middle.
+PROSE_FIELDS = frozenset(
+    {"summary", "title", "evidence", "fix", "bound_evidence", "price_source", "warnings", "notes"}
+)
+#: The longest sentence field shown (a bound on a result built by hand, not a length met).
+MAX_PROSE_CHARS = 100_000
+_LONG_WORD = re.compile(rf"\S{{{MAX_SHOWN_CHARS + 1},}}")
 
 
 def printable(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
@@ -47,39 +57,61 @@ def printable(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return _UNPRINTABLE.sub("\ufffd", text)
 
 
+def middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by an ellipsis: both ends
+    stay (the start of a path and the file, a kernel's namespace and its template arguments)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def printable_prose(text: str) -> str:
+    """A sentence of gpuscope's own, safe to show: as :func:`printable`, but whole; only a word
+    (a name from a trace) longer than :data:`MAX_SHOWN_CHARS` is shortened in its middle."""
+    if len(text) > MAX_SHOWN_CHARS:
+        text = _LONG_WORD.sub(lambda word: middle(word.group(), MAX_SHOWN_CHARS), text)
+    return printable(text, MAX_PROSE_CHARS)
+
+
 def sanitised(result: T) -> T:
     """A copy of a result (a msgspec struct) whose strings are all :func:`printable`."""
     cleaned: T = _clean(result)
     return cleaned
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: Any, prose: bool = False) -> Any:
     """``value`` with its strings printable: the same object where nothing changes (a diagnosis
     of a long trace holds millions of strings and lists, and copying them all took more memory
-    than the analysis)."""
+    than the analysis). ``prose``: the value is (or holds) sentences of a :data:`PROSE_FIELDS`
+    field."""
     if isinstance(value, enum.Enum):  # a str enum is a str: kept as it is
         return value
     if isinstance(value, str):
         if len(value) <= MAX_SHOWN_CHARS and _UNPRINTABLE.search(value) is None:
             return value
-        return printable(value)
+        return printable_prose(value) if prose else printable(value)
     if isinstance(value, msgspec.Struct):
         names = value.__struct_fields__
-        old = [getattr(value, f) for f in names]
-        new = _cleaned_items(old)
-        if new is old:
+        new = [_clean(getattr(value, f), f in PROSE_FIELDS) for f in names]
+        if all(a is getattr(value, f) for a, f in zip(new, names, strict=True)):
             return value
         return msgspec.structs.replace(value, **dict(zip(names, new, strict=True)))
     if isinstance(value, list):
-        if all(type(v) is int or type(v) is float for v in value):
-            return value  # a series of numbers (the drawn timeline, the step table): no text
-        return _cleaned_items(value)
+        if _plain(value):
+            return value  # numbers (the drawn timeline, the step table), names already printable
+        return _cleaned_items(value, prose)
     if isinstance(value, tuple):
         items = _cleaned_items(list(value))
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
+        if _plain(value.keys()) and _plain(value.values()):
+            return value
         pairs = [(_clean(k), _clean(v)) for k, v in value.items()]
         if all(k is k2 and v is v2 for (k, v), (k2, v2) in zip(pairs, value.items(), strict=True)):
             return value
@@ -87,12 +119,31 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _cleaned_items(items: list[Any]) -> list[Any]:
+#: The types of items :func:`_plain` checks as a whole (a ``bool`` is an ``int``: kept as is).
+_SCALARS = frozenset({int, float, bool, type(None)})
+_SCALARS_AND_TEXT = _SCALARS | {str}
+
+
+def _plain(items: Collection[Any]) -> bool:
+    """Whether every item is a number, None or a printable string: then nothing in ``items``
+    changes. Checked a whole list at a time (a device's idle gaps name a location each, tens of
+    thousands of them, mostly None): the strings are joined by line feeds, which
+    :data:`_UNPRINTABLE` lets through, and searched once."""
+    types = set(map(type, items))
+    if types <= _SCALARS:
+        return True
+    if not types <= _SCALARS_AND_TEXT:
+        return False
+    texts = [v for v in items if type(v) is str]
+    return max(map(len, texts)) <= MAX_SHOWN_CHARS and _UNPRINTABLE.search("\n".join(texts)) is None
+
+
+def _cleaned_items(items: list[Any], prose: bool = False) -> list[Any]:
     """The items cleaned: ``items`` itself where none changes."""
     for i, item in enumerate(items):
-        cleaned = _clean(item)
+        cleaned = _clean(item, prose)
         if cleaned is not item:
-            return [*items[:i], cleaned, *(_clean(rest) for rest in items[i + 1 :])]
+            return [*items[:i], cleaned, *(_clean(rest, prose) for rest in items[i + 1 :])]
     return items
 
 

@@ -26,6 +26,24 @@ def ms_or_s(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms" if ns < 1e9 else f"{ns / 1e9:,.3f} s"
 
 
+def duration(ns: float) -> str:
+    """A span of time in the unit that reads: ``5.4 h``, ``12.5 min``, ``4.56 s``, ``12.35 ms``,
+    ``3.2 µs``. Hours and minutes keep one decimal and seconds two (three figures are what a
+    reader compares); below a millisecond the figure is kept in µs rather than written
+    ``0.00 ms``. For a table column that must line up, use :func:`ms`."""
+    size = abs(ns)
+    # Each threshold is where the smaller unit would round up to the larger (59.95 min: 1.0 h).
+    if size >= 59.95 * 60e9:
+        return f"{ns / 3600e9:,.1f} h"
+    if size >= 59.995e9:
+        return f"{ns / 60e9:.1f} min"
+    if size >= 999.995e6:
+        return f"{ns / 1e9:.2f} s"
+    if size >= 999.95e3 or size == 0:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e3:.1f} µs"
+
+
 def pct(value: float | None) -> str:
     """``12.3%``, or ``n/a`` when the share is not known (None or NaN)."""
     return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"

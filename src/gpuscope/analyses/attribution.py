@@ -12,7 +12,9 @@ How idle time is explained, looking at the host thread that launched the work en
    capture, a slow first step; see :mod:`gpuscope.analyses.phases`) claims the idle time inside
    it, on any thread: it is paid once per process and is not the host's steady-state work;
 1. a blocking host activity claims the idle time it overlaps, in this order: checkpoint, data
-   loader, collective wait, allocator call, host-to-device copy the host waits for, sync;
+   loader, collective wait, allocator call, host-to-device copy the host waits for, sync; but
+   not in a gap whose next work was already queued before the gap began (rule 4 decides it:
+   the host being blocked did not delay work that was already launched);
 2. in what is left, a synchronisation (or ``cudaFree``) that returned just as it began: the host
    emptied the queue and then spent the time on its own work before launching again;
 3. else a short gap that ends in an on-demand unified-memory migration: the driver servicing a
@@ -50,11 +52,12 @@ from gpuscope.analyses.intervals import (
     gaps,
     intersection,
     last_containing,
+    union,
 )
 from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.causes import idle_causes
-from gpuscope.model import Kind, Trace
+from gpuscope.model import Events, Kind, Trace
 
 #: Gaps up to this long with nothing blocking the host are launch overhead.
 SHORT_GAP_NS = 50_000
@@ -259,24 +262,45 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
     thread_activity = host.activity[thread_rows]
     pieces: list[_Segments] = []
 
-    # Blocking host activities claim the idle time they overlap, in the order of CLAIMS.
-    remaining = Intervals(gap.start, gap.end)
     rows_of: dict[HostActivity, NDArray[np.int64]] = {}
     present = np.bincount(thread_activity, minlength=len(HostActivity))
-    for activity, c in CLAIMS:
+    for activity, _ in CLAIMS:
         rows = thread_rows[thread_activity == activity] if present[activity] else thread_rows[:0]
         rows_of[activity] = rows
-        if rows.size == 0 or len(remaining) == 0:
+    # Blocking host activities claim the idle time they overlap, in the order of CLAIMS, except
+    # in gaps whose next work was already queued when they began (see :func:`queued_before`):
+    # only a collective the host waits for claims those too, as the queued work waits for the
+    # same collective (its stream waits on the collective's event).
+    queued = queued_before(ev, gap.launcher, gap.start, gap.end)
+    unlaunched = (gap.launcher < 0) & (gap.after_row >= 0) & ~queued
+    if unlaunched.any():
+        blocked = host.intervals(np.concatenate(list(rows_of.values())))
+        queued |= unlaunched & _within(blocked, gap.start, gap.end)
+    remaining = Intervals(gap.start[~queued], gap.end[~queued])
+    waiting = Intervals(gap.start[queued], gap.end[queued])
+    for activity, c in CLAIMS:
+        rows = rows_of[activity]
+        if rows.size == 0:
             continue
-        claimed = intersection(remaining, host.intervals(rows))
-        if len(claimed):
-            remaining = difference(remaining, claimed)
-            decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
-            pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
-
+        held = host.intervals(rows)
+        pools = [remaining, waiting] if activity is HostActivity.COMM_WAIT else [remaining]
+        for k, pool in enumerate(pools):
+            claimed = intersection(pool, held)
+            if len(claimed):
+                pools[k] = difference(pool, claimed)
+                decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
+                pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
+        remaining = pools[0]
+        if len(pools) > 1:
+            waiting = pools[1]
+    if len(waiting):
+        remaining = union(
+            np.concatenate([remaining.start_ns, waiting.start_ns]),
+            np.concatenate([remaining.end_ns, waiting.end_ns]),
+        )
     # What is left is decided by the rules, from the gap each piece belongs to and what the
     # thread was doing just before and during it.
-    ctx = GapContext(work, host, gap, remaining, thread_rows, thread_activity, rows_of)
+    ctx = GapContext(work, host, gap, queued, remaining, thread_rows, thread_activity, rows_of)
     size = ctx.start.size
     cause = np.full(size, _CODE[UNKNOWN], dtype=np.uint8)
     decider = np.full(size, -1, dtype=np.int64)
@@ -292,6 +316,34 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
         ctx.undecided[take] = False
     pieces.append(_Segments(ctx.start, ctx.end, cause, decider))
     return _Segments.concat(pieces)
+
+
+def queued_before(
+    ev: Events, launcher: NDArray[np.int64], start_ns: NDArray[np.int64], end_ns: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Per gap: the work that ends it was launched more than QUEUED_NS before it began.
+
+    Such a gap is not the host's doing, whatever the host was blocked in meanwhile: the next
+    work was already in the device's queue, so a host that returned at once would not have
+    made it start sooner. This is the common case while the host waits in a sync at the end of
+    a step (``torch.cuda.synchronize()``, a profiler's stop): the device drains its queue, and
+    the bubbles between the queued kernels are the device's own (launch latency, or a dependency
+    the trace does not show), not the sync's."""
+    launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], end_ns)
+    return (launcher >= 0) & (launch_ns < start_ns - QUEUED_NS)
+
+
+def _within(
+    blocked: Intervals, start_ns: NDArray[np.int64], end_ns: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Per gap: one blocking host call began before it and had not returned when the work after
+    it started. A host thread blocked in a call launches nothing, so that work was launched
+    before the call (its launch is outside the trace) or by another thread: it was queued, and
+    the call did not delay it. Only the gap that ends after the call returns can be the call's."""
+    if len(blocked) == 0:
+        return np.zeros(start_ns.size, dtype=np.bool_)
+    i = np.searchsorted(blocked.start_ns, start_ns, side="right") - 1
+    return (i >= 0) & (blocked.end_ns[np.maximum(i, 0)] > end_ns)
 
 
 # --- the rules ----------------------------------------------------------------------------------
@@ -320,6 +372,7 @@ class GapContext:
         work: DeviceWork,
         host: HostIndex,
         gap: _Gaps,
+        gap_queued: NDArray[np.bool_],
         pieces: Intervals,
         thread_rows: NDArray[np.int64],
         thread_activity: NDArray[np.uint8],
@@ -338,6 +391,9 @@ class GapContext:
         self.after_class = gap.after_class[index]
         self.launcher = gap.launcher[index]
         self.after_row = gap.after_row[index]
+        #: Per piece: the work after it was queued before its gap began (:func:`queued_before`,
+        #: or launched unseen before a blocking call that spans the gap).
+        self.queued = gap_queued[index]
         self.undecided = np.ones(self.start.size, dtype=bool)
 
     def none(self) -> NDArray[np.int64]:
@@ -380,13 +436,6 @@ class GapContext:
         after = self.after_row
         found = on_demand_migration(self.host.trace, np.maximum(after, 0))
         return found & (after >= 0)
-
-    @cached_property
-    def queued(self) -> NDArray[np.bool_]:
-        """Per piece: the work after it was launched more than QUEUED_NS before its gap began."""
-        ev, launcher = self.ev, self.launcher
-        launch_ns = np.where(launcher >= 0, ev.start_ns[np.maximum(launcher, 0)], self.end)
-        return (launcher >= 0) & (launch_ns < self.gap_start - QUEUED_NS)
 
     @cached_property
     def host_op(self) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:

@@ -41,7 +41,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import among
+from gpuscope._arrays import among, distinct
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
 from gpuscope.classify import NamePattern, is_communication
 from gpuscope.facts import GpuFacts
@@ -312,7 +312,7 @@ def _estimates(
     estimated = kernels[kind[kernels] != KernelKind.COMMUNICATION]
     del kernels, of_op, matched
     position = np.searchsorted(ops, op_of_kernel[estimated])
-    needed = np.unique(position)
+    needed = distinct(position)
     op_flops = np.full(ops.size, np.nan)
     op_bytes = np.full(ops.size, np.nan)
     op_precision = np.full(ops.size, None, dtype=object)

@@ -31,13 +31,11 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope.analyses.bounds import Bound, KernelBounds
 from gpuscope.analyses.counters import LATENCY_BOUND_PCT, FamilyBound, MeasuredBounds
-from gpuscope.analyses.intervals import union
 from gpuscope.analyses.timeline import DeviceWork
 from gpuscope.model import CounterSeries, Kind
 
@@ -230,15 +228,13 @@ def apply_counter_series(
         if family is not None and family.bound is not None:
             bound[k] = Bound[family.bound.upper()]
             measured[k] = True
-    dur = ev.dur_ns[rows]
-    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
-    by_bound = {b: union(starts[bound == b], ends[bound == b]).total_ns for b in Bound}
-    return MeasuredBounds(
-        bounds=msgspec.structs.replace(bounds, bound=bound, time_ns_by_bound=by_bound),
-        measured=measured,
-        measured_ns=int(dur[measured].sum()),
-        kernel_ns=int(dur[kernel].sum()),
-        matched_names=[f.name for f in families],
+    return MeasuredBounds.replacing(
+        bounds,
+        ev,
+        bound,
+        measured,
+        kernel,
+        [f.name for f in families],
         source=_source(series),
         evidence=[f"{f.name} ({f.kernels:,} launches): {f.evidence}" for f in families[:5]],
         families=families,

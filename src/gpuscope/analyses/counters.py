@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from gpuscope.analyses.bounds import Bound, KernelBounds
 from gpuscope.analyses.intervals import union
 from gpuscope.analyses.timeline import DeviceWork
-from gpuscope.model import CounterKernel, KernelCounters, Kind
+from gpuscope.model import CounterKernel, Events, KernelCounters, Kind
 
 LATENCY_BOUND_PCT = 60.0
 NO_BOUND_PCT = 80.0
@@ -264,6 +264,36 @@ class MeasuredBounds(msgspec.Struct, frozen=True):
     def measured_share_pct(self) -> float | None:
         return 100.0 * self.measured_ns / self.kernel_ns if self.kernel_ns else None
 
+    @classmethod
+    def replacing(
+        cls,
+        bounds: KernelBounds,
+        ev: Events,
+        bound: NDArray[np.uint8],
+        measured: NDArray[np.bool_],
+        kernel: NDArray[np.bool_],
+        matched_names: list[str],
+        source: str = "ncu",
+        evidence: list[str] | None = None,
+        families: list[FamilyBound] | None = None,
+    ) -> MeasuredBounds:
+        """``bounds`` with ``bound`` (per row) in their place, ``measured`` marking the rows whose
+        bound counters gave, and the time per bound recomputed from the new bounds."""
+        rows = bounds.rows
+        dur = ev.dur_ns[rows]
+        starts, ends = ev.start_ns[rows], ev.end_ns[rows]
+        by_bound = {b: union(starts[bound == b], ends[bound == b]).total_ns for b in Bound}
+        return cls(
+            bounds=msgspec.structs.replace(bounds, bound=bound, time_ns_by_bound=by_bound),
+            measured=measured,
+            measured_ns=int(dur[measured].sum()),
+            kernel_ns=int(dur[kernel].sum()),
+            matched_names=matched_names,
+            source=source,
+            evidence=evidence or [],
+            families=families or [],
+        )
+
 
 _TO_BOUND = {
     Limiter.COMPUTE: Bound.COMPUTE,
@@ -304,16 +334,7 @@ def apply_counters(bounds: KernelBounds, work: DeviceWork, index: CounterIndex) 
         bound[k] = new
         measured[k] = True
         matched[stat.name] = None
-    dur = ev.dur_ns[rows]
-    starts, ends = ev.start_ns[rows], ev.end_ns[rows]
-    by_bound = {b: union(starts[bound == b], ends[bound == b]).total_ns for b in Bound}
-    return MeasuredBounds(
-        bounds=msgspec.structs.replace(bounds, bound=bound, time_ns_by_bound=by_bound),
-        measured=measured,
-        measured_ns=int(dur[measured].sum()),
-        kernel_ns=int(dur[kernel].sum()),
-        matched_names=list(matched),
-    )
+    return MeasuredBounds.replacing(bounds, ev, bound, measured, kernel, list(matched))
 
 
 # --- kernel names -------------------------------------------------------------------------------

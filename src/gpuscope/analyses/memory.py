@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.memory_sites import (
     ACTIVATIONS,
     CATEGORIES,
@@ -141,7 +141,7 @@ class _Device:
         seg_rows = np.flatnonzero(record.segments.device == device)
         self.seg_sizes = record.segments.size_bytes[seg_rows]
         blocks = record.blocks
-        self.block_rows = np.flatnonzero(np.isin(blocks.segment, seg_rows))
+        self.block_rows = np.flatnonzero(member(blocks.segment, seg_rows))
         self.stacks = StackFacts(record.frames, record.stacks)
         self.backward = any(
             self.stacks.phase(int(x)) == "backward" for x in distinct(self.ev.stack)
@@ -157,8 +157,8 @@ class _Device:
             freeing = MemoryAction.FREE_REQUESTED
         delta = np.where(action == MemoryAction.ALLOC, size, 0)
         delta -= np.where(action == freeing, size, 0)
-        grow = np.isin(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
-        shrink = np.isin(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
+        grow = member(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
+        shrink = member(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
         rdelta = np.where(grow, size, 0) - np.where(shrink, size, 0)
         blocks = self.record.blocks
         held = blocks.state[self.block_rows] != BlockState.INACTIVE
@@ -523,7 +523,7 @@ def _timeline(
     n = len(ev)
     if not n:
         return []
-    starts = np.unique(np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)[:-1])
+    starts = distinct(np.linspace(0, n, min(n, TIMELINE_POINTS) + 1).astype(np.int64)[:-1])
     bucket = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
     highest = np.maximum.reduceat(allocated, starts)
     at_max = np.flatnonzero(allocated == highest[bucket])

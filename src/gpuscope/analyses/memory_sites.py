@@ -217,9 +217,16 @@ def top_sites(live: Live, stacks: StackFacts, *, rise: bool) -> list[MemorySite]
     rows = np.flatnonzero(live.recorded) if rise else np.arange(live.size.size)
     if not rows.size:
         return []
-    per_stack: dict[int, list[int]] = {}
-    for r in rows:
-        per_stack.setdefault(int(live.stack[r]), []).append(int(r))
+    # The rows of each stack, stacks in the order their first row comes.
+    of_row = live.stack[rows]
+    order = np.argsort(of_row, kind="stable")
+    ordered = of_row[order]
+    first = np.ones(order.size, dtype=np.bool_)
+    first[1:] = ordered[1:] != ordered[:-1]
+    begins = np.flatnonzero(first)
+    ends = np.append(begins[1:], order.size)
+    groups = sorted(zip(begins.tolist(), ends.tolist(), strict=True), key=lambda g: order[g[0]])
+    per_stack = {int(ordered[b]): rows[order[b:e]] for b, e in groups}
     # (file, function) -> line -> [bytes, blocks, per-category bytes, best stack, confidence]
     grouped: dict[tuple[str, str], dict[int, list[int]]] = {}
     chains: dict[tuple[str, str, int], tuple[int, int]] = {}
@@ -234,8 +241,10 @@ def top_sites(live: Live, stacks: StackFacts, *, rise: bool) -> list[MemorySite]
         cell = grouped.setdefault(key, {}).setdefault(line, [0, 0, *([0] * len(CATEGORIES)), 0, 0])
         cell[0] += total
         cell[1] += len(members)
-        for c, b in zip(live.category[members], sizes, strict=True):
-            cell[2 + int(c)] += int(b)
+        per_category = np.zeros(len(CATEGORIES), dtype=np.int64)
+        np.add.at(per_category, live.category[members], sizes)
+        for c, b in enumerate(per_category.tolist()):
+            cell[2 + c] += b
         cell[-1] = max(cell[-1], int(live.confidence[members].max()))
         cell[-2] = max(cell[-2], int(sizes.max()))
         best = chains.get((*key, line))

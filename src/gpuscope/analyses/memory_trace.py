@@ -110,12 +110,20 @@ def _user_frame(location: str) -> MemoryFrame:
 def _annotations(trace: Trace) -> list[MemoryAnnotation]:
     ev = trace.events
     rows = np.flatnonzero(ev.of_kind(Kind.ANNOTATION))
+    # Each distinct name searched once (a profile records the same few ranges every step).
+    ids = ev.name_id[rows]
+    used = distinct(ids)
+    phase = np.zeros(len(trace.names), dtype=np.bool_)
+    phase[used] = [_PHASE_ANNOTATION.search(trace.names[i]) is not None for i in used.tolist()]
+    rows = rows[phase[ids]]
     found = [
-        MemoryAnnotation(
-            trace.names[int(ev.name_id[r])], -1, int(ev.start_ns[r]), int(ev.end_ns[r])
+        MemoryAnnotation(trace.names[i], -1, start, end)
+        for i, start, end in zip(
+            ev.name_id[rows].tolist(),
+            ev.start_ns[rows].tolist(),
+            ev.end_ns[rows].tolist(),
+            strict=True,
         )
-        for r in rows.tolist()
-        if _PHASE_ANNOTATION.search(trace.names[int(ev.name_id[r])])
     ]
     return sorted(found, key=lambda a: a.start_ns)
 

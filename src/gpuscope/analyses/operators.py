@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.attribution import IdleAttribution
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
@@ -174,7 +174,7 @@ def host_scopes(trace: Trace) -> HostScopes:
     else:
         source = "nn.Module"
     if module_ids:
-        scope_rows.append(python[np.isin(ev.name_id[python], module_ids)])
+        scope_rows.append(python[member(ev.name_id[python], module_ids)])
     scopes = HostScopes(
         trace=trace,
         thread_keys=distinct(_thread_key(ev.pid[host], ev.tid[host])),

@@ -42,7 +42,6 @@ from __future__ import annotations
 import re
 from enum import Enum
 from functools import cache, lru_cache
-from statistics import median
 
 import msgspec
 import numpy as np
@@ -266,7 +265,7 @@ def _silences(trace: Trace, host: HostIndex, lo: int, hi: int) -> Intervals:
     if hi - lo < SILENCE_MIN_NS:
         return Intervals.empty()
     marks = np.concatenate([ev.start_ns[rows], ev.end_ns[rows], [lo, hi]])
-    marks = np.unique(np.clip(marks, lo, hi))
+    marks = distinct(np.clip(marks, lo, hi))
     step = np.diff(marks)
     long = np.flatnonzero(step >= SILENCE_MIN_NS)
     return Intervals(marks[long].astype(np.int64), marks[long + 1].astype(np.int64))
@@ -356,7 +355,24 @@ def _slow_first_calls(trace: Trace) -> list[Phase]:
     waiting on results. Only the outermost op counts (its children are the same set-up), and
     only one that calls the runtime inside."""
     ev = trace.events
-    ops = np.flatnonzero((ev.kind == Kind.CPU_OP) & (ev.dur_ns >= CONTEXT_MIN_NS))
+    all_ops = np.flatnonzero(ev.kind == Kind.CPU_OP)
+    # The calls of one operator on one thread, in row order: each one's first row and count.
+    key = ev.name_id[all_ops].astype(np.int64) << 32 | (
+        ev.tid[all_ops].astype(np.int64) & 0xFFFFFFFF
+    )
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    first = np.ones(order.size, dtype=np.bool_)
+    first[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, order.size))
+    firsts = all_ops[order[starts]]
+    long_first = (ev.dur_ns[firsts] >= CONTEXT_MIN_NS) & (counts >= 2)
+    group_of = {
+        int(r): (int(b), int(n))
+        for r, b, n in zip(firsts[long_first], starts[long_first], counts[long_first], strict=True)
+    }
+    ops = np.sort(firsts[long_first])
     # Set-up for the device calls the runtime: an op that makes no runtime call (a cast on the
     # CPU, a first ``torch.load``) is the host's own work, whatever its first call costs.
     runtime = np.flatnonzero(ev.kind == Kind.RUNTIME)
@@ -366,11 +382,8 @@ def _slow_first_calls(trace: Trace) -> list[Phase]:
     for r in ops.tolist():
         if int(ev.start_ns[r]) < covered_until:
             continue
-        same = np.flatnonzero(
-            (ev.name_id == ev.name_id[r]) & (ev.kind == Kind.CPU_OP) & (ev.tid == ev.tid[r])
-        )
-        if same.size < 2 or same[0] != r:
-            continue
+        begin, calls = group_of[r]
+        same = all_ops[order[begin : begin + calls]]
         later = ev.dur_ns[same[1:]]
         lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
         inside = runtime[(runtime_starts >= lo) & (runtime_starts < hi)]
@@ -410,7 +423,7 @@ def _silent_before_generated(trace: Trace, host: HostIndex) -> list[Phase]:
     for pid, tid in {(int(ev.pid[r]), int(ev.tid[r])) for r in firsts.tolist()}:
         thread = host.rows_of_thread(pid, tid)
         thread = thread[ev.device[thread] < 0]
-        marks = np.unique(np.concatenate([ev.start_ns[thread], ev.end_ns[thread]]))
+        marks = distinct(np.concatenate([ev.start_ns[thread], ev.end_ns[thread]]))
         if marks.size < 2:
             continue
         step = np.diff(marks)
@@ -486,7 +499,7 @@ def _runtime_phases(trace: Trace, host: HostIndex, runtime: NDArray[np.int64]) -
             same = mine[ev.name_id[mine] == ev.name_id[r]]
             position = int(np.searchsorted(same, r))
             later = ev.dur_ns[same[2:]]
-            far_longer = later.size < 3 or ev.dur_ns[r] >= CONTEXT_RATIO * median(later.tolist())
+            far_longer = later.size < 3 or ev.dur_ns[r] >= CONTEXT_RATIO * _median(later.tolist())
             if position < 2 and far_longer:
                 found.append(
                     Phase(WarmupKind.CONTEXT_INIT, int(ev.start_ns[r]), int(ev.end_ns[r]), r)
@@ -581,7 +594,7 @@ def _first_step(trace: Trace) -> list[Phase]:
     if len(steps) < 4:
         return []
     first = steps[0].dur_ns
-    typical = float(median([s.dur_ns for s in steps[1:]]))
+    typical = float(_median([s.dur_ns for s in steps[1:]]))
     if first > 2 * typical and first - typical >= FIRST_STEP_MIN_NS:
         return [Phase(WarmupKind.FIRST_STEP, steps[0].start_ns, steps[0].end_ns, -1)]
     return []
@@ -721,3 +734,14 @@ def cut(trace: Trace, start_ns: int, end_ns: int | None = None) -> Trace:
         warnings=list(trace.warnings),
         metadata=dict(trace.metadata),
     )
+
+
+def _median(values: list[int]) -> float:
+    """``statistics.median`` of a non-empty list (the middle value, or the mean of the middle
+    two), without importing :mod:`statistics` (and :mod:`random`, :mod:`fractions` with it: ~6
+    ms of start-up)."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[half]
+    return (ordered[half - 1] + ordered[half]) / 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -66,11 +66,29 @@ class Number(click.ParamType[float]):
 #: A price or cost in USD.
 PRICE = Number(0.0)
 
+
+def _known_gpu(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--gpu`` name the facts table knows, or one line and exit 2: a name that matches no
+    GPU would otherwise be ignored without a word, and the peaks and price stay unknown."""
+    if value is None:
+        return None
+    from gpuscope.facts import family_facts, match_device
+
+    if match_device(value) is None and family_facts(value) is None:
+        say(
+            f"gpuscope: error: --gpu {value!r} is not a GPU gpuscope knows"
+            " (data/gpu_facts.csv): give a name such as 'H100 SXM', 'A100-SXM4-80GB' or 'MI300X'"
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    return value
+
+
 #: Options several trace commands share, defined once.
 gpu_option = click.option(
     "--gpu",
     "gpu_name",
     metavar="NAME",
+    callback=_known_gpu,
     help="The GPU's name (e.g. 'H100 SXM', 'A100-SXM4-80GB') when the trace does not name it.",
 )
 whole_option = click.option(
@@ -187,6 +205,75 @@ def write_rendered(output: Path | None, renderer: Renderer[S], subject: S) -> bo
         return True
     write_output(output, data if data.endswith(b"\n") else data + b"\n")
     return False
+
+
+def output_options(formats: Collection[str], what: str) -> Callable[[F], F]:
+    """``-o/--output`` and ``--format``, as ``diagnose`` has them, for a command whose renderers
+    (one registry of :mod:`gpuscope.render.base`) are ``formats``; ``what`` names its result."""
+    from pathlib import Path
+
+    suffixes = ", ".join(sorted({k for k, v in _suffix_formats().items() if v in formats}))
+    output = click.option(
+        "-o",
+        "--output",
+        type=click.Path(path_type=Path),
+        help=f"Write the {what} to this file in the format its suffix names ({suffixes}) or"
+        " --format names ('-': stdout).",
+    )
+    chosen = click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(list(formats)),
+        help="The format of -o's file, or of stdout without -o (default: -o's suffix, else the"
+        " terminal's).",
+    )
+
+    def decorate(func: F) -> F:
+        return output(chosen(func))
+
+    return decorate
+
+
+def _suffix_formats() -> dict[str, str]:
+    from gpuscope.render.base import SUFFIX_FORMATS
+
+    return SUFFIX_FORMATS
+
+
+def chosen_format(output: Path | None, output_format: str | None, formats: Collection[str]) -> str:
+    """The format ``-o`` and ``--format`` name (:func:`gpuscope.render.base.format_of`); a suffix
+    or a format this output has not is a usage error naming the ones it has."""
+    from gpuscope.render.base import format_of
+
+    try:
+        return format_of(None if output is None else str(output), output_format, formats)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'-o' / '--output'") from None
+
+
+def write_chosen(
+    renderers: Mapping[str, Callable[[], Renderer[S]]],
+    subject: S,
+    output: Path | None,
+    output_format: str | None,
+    chosen: str,
+) -> bool:
+    """Write ``subject`` as ``-o`` / ``--format`` asked (``chosen``: :func:`chosen_format`), the
+    renderer taken from ``renderers`` (a registry of :mod:`gpuscope.render.base`). True when it
+    went to stdout: it is then the command's only output; False when nothing was asked or it
+    went to a file (the terminal's report is then shown as without them)."""
+    from pathlib import Path
+
+    from gpuscope.sanitise import sanitised
+
+    if output is None and output_format is None:
+        return False
+    target = output or Path("-")
+    if str(target) == "-" and chosen == "terminal":
+        show(renderers[chosen](), subject)
+        return True
+    text = chosen in ("terminal", "markdown")  # no escape sequences from the inputs
+    return write_rendered(target, renderers[chosen](), sanitised(subject) if text else subject)
 
 
 def show(renderer: Renderer[S], subject: S, *, all_devices: bool = False) -> None:

@@ -43,14 +43,16 @@ def annotate(path: Path, output: Path, gpu_hour_usd: float | None) -> None:
     from gpuscope.diagnosis import Options, diagnose
     from gpuscope.readers import load
     from gpuscope.readers._io import memory_budget, read_bytes
-    from gpuscope.readers.kineto import WHOLE_DOCUMENT_FACTOR, NotStreamableError
+    from gpuscope.readers.kineto import NotStreamableError
+    from gpuscope.render.annotate import WHOLE_DOCUMENT_FACTOR, annotate_file
     from gpuscope.render.annotate import annotate as annotated
-    from gpuscope.render.annotate import annotate_file
 
     job = load(path, prefetch=prefetch)
     _require_chrome_traces(path, [(t.source, t.format) for t in job.traces])
+    sources = [t.source for t in job.traces]
     result = diagnose(job, Options(gpu_hour_usd=gpu_hour_usd))
-    for source, target in _targets(path, output, [t.source for t in job.traces]).items():
+    del job  # the copies need the diagnosis only: the model's table goes before they are written
+    for source, target in _targets(path, output, sources).items():
         compress = target.name.endswith(".gz")
         try:  # read and written a piece at a time: a trace of gigabytes is never held whole
             write_output(target, annotate_file(Path(source), result, source, compress=compress))
@@ -71,7 +73,8 @@ def _require_chrome_traces(path: Path, traces: list[tuple[str, str]]) -> None:
         if format_name != "kineto":
             raise UnknownFormatError(
                 source,
-                f"an {format_name} timeline, and only Kineto (Chrome-trace JSON) is annotated",
+                f"holds a timeline in the {format_name} format, and only Kineto (Chrome-trace"
+                " JSON) timelines are annotated",
             )
 
 

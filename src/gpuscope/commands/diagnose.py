@@ -11,6 +11,7 @@ from gpuscope.commands._common import (
     gpu_option,
     input_errors_exit,
     max_memory_option,
+    missing_extra,
     prefetched,
     rendered,
     say,
@@ -67,6 +68,15 @@ FORMATS = list(DIAGNOSIS_RENDERERS)
     is_flag=True,
     help="Do not replay each finding's fix to predict its saving (a little faster).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    help="Diagnose a folder of per-rank traces rank by rank: each rank reduced to a summary of"
+    " a few KB on a local process pool or on Ray, the job diagnosed from the summaries"
+    " (default: the whole job in this process).",
+)
+@click.option("--workers", type=click.IntRange(min=1), help="--engine: processes (default: cores).")
+@click.option("--ray-address", help="--engine ray: an existing cluster (default: a local one).")
 @input_errors_exit
 def diagnose(
     path: Path,
@@ -81,8 +91,22 @@ def diagnose(
     label: str | None,
     whole: bool,
     no_predict: bool,
+    engine: str | None,
+    workers: int | None,
+    ray_address: str | None,
 ) -> None:
     """Diagnose a trace file, or a folder of per-rank traces of one job."""
+    if engine is not None:
+        others = {"-o": output, "--format": output_format, "--save": save or label}
+        given = [name for name, value in others.items() if value] + ["--all-devices"] * all_devices
+        if given:
+            raise click.UsageError(f"--engine shows the terminal or writes --json, not {given[0]}")
+        if ray_address and engine != "ray":
+            raise click.UsageError("--ray-address needs --engine ray")
+        run_job(path, json_out, engine, workers, ray_address, (top, gpu_hour_usd, whole, gpu_name))
+        return
+    if workers is not None or ray_address is not None:
+        raise click.UsageError("--workers and --ray-address go with --engine")
     try:
         chosen = format_of(None if output is None else str(output), output_format, FORMATS)
     except ValueError as error:
@@ -117,6 +141,45 @@ def demo(json_out: Path | None) -> None:
         run_diagnose(path, json_out)
 
 
+def run_job(
+    path: Path,
+    json_out: Path | None,
+    engine: str,
+    workers: int | None,
+    ray_address: str | None,
+    settings: tuple[int, float | None, bool, str | None],
+) -> None:
+    """``diagnose --engine``: the job's ranks reduced on the engine, the job diagnosed from
+    their summaries (:mod:`gpuscope.distributed`); each rank that could not be read is named in
+    one line on stderr, and the job is diagnosed from the others."""
+    import importlib.util
+
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        missing_extra("--engine ray", "ray", "ray")
+    from rich.progress import Progress
+
+    from gpuscope.diagnosis import Options
+    from gpuscope.distributed import diagnose_job, rank_files
+    from gpuscope.engines import Engine
+    from gpuscope.render import base, console
+
+    top, gpu_hour_usd, whole, gpu = settings
+    options = Options(top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, gpu=gpu)
+    files = rank_files(path) if path.is_dir() else [path]
+    with Progress(transient=True, console=console(stderr=True)) as bar:
+        task = bar.add_task("reading ranks", total=len(files))
+        job = diagnose_job(
+            path, Engine(engine, workers, ray_address), options, lambda _i: bar.advance(task)
+        )
+    for file, why in job.failed:
+        say(f"gpuscope: warning: {file}: rank not read ({why}); the job is diagnosed without it")
+    to_stdout = False
+    if json_out is not None:
+        to_stdout = write_json(json_out, rendered(base.JobJson(), job))
+    if not to_stdout:
+        show(base.JobTerminal(), job)
+
+
 def run_diagnose(
     path: Path,
     json_out: Path | None,
@@ -143,8 +206,15 @@ def run_diagnose(
     from gpuscope.render import base
     from gpuscope.sanitise import sanitised
 
+    # The charts' series are computed only when a renderer that draws or saves them runs.
+    charts = json_out is not None or (output is not None and output_format != "terminal")
     options = Options(
-        top_kernels=top, gpu_hour_usd=gpu_hour_usd, whole=whole, predict=predict, gpu=gpu
+        top_kernels=top,
+        gpu_hour_usd=gpu_hour_usd,
+        whole=whole,
+        predict=predict,
+        gpu=gpu,
+        charts=charts,
     )
     result = diagnose(load(path, prefetch=prefetch), options)
     # The diagnosis is shown (or written) first: a history that cannot take the run (locked,

@@ -3,6 +3,7 @@ report on it. The work lives in :mod:`gpuscope.fleet`; these commands parse, cal
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from gpuscope.commands._common import EXIT_BAD_INPUT, PRICE, input_errors_exit, 
 from gpuscope.names import plural
 
 if TYPE_CHECKING:
-    from gpuscope.fleet import Engine, FleetTable
+    from gpuscope.engines import Engine
+    from gpuscope.fleet import FleetTable
 
 
 @click.command()
@@ -49,11 +51,19 @@ def fleet(
     import msgspec
 
     from gpuscope import fleet as lib
+    from gpuscope.engines import Engine
 
+    unmatched = [p for p in inputs if not lib.is_url(p) and not glob.glob(p, recursive=True)]
+    if len(unmatched) == len(inputs):
+        # Nothing to diagnose at all (a glob that matched nothing, a path that is not there): a
+        # table of error rows and exit 0 would read as a fleet that was diagnosed.
+        listed = ", ".join(repr(p) for p in unmatched)
+        say(f"gpuscope: error: {listed}: no file or folder matches; no job to diagnose")
+        sys.exit(EXIT_BAD_INPUT)
     stored = lib.read(out)
     wanted = lib.expand(inputs)
     todo = lib.pending(wanted, stored)
-    fresh = _run(todo, lib.Engine(engine, workers, ray_address), gpu_hour_usd)
+    fresh = _run(todo, Engine(engine, workers, ray_address), gpu_hour_usd)
     lib.store(fresh, out)  # merged with the table as it is now (another run may have written)
     failed = sum(j.status != "ok" for j in fresh.jobs)
     skipped = len(wanted) - len(todo)

@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuscope.commands._common import input_errors_exit, rendered, say, show, write_json
+from gpuscope.commands._common import (
+    chosen_format,
+    input_errors_exit,
+    output_options,
+    rendered,
+    say,
+    show,
+    write_chosen,
+    write_json,
+)
+from gpuscope.render.base import HISTORY_RENDERERS
 
 if TYPE_CHECKING:
     from gpuscope.compare.diff import RunSummary
@@ -34,9 +44,18 @@ if TYPE_CHECKING:
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the runs as JSON ('-')."
 )
+@output_options(HISTORY_RENDERERS, "runs")
 @input_errors_exit
-def history(label: str | None, limit: int, metric: str | None, json_out: Path | None) -> None:
+def history(
+    label: str | None,
+    limit: int,
+    metric: str | None,
+    json_out: Path | None,
+    output: Path | None,
+    output_format: str | None,
+) -> None:
     """List saved runs (filter by label) and the trend of a metric."""
+    chosen = chosen_format(output, output_format, HISTORY_RENDERERS)
     from gpuscope.compare.diff import all_metric_names, metric_names
     from gpuscope.errors import InputError
     from gpuscope.history import History
@@ -52,6 +71,8 @@ def history(label: str | None, limit: int, metric: str | None, json_out: Path | 
         raise InputError(path, f"no run has the metric {metric!r}; known: {known}")
     saved = SavedRuns(runs, metric)
     if json_out is not None and write_json(json_out, rendered(HistoryJson(), saved)):
+        return
+    if write_chosen(HISTORY_RENDERERS, saved, output, output_format, chosen):
         return
     show(HistoryTerminal(), saved)
 

@@ -9,6 +9,7 @@ protocol's channel: nothing else may write to it. See ``docs/mcp.md``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from importlib import import_module
 from typing import Any, TypeVar
@@ -62,7 +63,13 @@ def build_server() -> Any:
     from gpuscope.errors import InputError
 
     server_class, tool_error = _sdk()
-    server = server_class("gpuscope", instructions=INSTRUCTIONS)
+    from gpuscope import __version__
+
+    # The client's initialize answer names the server and its version (mcp 2 takes it; mcp 1's
+    # FastMCP has no such argument and reports the SDK's own).
+    versioned = "version" in inspect.signature(server_class).parameters
+    extra = {"version": __version__} if versioned else {}
+    server = server_class("gpuscope", instructions=INSTRUCTIONS, **extra)
     session = _agent.Session()
 
     def answer(call: Callable[[], T]) -> T:

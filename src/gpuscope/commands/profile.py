@@ -92,8 +92,11 @@ def profile(
             say(f"gpuscope: {problem}")
         said = (result.script_error or "").strip()
         if said and "\n" not in said:  # raise SystemExit("message"): its words, not "see above"
-            _fail(f"the script failed (exit status {result.exit_code}): {said}")
-        _fail(f"the script failed (exit status {result.exit_code}); see its output above")
+            _fail(f"the script failed (exit status {result.exit_code}): {said}", result.exit_code)
+        _fail(
+            f"the script failed (exit status {result.exit_code}); see its output above",
+            result.exit_code,
+        )
     if problem:
         _fail(problem)
 
@@ -129,6 +132,8 @@ def _diagnose(
     return None
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """One line, then exit: with the script's own status when the script failed (a wrapper in a
+    job scheduler or a shell ``&&`` chain reads it as it would without gpuscope), else 2."""
     say(f"gpuscope: error: {message}")
-    sys.exit(EXIT_BAD_INPUT)
+    sys.exit(exit_code if 0 < exit_code < 256 else EXIT_BAD_INPUT)

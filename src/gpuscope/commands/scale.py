@@ -10,11 +10,15 @@ from gpuscope.commands._common import (
     PERCENT,
     PRICE,
     Number,
+    chosen_format,
     input_errors_exit,
+    output_options,
     rendered,
     show,
+    write_chosen,
     write_json,
 )
+from gpuscope.render.base import SCALING_RENDERERS
 
 
 @click.command()
@@ -46,6 +50,7 @@ from gpuscope.commands._common import (
     is_flag=True,
     help="Compare runs whose kernel mixes differ (by default they are refused: not one workload).",
 )
+@output_options(SCALING_RENDERERS, "report")
 @input_errors_exit
 def scale(
     runs: tuple[Path, ...],
@@ -55,11 +60,14 @@ def scale(
     gpu_hour_usd: float | None,
     json_out: Path | None,
     force: bool,
+    output: Path | None,
+    output_format: str | None,
 ) -> None:
     """Compare runs of one job at different GPU counts (each a trace or a folder of ranks):
     speed-up, efficiency per GPU, and where the loss goes (compute, communication, idle)."""
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (a trace or a folder of ranks each)")
+    chosen = chosen_format(output, output_format, SCALING_RENDERERS)
     from gpuscope.compare.scaling import ScalingOptions, scaling
     from gpuscope.readers import load
     from gpuscope.render.base import ScalingJson, ScalingTerminal
@@ -67,5 +75,7 @@ def scale(
     options = ScalingOptions(units_per_step, units, threshold, gpu_hour_usd, force)
     report = scaling([load(run) for run in runs], options)
     if json_out is not None and write_json(json_out, rendered(ScalingJson(), report)):
+        return
+    if write_chosen(SCALING_RENDERERS, report, output, output_format, chosen):
         return
     show(ScalingTerminal(), report)

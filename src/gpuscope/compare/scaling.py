@@ -483,7 +483,18 @@ def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
         and largest.memory_bytes > knee_point.memory_bytes
     ):
         freed = largest.memory_bytes - knee_point.memory_bytes
-    found = _sweep_findings(knee_point, largest, freed, memory_source)
+    top = max(points, key=lambda p: p.throughput_per_s)
+    if top.throughput_per_s > knee_point.throughput_per_s * (1 + options.tolerance_pct / 100):
+        # A latency limit, not a throughput plateau, set the knee: larger batches do buy
+        # throughput, and the rule says how much; "buys latency, not throughput" would contradict
+        # the table.
+        rule += (
+            f"; batch {top.batch} gives {top.throughput_per_s / knee_point.throughput_per_s:,.1f}x"
+            f" its throughput at {top.step_ns / 1e6:,.2f} ms a step"
+        )
+        found = []
+    else:
+        found = _sweep_findings(knee_point, largest, freed, memory_source)
     return SweepReport(
         batch_source=batch_source,
         max_latency_ms=options.max_latency_ms,

@@ -31,7 +31,13 @@ from gpuscope.analyses.phases import (
     startup_phases,
     steady_window,
 )
-from gpuscope.analyses.ranks import Participant, RankAnalysis, analyse_ranks
+from gpuscope.analyses.ranks import (
+    Participant,
+    RankAnalysis,
+    RankSummary,
+    analyse_ranks,
+    summarise,
+)
 from gpuscope.analyses.timeline import (
     DeviceWork,
     KernelStat,
@@ -82,6 +88,9 @@ class Options(msgspec.Struct, frozen=True):
     predict: bool = True  # replay each finding's fix for its predicted saving (analyses.whatif)
     whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
+    #: Compute the job's timeline and utilisation series (``Diagnosis.drawn``): the HTML report
+    #: draws them and ``--json`` saves them; a command that only prints to a terminal skips them.
+    charts: bool = True
 
 
 class InputSummary(msgspec.Struct, frozen=True):
@@ -115,6 +124,14 @@ class DeviceReport(msgspec.Struct, frozen=True):
     series: DeviceSeries  # what the reports draw of this device
     counters: MeasuredBounds | None = None  # set when an ncu report measured some kernels
     views: DeviceViews | None = None  # device time per module path and per operator
+    #: Time spent spinning inside collectives for a late peer with nothing else running: busy on
+    #: the timeline (HTA counts it so), but waiting, not work (set from the rank analysis).
+    peer_wait_ns: int = 0
+
+    @property
+    def busy_pct(self) -> float:
+        """Share of the span doing work: the timeline's busy time less the waiting for peers."""
+        return self.temporal.pct(self.temporal.busy_ns - self.peer_wait_ns)
 
 
 class Diagnosis(msgspec.Struct, frozen=True):
@@ -159,37 +176,34 @@ class TimelineDiagnosis(msgspec.Struct, frozen=True):
     diagnosis: Diagnosis
     gpu_hour_usd: float | None  # the price the timelines' devices gave, and its source
     price_source: str
+    #: One per device, when asked for (``summarise_from``): what the cross-rank analysis of a
+    #: job read on many workers needs of this job's devices (:mod:`gpuscope.distributed`).
+    summaries: list[RankSummary] = msgspec.field(default_factory=list)
 
 
 def diagnose_timelines(
     job: Job,
     options: Options,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None = None,
+    summarise_from: int | None = None,
 ) -> TimelineDiagnosis:
     """The diagnosis of the job's timelines; ``adjust`` revises each device's kernel bounds
-    first (with measured counters).
+    first (with measured counters). ``summarise_from``: also reduce each device to a
+    ``RankSummary``, numbering the ranks no trace names from it (the job is part of a larger one).
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    contexts: list[TraceContext] = []
-    startup: list[StartupEvidence] = []
-    memory_hosts: list[tuple[Trace, HostIndex]] = []  # whole traces that record allocations
-    for given in job.traces:
-        context, left_out = _analysed(given, options, adjust)
-        if given.memory is not None:  # read over the whole trace, start-up included
-            memory_hosts.append((given, host_activity(given) if left_out else context.host))
-        contexts.append(context)
-        startup += [left_out] if left_out is not None else []
+    contexts, startup, memory_hosts = _traces_analysed(job, options, adjust)
     traces = [c.trace for c in contexts]
     evidence = [e for c in contexts for e in c.devices]
     devices = [e.report for e in evidence]
     works = [e.work for e in evidence]
     kinds = [k for d in devices for k in next((c.kinds for c in d.idle.causes if c.kinds), [])]
-    declared = max((t.world_size or 0 for t in job.traces), default=0)
-    gpus = world_size(evidence, declared)
+    gpus = world_size(evidence, max((t.world_size or 0 for t in job.traces), default=0))
     gpu_hour_usd, price_source = price(evidence, options.gpu_hour_usd)
-    participants = _participants(contexts, devices, works)
+    participants = _participants(contexts, devices, works, summarise_from or 0)
     ranks = _ranks(devices, participants)
+    devices = _with_peer_waits(devices, ranks)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
     memory, memory_found = _memory(memory_hosts, options)
@@ -221,7 +235,9 @@ def diagnose_timelines(
     # Memory findings cost bytes, not time: after the time findings, outside verdict and prices.
     found = found + memory_found
     kernel_unit, kernel_ns = kernel_time(works, [d.steps for d in devices])
-    charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices]) if works else None
+    charts = None
+    if works and options.charts:
+        charts = drawn(works, [d.idle for d in devices], [d.bounds for d in devices])
     result = Diagnosis(
         source=job.source,
         inputs=[_input_summary(t, devices) for t in traces],
@@ -237,7 +253,37 @@ def diagnose_timelines(
         kernel_ns=kernel_ns,
         memory=memory,
     )
-    return TimelineDiagnosis(result, gpu_hour_usd, price_source)
+    reduced = [summarise(p) for p in participants] if summarise_from is not None else []
+    return TimelineDiagnosis(result, gpu_hour_usd, price_source, reduced)
+
+
+def _traces_analysed(
+    job: Job,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+) -> tuple[list[TraceContext], list[StartupEvidence], list[tuple[Trace, HostIndex]]]:
+    """Each trace analysed (:func:`_analysed`), what start-up each left out, and the whole
+    traces that record allocations with their host index (what the memory section reads)."""
+    contexts: list[TraceContext] = []
+    startup: list[StartupEvidence] = []
+    memory_hosts: list[tuple[Trace, HostIndex]] = []
+    for given in job.traces:
+        context, left_out = _analysed(given, options, adjust)
+        if given.memory is not None:  # read over the whole trace, start-up included
+            memory_hosts.append((given, host_activity(given) if left_out else context.host))
+        contexts.append(context)
+        startup += [left_out] if left_out is not None else []
+    return contexts, startup, memory_hosts
+
+
+def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Participant]:
+    """The job's devices as :func:`diagnose_timelines` analyses them (each trace cut to its
+    steady state unless ``options.whole``), one participant per device: what a straggler's
+    detail is read from when its rank is read again on a worker (:mod:`gpuscope.distributed`)."""
+    contexts = [_analysed(given, options, None)[0] for given in job.traces]
+    evidence = [e for c in contexts for e in c.devices]
+    devices, works = [e.report for e in evidence], [e.work for e in evidence]
+    return _participants(contexts, devices, works, first_rank)
 
 
 def _memory(
@@ -292,17 +338,30 @@ def _ranks(devices: list[DeviceReport], participants: list[Participant]) -> Rank
     return analyse_ranks(participants)
 
 
+def _with_peer_waits(devices: list[DeviceReport], ranks: RankAnalysis | None) -> list[DeviceReport]:
+    """Each device's report with its rank's waiting for late peers (see ``peer_wait_ns``)."""
+    if ranks is None:
+        return devices
+    waits = {(r.source, r.device): r.exposed_wait_ns or 0 for r in ranks.ranks}
+    return [
+        msgspec.structs.replace(d, peer_wait_ns=waits.get((d.source, d.device), 0)) for d in devices
+    ]
+
+
 def _participants(
-    contexts: list[TraceContext], devices: list[DeviceReport], works: list[DeviceWork]
+    contexts: list[TraceContext],
+    devices: list[DeviceReport],
+    works: list[DeviceWork],
+    first_rank: int = 0,
 ) -> list[Participant]:
     """One participant per device report; ranks a trace does not name are numbered in file
-    order."""
+    order (from ``first_rank``)."""
     host_of = {c.trace.source: c.host for c in contexts}
     return [
         Participant(
             report=d,
             work=work,
-            rank=d.rank if d.rank is not None else position,
+            rank=d.rank if d.rank is not None else first_rank + position,
             host=host_of.get(d.source),
         )
         for position, (d, work) in enumerate(zip(devices, works, strict=True))

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.bounds import Bound
 from gpuscope.analyses.intervals import difference, union
 from gpuscope.analyses.timeline import WorkClass
@@ -87,7 +88,7 @@ def _copy_groups(e: DeviceEvidence) -> dict[str, NDArray[np.bool_]]:
     over_link = e.bounds.bound == Bound.TRANSFER
     names = e.work.trace.names
     ids = ev.name_id[rows]
-    used = np.unique(ids[over_link]) if over_link.any() else np.zeros(0, dtype=np.int32)
+    used = distinct(ids[over_link]) if over_link.any() else np.zeros(0, dtype=np.int32)
     um_names = np.zeros(len(names), dtype=np.bool_)
     um_names[used] = [names[i].startswith("Unified Memory") for i in used.tolist()]
     um = over_link & um_names[ids]
@@ -141,7 +142,7 @@ def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
             pageable += int(ev.pageable[picked].sum())
             pinned += _pinned(e, picked)
             compute = e.work.rows[e.work.work_class == WorkClass.COMPUTE]
-            side += int(np.isin(ev.stream[picked], ev.stream[compute], invert=True).sum())
+            side += int((~member(ev.stream[picked], ev.stream[compute])).sum())
             if peak and e.facts is not None:
                 link = e.facts.interconnect if direction == CopyDirection.P2P else "the host link"
                 link_bw = peak

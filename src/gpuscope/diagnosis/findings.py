@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope import causes
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.attribution import CAUSES, LocationStat
 from gpuscope.analyses.bounds import Bound, KernelKind, exclusive_by_bound
 from gpuscope.analyses.whatif import Prediction
@@ -119,19 +119,24 @@ NO_SAVING_PCT = 0.5
 #: Causes whose time is no waste to fix per step: one-time start-up, paid once per process
 #: (data/causes.csv's ``waits_for`` = startup).
 _ONE_TIME = causes.waiting_for("startup")
+#: Causes whose time nothing in the trace explains (``waits_for`` = unexplained): their remedy is a
+#: better capture, which by itself saves no step time, so they cannot be fixed first.
+_UNEXPLAINED = causes.waiting_for("unexplained")
 
 
 def worth_pct(f: Finding) -> float:
     """What fixing ``f`` saves, as a share: of the step, when its fix was replayed (under
     :data:`NO_SAVING_PCT`: nothing); else of device time, the time it measured (what the finding
     itself estimates fixing saves, for busy-time findings). One-time start-up saves nothing per
-    step, whatever its length."""
+    step, whatever its length; nor does time nothing explains, whose only fix is to re-profile."""
     if f.prediction is not None:
         p = f.prediction
         share = 100.0 * max(p.saving_ns_per_step, 0.0) / p.step_ns if p.step_ns else 0.0
         return share if share >= NO_SAVING_PCT else 0.0
-    if f.cause in _ONE_TIME or f.pattern == "startup" or f.memory_bytes is not None:
-        return 0.0  # start-up is paid once; a memory finding is priced in bytes, not time
+    if f.cause in _ONE_TIME | _UNEXPLAINED or f.pattern == "startup" or f.memory_bytes is not None:
+        # Start-up is paid once; unexplained time has no fix to price; a memory finding is priced
+        # in bytes, not time.
+        return 0.0
     return f.share_pct
 
 
@@ -177,13 +182,16 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
         note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
         # Time that is no waste (one-time start-up, paid once per process) has no dollars.
         saving: int | None = lost if row.waste else None
+        pattern = row.pattern
         h2d = copies["h2d"]
         if cause == "h2d_copy" and h2d.exposed_ns:
+            pattern = _copy_pattern(h2d.exposed_ns, lost, pattern)
             note += h2d.notes("host-to-device")
             saving = lost + (h2d.saving_ns or 0)
             lost += h2d.exposed_ns
         um = copies["um"]
         if cause == "page_migration" and um.exposed_ns:
+            pattern = _copy_pattern(um.exposed_ns, lost, pattern)
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
             service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
@@ -193,8 +201,15 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
             lost += um.exposed_ns
         if cause == "page_migration":
             note += fault_notes(evidence)
-        raw.append((row.pattern, cause, lost, count, locations, note, saving))
+        raw.append((pattern, cause, lost, count, locations, note, saving))
     return raw
+
+
+def _copy_pattern(copy_ns: int, idle_ns: int, idle_pattern: str) -> str:
+    """The tag of a copy finding: ``copy_bound`` when most of its time is copies the device runs
+    with nothing else (the GPU is busy moving data: a "held but idle" tag would contradict a
+    99%-busy device), its idle cause's tag when most is idle gaps waiting for them."""
+    return "copy_bound" if copy_ns > idle_ns else idle_pattern
 
 
 def _copy_raw(copies: dict[str, CopyStat]) -> list[RawFinding]:
@@ -325,7 +340,7 @@ def graph_launched(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
     ids = ev.name_id[launches[known]]
     graph_ids = [i for i in distinct(ids).tolist() if "GraphLaunch" in trace.names[i]]
     if graph_ids:  # most traces launch no graph: nothing more to look up
-        found[known] = np.isin(ids, graph_ids)
+        found[known] = member(ids, graph_ids)
     return found
 
 

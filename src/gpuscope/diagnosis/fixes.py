@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from gpuscope import causes
+from gpuscope import causes, facts
 from gpuscope.analyses.ranks import StragglerStat
 from gpuscope.diagnosis.copies import CopyStat
 
@@ -36,8 +36,8 @@ class Hardware(NamedTuple):
 
 
 #: Architectures by what their tensor (matrix) cores take.
-_NO_TENSOR_CORES = frozenset({"pascal", "maxwell"})
-_FP16_ONLY = frozenset({"volta", "turing"})
+_NO_TENSOR_CORES = facts.NO_TENSOR_CORES
+_FP16_ONLY = facts.FP16_ONLY
 _FP8 = frozenset({"hopper", "blackwell", "cdna3", "cdna4"})
 
 #: The fix template of every cause (data/causes.csv); :func:`advice` sharpens it with evidence.

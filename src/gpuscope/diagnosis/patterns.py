@@ -12,6 +12,7 @@ from collections.abc import Iterable
 #: pattern -> what it means, in one line.
 PATTERNS: dict[str, str] = {
     "ghost_gpu": "the GPU is held but idle, waiting for the host (data, syncs, launches)",
+    "copy_bound": "the device is busy moving data (host, peer or page copies), not computing",
     "latency_mirage": "time that looks like work is waiting: for communication or a late peer",
     "bloated_context": "more memory traffic or batch than the work needs",
     "tensor_cores_unused": "matrix math in FP32 that tensor cores would run several times faster",

@@ -34,6 +34,7 @@ import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind
 from gpuscope.analyses.host import HostActivity
@@ -227,7 +228,7 @@ def _with_prediction(f: Finding, p: Prediction, gpu_hour_usd: float | None, gpus
     share = _share(p)
     hour = money.per_gpu_hour(share, gpu_hour_usd)
     if share == 0.0 and p.note is None:
-        p = replace(p, note=D2H_WAITED_NOTE if f.cause == "d2h_copy" else NO_SAVING_NOTE)
+        p = replace(p, note=NO_SAVING_NOTES.get(f.cause, NO_SAVING_NOTE))
     return replace(
         f,
         prediction=p,
@@ -243,12 +244,24 @@ D2H_WAITED_NOTE = (
     "the host waits for these copies at its syncs: the host_sync finding's fix (the value read"
     " every N steps, or not at all) removes them and their operators, so this one adds nothing"
 )
+#: Why exposed communication's replay saves nothing: the replay starts each collective at its
+#: launch, and a collective launched after the compute it could hide behind (a manual
+#: ``all_reduce`` after ``backward()``) then still runs alone. Its time is on the step's critical
+#: path; only an earlier launch (DDP's buckets during backward) hides it, and when its data is
+#: ready the trace does not say, so no saving is priced.
+LAUNCHED_LATE_NOTE = (
+    "the collectives are launched after the compute they could overlap, so starting each at its"
+    " launch hides nothing; launching them earlier (during backward) would, by an amount the"
+    " trace cannot time (the fix's bound is an upper limit, not a prediction)"
+)
 #: Why a finding's fix saves nothing, when the replay says so and nothing more specific does.
 NO_SAVING_NOTE = (
     f"the replay shortens the step by less than {NO_SAVING_PCT}%: with this time removed each"
     " step still waits about as long for other work (the host's own time, the device's work,"
     " another cause's waits), so the time it names is not on the step's critical path"
 )
+#: The more specific reason, for causes that have one.
+NO_SAVING_NOTES = {"d2h_copy": D2H_WAITED_NOTE, "exposed_communication": LAUNCHED_LATE_NOTE}
 
 
 def copy_only_ops(trace: Trace) -> NDArray[np.int64]:
@@ -293,7 +306,7 @@ def _enclosing(trace: Trace, top: NDArray[np.int64], calls: NDArray[np.int64]) -
     t_start, t_end = ev.start_ns[top], ev.end_ns[top]
     at = np.searchsorted(t_start, ev.start_ns[calls], side="right") - 1
     ok = (at >= 0) & (t_end[np.maximum(at, 0)] >= ev.end_ns[calls])
-    return np.unique(at[ok])
+    return distinct(at[ok])
 
 
 def _inputs(

@@ -252,13 +252,14 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
 
 
-def _duration(ns: float) -> str:
+def _duration(ns: float, gpu: str = "") -> str:
+    """A duration in the unit that reads; ``gpu="GPU-"`` names GPU time (summed over GPUs)."""
     seconds = ns / 1e9
     if seconds >= 5400:
-        return f"{seconds / 3600:,.1f} h"
+        return f"{seconds / 3600:,.1f} {gpu}h"
     if seconds >= 120:
-        return f"{seconds / 60:,.0f} min"
-    return f"{seconds:,.0f} s"
+        return f"{seconds / 60:,.0f} {gpu}min"
+    return f"{seconds:,.0f} {gpu}s"
 
 
 def _gpu_evidence(g: GpuUtilisation) -> str:
@@ -315,10 +316,15 @@ def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Pri
     unused = [g for g in gpus if g.worked is False]
     held_ns = sum(g.held_idle.dur_ns for g in gpus if g.held_idle is not None)
     n = len(gpus)
-    text = (
-        f"{bound}, from sampled utilisation ({n} GPU{'s' if n != 1 else ''},"
-        f" {_duration(covered)} sampled, no timeline): "
+    # Wall time and GPU time named apart: 8 GPUs sampled for 55 s are 7 GPU-minutes.
+    wall_ns = max(g.end_ns for g in gpus) - min(g.start_ns for g in gpus) if gpus else 0
+    sampled = (
+        f", {_duration(covered)} sampled"
+        if n == 1
+        else f" over {_duration(wall_ns)}, {_duration(covered, 'GPU-')} sampled"
     )
+    gpus_word = f"{n} GPU{'s' if n != 1 else ''}"
+    text = f"{bound}, from sampled utilisation ({gpus_word}{sampled}, no timeline): "
     if busy is None:
         text += "no utilisation or SM activity was recorded, only memory"
     else:

@@ -12,7 +12,9 @@
  * until the array's ``]``. ``hurry`` is a flag byte another thread sets once it waits for the
  * result: inflating then moves to a thread of its own (POSIX). A gzip file whose text passes
  * ``max_text`` bytes, or a scan whose columns and window would pass ``max_bytes``, raises
- * LimitError(("text" | "memory", bytes so far)); a read that fails raises OSError.
+ * LimitError(("text" | "memory", bytes so far)); a text after the array that would pass it once
+ * decoded (TAIL_FACTOR times its length) is not scanned (ValueError); a read that fails raises
+ * OSError.
  *
  * header      the text before the ``"traceEvents"`` key
  * tail        the text after the array's ``]`` (the document's other keys)
@@ -1665,6 +1667,13 @@ static Py_ssize_t events_start(const char *text, Py_ssize_t length, Py_ssize_t f
 
 /* The largest header searched for the events array before giving up (as the Python reader). */
 #define HEADER_LIMIT ((Py_ssize_t)64 << 20)
+/* The text after the events array (the document's other keys) is decoded whole in Python: held
+ * here and there, copied while closed as a JSON object, then decoded into objects. Against the
+ * budget it counts this many times its length (gpuscope.readers._scan.TAIL_FACTOR); a longer one
+ * (a second events array, junk) is not scanned: the whole-document reader, within its own
+ * bound, says what the file is. */
+#define TAIL_FACTOR 8
+#define TAIL_TOO_LONG "the text after the events array is longer than the scanner keeps"
 
 typedef struct {
     Text header, tail; /* the document around the events array (Text used as a plain buffer) */
@@ -1705,11 +1714,19 @@ static int scan_source(Source *src, Scan *s, Outcome *out, Py_ssize_t piece, Inf
         if (out->done) {
             if (buffer_append(&out->tail, consumed, src->length - used) < 0) return -1;
             source_drop(src, src->length);
-            while (!src->ended) { /* the rest of the document */
+            while (!src->ended) { /* the rest of the document, within the memory budget */
+                if (TAIL_FACTOR * out->tail.length + scan_bytes(s) > s->max_bytes) {
+                    s->error = TAIL_TOO_LONG;
+                    return UNSUPPORTED;
+                }
                 if (source_fill(src, piece, error) < 0 ||
                     buffer_append(&out->tail, src->text, src->length) < 0)
                     return -1;
                 source_drop(src, src->length);
+            }
+            if (TAIL_FACTOR * out->tail.length + scan_bytes(s) > s->max_bytes) {
+                s->error = TAIL_TOO_LONG;
+                return UNSUPPORTED;
             }
             break;
         }
@@ -1946,7 +1963,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 8
+#define KSCAN_VERSION 9
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

@@ -44,7 +44,7 @@ from gpuscope.readers._io import (
 #: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
 #: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
 #: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
-SCANNER_VERSION = 8
+SCANNER_VERSION = 9
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan
@@ -65,6 +65,10 @@ FEED_BYTES = 128 << 10
 #: columns), with the interpreter's own ~150 MB beside. Measured: benchmarks/memory.py.
 SCAN_SHARE = 0.4
 BASELINE_BYTES = 150 << 20
+#: The text after the events array (the document's other keys) is decoded whole: it counts this
+#: many times its length against the columns' share (``TAIL_FACTOR`` in ``_kscan.c``); a longer
+#: one goes to the whole-document reader, within that reader's bound.
+TAIL_FACTOR = 8
 #: Whether scans run on threads of their own. Off where processes already use every core (a
 #: folder read in parallel).
 threaded = True
@@ -145,7 +149,23 @@ def too_big(path: Path, kind: str, amount: int) -> InputError:
     (the budget: ``amount`` is what the columns took when the read stopped)."""
     if kind == "text":
         return inflated_too_much(path, amount)
-    return over_budget(path, f"its events' columns passed {size_text(amount)} while read")
+    # The figure that broke the budget is the columns' share of it, named with how it follows
+    # from the budget: the bytes read when the scan stopped are far below the budget itself.
+    share = (
+        f"{SCAN_SHARE:.0%} of what the budget leaves beside the program's own"
+        f" {size_text(BASELINE_BYTES)}"
+        if memory_budget() > BASELINE_BYTES + (1 << 20) / SCAN_SHARE
+        else f"the least a read gets: the budget is below the program's own"
+        f" {size_text(BASELINE_BYTES)}"
+    )
+    limit = scan_limit()
+    # The scanner stops before its next block would pass the limit: what it holds then can be
+    # less than the limit, and is said only when it is the larger figure.
+    held = f"; {size_text(amount)} when the read stopped" if amount > limit else ""
+    return over_budget(
+        path,
+        f"its events' columns would outgrow the {size_text(limit)} they may take ({share}){held}",
+    )
 
 
 def decompressed_pieces(path: Path, state: TextState) -> Iterator[bytes]:

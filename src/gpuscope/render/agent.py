@@ -40,7 +40,7 @@ def answer(d: Diagnosis) -> dict[str, Any]:
                 "rank": r.rank,
                 "device": r.device,
                 "name": r.info.name,
-                "busy_pct": _round(r.temporal.pct(r.temporal.busy_ns), 1),
+                "busy_pct": _round(r.busy_pct, 1),
             }
             for r in d.devices[:COMPACT_ROWS]
         ],

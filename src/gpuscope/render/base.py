@@ -9,6 +9,8 @@ The subject is one of these results:
   :class:`AnnotatedTrace` (which also needs the trace's own bytes, to add to them);
 * a :class:`Comparison` of two runs: :class:`DiffTerminal`, :class:`DiffJson`,
   :class:`DiffHtml`;
+* a :class:`~gpuscope.distributed.JobDiagnosis` (``diagnose --engine``): :class:`JobTerminal`,
+  :class:`JobJson`;
 * a :class:`~gpuscope.fleet.FleetSummary`: :class:`FleetTerminal`, :class:`FleetHtml`;
 * :class:`SavedRuns` (the history's runs and a metric's trend): :class:`HistoryTerminal`,
   :class:`HistoryJson`;
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from gpuscope.compare.diff import RunDiff
     from gpuscope.compare.scaling import ScalingReport, SweepReport
     from gpuscope.diagnosis import Diagnosis
+    from gpuscope.distributed import JobDiagnosis
     from gpuscope.fleet import FleetSummary
     from gpuscope.history import StoredRun
 
@@ -171,6 +174,22 @@ class DiffHtml:
             raise ValueError("an HTML comparison draws both diagnoses: a saved run has none")
         page_options = html.HtmlOptions(label_chars=options.label_chars)
         return html.render_diff(subject.before, subject.after, page_options, change=subject.change)
+
+
+class JobTerminal:
+    def render(self, subject: JobDiagnosis, options: RenderOptions) -> str:
+        from gpuscope.render import job  # noqa: PLC0415
+
+        console, out = _console(options)
+        job.render_job(subject, console)
+        return out.getvalue()
+
+
+class JobJson:
+    def render(self, subject: JobDiagnosis, options: RenderOptions) -> bytes:
+        from gpuscope.render import job  # noqa: PLC0415
+
+        return _indented(job.job_document(subject))
 
 
 class FleetTerminal:

@@ -40,7 +40,8 @@ from gpuscope.compare.diff import (
 )
 from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
-from gpuscope.names import percentage_change, plural
+from gpuscope.names import percentage_change, plural, short_kernel_names
+from gpuscope.render.fit import middle, name_room, number_column
 
 SCHEMA = "gpuscope/diff-1"
 HISTORY_SCHEMA = "gpuscope/history-1"
@@ -103,7 +104,7 @@ def prediction_line(c: PredictionCheck) -> str:
     return (
         f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
         f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
-        f" {c.after_step_ns / 1e6:,.2f} ms ({c.error_pct:+.1f}%)"
+        f" {c.after_step_ns / 1e6:,.2f} ms, the median of every step ({c.error_pct:+.1f}%)"
     )
 
 
@@ -223,7 +224,7 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     if alone is not None:
         console.print(Text(f"({alone})", style="dim"))
     if d.kernels:
-        console.print(_kernels_table(d))
+        console.print(_kernels_table(d, console.width))
 
 
 def _steps(s: RunSummary) -> str:
@@ -265,7 +266,8 @@ def _cell(median: float | None, values: list[float], unit: str) -> Text:
     text = Text(_value(median, unit))
     if len(values) >= 2:
         low, high = _value(min(values), unit), _value(max(values), unit)
-        text.append(f"\n{low.removesuffix(' ms')}–{high}", style="dim")
+        # Spaced, so that a narrow column breaks the range at the dash, never inside a figure.
+        text.append(f"\n{low.removesuffix(' ms')} – {high}", style="dim")
     return text
 
 
@@ -284,9 +286,11 @@ def change_text(c: Comparison, unit: str) -> str:
 
 def _metrics_table(d: RunDiff) -> Table:
     table = Table(title="Per step: median, and min–max over steps", title_justify="left")
-    table.add_column("metric", no_wrap=True)
+    # Every cell wraps at its spaces (a metric's name, a range at its dash, a change in
+    # percentage points) and no column is cut: rich narrows a column to its longest word.
+    table.add_column("metric", overflow="fold")
     for column in ("before", "after", "change", "vs noise"):
-        table.add_column(column, justify="right")
+        number_column(table, column)
     for m in d.metrics:
         c = m.comparison
         change = change_text(c, m.unit)
@@ -348,24 +352,49 @@ def _per_step(f: FindingSummary | None) -> str:
     return _value(f.lost_ns_per_step, "ns")
 
 
-def _kernels_table(d: RunDiff) -> Table:
+def _kernels_table(d: RunDiff, width: int) -> Table | Text:
+    """Each kernel's device time before and after: every figure whole. The kernel names give
+    way (shortened in the middle, both ends kept); where even that leaves no room, each kernel
+    is a line of its own with its figures under it."""
     unit = "step" if d.kernel_unit == "step" else "second"
-    table = Table(title=f"Kernel changes, device time per {unit}", title_justify="left")
-    table.add_column("change")
-    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
-    for column in ("before", "after", "Δ"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for k in d.kernels:
-        name = k.name.removeprefix("void ")
-        style = "red" if k.status in ("added", "slower") else "green"
-        table.add_row(
-            Text(k.status, style=style),
-            name,
+    title = f"Kernel changes, device time per {unit}"
+    short = short_kernel_names(k.name for k in d.kernels)  # template arguments elided first
+    rows = [
+        (
+            k.status,
+            short[k.name].removeprefix("void "),
             _value(k.before_ns, "ns"),
             _value(k.after_ns, "ns"),
             f"{'+' if k.change_ns >= 0 else ''}{_value(k.change_ns, 'ns')}",
         )
+        for k in d.kernels
+    ]
+    figures = [["before", *(r[2] for r in rows)], ["after", *(r[3] for r in rows)]]
+    figures.append(["Δ", *(r[4] for r in rows)])
+    room = name_room(width, [["change", *(r[0] for r in rows)], *figures])
+    if room is None:
+        text = Text(f"{title}\n", style="italic")
+        for status, name, before, after, change in rows:
+            text.append(f"{status:<8}", style=_STATUS_STYLE.get(status, ""))
+            text.append(f"{name}\n         {before} → {after} ({change})\n")
+        return text
+    table = Table(title=title, title_justify="left")
+    table.add_column("change", no_wrap=True)
+    table.add_column("kernel", no_wrap=True)
+    for column in ("before", "after", "Δ"):
+        number_column(table, column)
+    for status, name, before, after, change in rows:
+        table.add_row(
+            Text(status, style=_STATUS_STYLE.get(status, "")),
+            middle(name, min(room, _NAME_WIDTH)),
+            before,
+            after,
+            change,
+        )
     return table
+
+
+_STATUS_STYLE = {"added": "red", "slower": "red", "removed": "green", "faster": "green"}
 
 
 # --- history ------------------------------------------------------------------------------------
@@ -398,36 +427,39 @@ def history_document(runs: list[StoredRun], metric: str | None) -> dict[str, Any
 
 
 def render_history(runs: list[StoredRun], console: Console, metric: str | None) -> None:
+    """The saved runs, newest first, in 80 columns with every figure whole: a run's time is
+    stacked over its commit and its step time over its busy share (or the metric over its change),
+    and a long label or cause wraps rather than running off the edge."""
     if not runs:
         console.print(Text("No saved runs (gpuscope diagnose TRACE --save).", style="dim"))
         return
+    if not _history_fits(runs, console.width, metric):
+        console.print(_history_stacked(runs, metric))
+        return
     table = Table(title="Saved runs, newest first", title_justify="left")
-    table.add_column("id", justify="right", min_width=2)
-    table.add_column("time (UTC)", min_width=11)
-    table.add_column("label", min_width=5)
-    table.add_column("commit", min_width=7)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("time (UTC)\ncommit", no_wrap=True)
+    table.add_column("label", overflow="fold")
     if metric:
-        table.add_column(_label(metric), justify="right", min_width=9)
-        table.add_column("vs prev.", justify="right", min_width=7)
+        number_column(table, f"{_label(metric)}\nvs prev.")
     else:
-        for column in ("step time", "busy", "lost $/GPU-h"):
-            table.add_column(column, justify="right", min_width=len(column))
-    table.add_column("top finding", overflow="ellipsis", no_wrap=True, min_width=11)
+        number_column(table, "step time\nbusy")
+        number_column(table, "lost\n$/GPU-h")
+    table.add_column("top finding", overflow="fold")
     for i, r in enumerate(runs):
         s = r.summary
         row = [
             str(r.id),
-            r.created_at.replace("T", " ")[5:16],
+            r.created_at.replace("T", " ")[5:16] + "\n" + (r.git_commit or "")[:7],
             r.label or "",
-            (r.git_commit or "")[:7],
         ]
         if metric:
             previous = runs[i + 1].summary if i + 1 < len(runs) else None
-            row += _trend_cells(s, previous, metric)
+            row.append("\n".join(_trend_cells(s, previous, metric)))
         else:
+            step = _value(s.headline(STEP_TIME), "ns")
             row += [
-                _value(s.headline(STEP_TIME), "ns"),
-                _value(s.headline(GPU_BUSY), "pct"),
+                f"{step}\n{_value(s.headline(GPU_BUSY), 'pct')}",
                 _value(s.headline(COST), "usd"),
             ]
         row.append(s.findings[0].cause if s.findings else "")
@@ -435,6 +467,37 @@ def render_history(runs: list[StoredRun], console: Console, metric: str | None) 
     console.print(table)
     if metric:
         console.print(_sparkline(runs, metric))
+
+
+def _history_fits(runs: list[StoredRun], width: int, metric: str | None) -> bool:
+    """Whether the history table fits ``width`` with each figure and cause on one line and a
+    label column of at least :data:`~gpuscope.render.fit.MIN_NAME` characters."""
+    causes = ["top finding", *(r.summary.findings[0].cause for r in runs if r.summary.findings)]
+    figures = [["9,999.99 ms"], ["$9,999.99"]] if not metric else [["9,999.99 ms", "+999.9%"]]
+    return name_room(width, [[str(runs[0].id)], ["12-31 23:59"], *figures, causes]) is not None
+
+
+def _history_stacked(runs: list[StoredRun], metric: str | None) -> Text:
+    """The saved runs where no table fits: a run's id, time, commit and label on one line, its
+    figures and top finding on the next (wrapped, never cut)."""
+    text = Text("Saved runs, newest first\n", style="italic")
+    for i, r in enumerate(runs):
+        s = r.summary
+        head = [str(r.id), r.created_at.replace("T", " ")[5:16], (r.git_commit or "")[:7]]
+        text.append("  ".join(p for p in [*head, r.label or ""] if p) + "\n", style="bold")
+        if metric:
+            previous = runs[i + 1].summary if i + 1 < len(runs) else None
+            value, change = _trend_cells(s, previous, metric)
+            figures = f"{_label(metric)} {value}" + (f" ({change} vs prev.)" if change else "")
+        else:
+            figures = (
+                f"step {_value(s.headline(STEP_TIME), 'ns')} · busy"
+                f" {_value(s.headline(GPU_BUSY), 'pct')} · lost"
+                f" {_value(s.headline(COST), 'usd')}/GPU-h"
+            )
+        top = s.findings[0].cause if s.findings else "none"
+        text.append(f"  {figures} · top finding {top}\n")
+    return text
 
 
 def _unit_of(metric: str) -> str:

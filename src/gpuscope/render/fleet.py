@@ -14,10 +14,12 @@ from collections.abc import Sequence
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.names import plural, short_path
+from gpuscope.render.fit import distinct_tails, middle, name_room, number_column
 from gpuscope.render.html.page import _LAYOUT, _e, _page, _Section, _section_html, plot_text
 from gpuscope.units import usd
 
@@ -45,7 +47,7 @@ def render_terminal(s: FleetSummary, console: Console) -> None:
     console.print(_headline(s), highlight=False)
     console.print(_waste_table(_CATEGORY_TITLE, s.by_category))
     console.print(_waste_table("by cause", s.by_cause))
-    console.print(_worst_table(s.worst))
+    console.print(_worst_table(s.worst, console.width))
     if s.failed_jobs:
         console.print(_failed_table(s.failed_jobs))
     if s.by_day:
@@ -54,28 +56,74 @@ def render_terminal(s: FleetSummary, console: Console) -> None:
 
 def _waste_table(title: str, rows: Sequence[Waste]) -> Table:
     table = Table(title=title, title_justify="left")
-    for name in ("", "GPU-hours", "USD", "jobs"):
-        table.add_column(name, justify="left" if not name else "right")
+    table.add_column("", overflow="fold")
+    for name in ("GPU-hours", "USD", "jobs"):
+        number_column(table, name)  # folded, never cut, in a terminal narrower than the table
     for w in rows:
         table.add_row(w.key, _hours(w.gpu_hours), usd(w.usd), str(w.jobs))
     return table
 
 
-def _worst_table(rows: Sequence[JobRow]) -> Table:
-    table = Table(title="worst jobs", title_justify="left")
-    for name in ("job", "idle %", "bound", "top cause", "GPU-hours lost", "USD", "saving USD"):
-        table.add_column(name, justify="left" if name in ("job", "bound", "top cause") else "right")
-    for j in rows:
-        table.add_row(
-            short_path(j.path, 60),
+def _worst_table(rows: Sequence[JobRow], width: int) -> Table | Text:
+    """The worst jobs, every figure whole: jobs by the shortest path tails that tell them apart
+    (their basenames), shortened in the middle if need be; a job's bound stacked over its top
+    cause, its dollars under its GPU-hours."""
+    cells = [
+        (
             f"{j.idle_pct:.1f}" if j.idle_pct is not None else "n/a",
-            j.bound or "",
-            j.top_cause or "",
-            _hours(j.lost_gpu_hours or 0.0),
-            usd(j.lost_usd),
+            f"{j.bound or ''}\n{j.top_cause or ''}",
+            f"{_hours(j.lost_gpu_hours or 0.0)}\n{usd(j.lost_usd)}",
             usd(j.saving_usd),
         )
+        for j in rows
+    ]
+    headers = ("idle %", "bound\ntop cause", "lost GPU-h\nlost USD", "saving\nUSD")
+    others = [[h, *(c[i] for c in cells)] for i, h in enumerate(headers)]
+    fits = name_room(width, others)
+    if fits is None:  # too narrow for the columns: each job a line, its figures under it
+        return _worst_stacked(rows)
+    room = fits
+    table = Table(title="worst jobs", title_justify="left")
+    table.add_column("job", no_wrap=True)
+    for i, header in enumerate(headers):
+        number_column(table, header, justify="left" if i == 1 else "right")
+    room = min(room, _PATH_WIDTH)
+    names = [
+        _job_name(j.path, tail, room)
+        for j, tail in zip(rows, distinct_tails([j.path for j in rows]), strict=True)
+    ]
+    for name, c in zip(names, cells, strict=True):
+        table.add_row(name, *c)
     return table
+
+
+def _worst_stacked(rows: Sequence[JobRow]) -> Text:
+    """The worst jobs where no table fits: each job's path on its own line (wrapped, whole),
+    its figures on the next."""
+    text = Text("worst jobs\n", style="italic")
+    for j in rows:
+        idle = f"{j.idle_pct:.1f}%" if j.idle_pct is not None else "n/a"
+        text.append(f"{j.path}\n", style="bold")
+        text.append(
+            f"  idle {idle} · {j.bound or '-'} · {j.top_cause or '-'} · lost"
+            f" {_hours(j.lost_gpu_hours or 0.0)} GPU-h, {usd(j.lost_usd)} · saving"
+            f" {usd(j.saving_usd)}\n"
+        )
+    return text
+
+
+#: The widest job path shown.
+_PATH_WIDTH = 60
+
+
+def _job_name(path: str, tail: str, room: int) -> str:
+    """A job's path in ``room`` characters: whole, else cut from the left at a folder (its last
+    folders and file whole), else the shortest tail that tells it from the other jobs, shortened
+    in its middle (a long folder name keeps its start and its run number)."""
+    cut = short_path(path, room)
+    if cut == path or (cut.startswith("…/") and cut.endswith(tail)):
+        return cut
+    return middle(tail, room)
 
 
 def _failed_table(rows: Sequence[JobRow]) -> Table:

@@ -147,10 +147,15 @@ def _exposure(a: RankAnalysis) -> dict[str, Any]:
 # --- ranks: terminal -----------------------------------------------------------------------------
 
 
+#: Jobs with more ranks than this show no table of every rank in the terminal (the JSON has it).
+TABLE_MAX_RANKS = 32
+
+
 def render_ranks(a: RankAnalysis, console: Console) -> None:
     for note in a.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    console.print(_rank_table(a))
+    if len(a.ranks) <= TABLE_MAX_RANKS:
+        console.print(_rank_table(a))
     lines = [_balance(a), *(_straggler(s) for s in a.stragglers), *_bandwidth_lines(a)]
     if a.bandwidth_note:
         lines.append(Text(a.bandwidth_note, style="dim"))

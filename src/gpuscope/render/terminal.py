@@ -143,7 +143,7 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
 
 
 def _extremes(devices: list[DeviceReport]) -> list[DeviceReport]:
-    by_busy = sorted(devices, key=lambda d: d.temporal.pct(d.temporal.busy_ns))
+    by_busy = sorted(devices, key=lambda d: d.busy_pct)
     return [by_busy[0], by_busy[-1]]
 
 
@@ -172,7 +172,7 @@ def _device_table(devices: list[DeviceReport]) -> Table:
             "?" if d.rank is None else str(d.rank),
             f"{d.device} {d.info.name or 'unknown'}",
             ms(t.span_ns),
-            pct(t.pct(t.busy_ns)),
+            pct(d.busy_pct),
             pct(t.pct(t.idle_ns)),
             pct(t.pct(t.compute_ns)),
             pct(t.pct(t.communication_ns)),
@@ -202,7 +202,7 @@ def _header(d: DeviceReport) -> Text:
         f = d.facts
         peaks = []
         if f.bf16_flops_per_s:
-            peaks.append(f"{f.bf16_flops_per_s / 1e12:,.0f} TFLOP/s BF16")
+            peaks.append(f"{f.bf16_flops_per_s / 1e12:,.0f} TFLOP/s {f.sixteen_bit}")
         if f.memory_bandwidth_bytes_per_s:
             peaks.append(f"{f.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
         if f.usd_per_gpu_hour:
@@ -217,7 +217,9 @@ def _header(d: DeviceReport) -> Text:
         steps = f"{len(d.steps)} profiler {noun}" if found == "profiler steps" else ""
         steps = steps or f"{len(d.steps)} {noun} from a {found}"
     text.append(f"\nwindow {ms(t.span_ns)} ({steps}); ")
-    text.append(f"busy {pct(t.pct(t.busy_ns))}", style="green")
+    text.append(f"busy {pct(d.busy_pct)}", style="green")
+    if d.peer_wait_ns:
+        text.append(f" (not counting {pct(t.pct(d.peer_wait_ns))} waiting for a late peer)")
     text.append(", ")
     text.append(f"idle {pct(t.pct(t.idle_ns))}", style="red")
     if d.overlap.communication_ns:

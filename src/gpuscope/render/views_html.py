@@ -157,7 +157,7 @@ def icicle(views: DeviceViews) -> go.Figure:
     figure = go.Figure(bars)
     figure.update_layout(
         margin={"t": 10, "l": 10, "r": 10, "b": 40},
-        height=min(70 + 44 * (depth + 1), 520),
+        height=min(100 + 44 * (depth + 1), 520),
         bargap=0.04,
         showlegend=False,
         xaxis={"title": {"text": "GPU time (ms)"}},

@@ -4,7 +4,10 @@ Contract: :func:`analyse_ranks` is pure. It takes one :class:`Participant` per r
 figures the per-device analyses already computed) and returns a :class:`RankAnalysis`. The package
 re-exports the public names of its modules: ``collectives`` (a device's collectives, thresholds),
 ``matching`` (groups, clocks, waits), ``stragglers``, ``traffic`` (bandwidth, exposure),
-``results`` (the records) and ``analysis`` (the entry points).
+``results`` (the records), ``summary`` (one rank reduced to a few KB: all the cross-rank analysis
+reads) and ``analysis`` (the entry points: :func:`analyse_summaries` reads summaries alone, so
+ranks can be reduced on other processes or machines; :func:`analyse_ranks` summarises
+participants in this process and calls it).
 
 * **Collectives** are the communication kernels of each device (:func:`collectives`). Each belongs
   to a process group: the ``Process Group Name`` its args (or its ``record_param_comms`` op's)
@@ -42,10 +45,11 @@ bandwidth figures include any waiting (a lower bound).
 """
 
 from gpuscope.analyses.ranks.analysis import (
+    Describe,
     WaitCuts,
     analyse_ranks,
+    analyse_summaries,
     collective_waits,
-    step_communication,
 )
 from gpuscope.analyses.ranks.collectives import (
     CONTESTED_WAIT_NS,
@@ -68,7 +72,14 @@ from gpuscope.analyses.ranks.results import (
     RankAnalysis,
     RankStat,
     StepCommunication,
+    StragglerDetail,
     StragglerStat,
+)
+from gpuscope.analyses.ranks.summary import (
+    RankSummary,
+    step_communication,
+    straggler_detail,
+    summarise,
 )
 
 __all__ = [
@@ -81,18 +92,24 @@ __all__ = [
     "STRAGGLER_MIN_LATE_NS",
     "BandwidthStat",
     "CollectiveTable",
+    "Describe",
     "ExposureSummary",
     "GroupStat",
     "Participant",
     "RankAnalysis",
     "RankStat",
+    "RankSummary",
     "StepCommunication",
+    "StragglerDetail",
     "StragglerStat",
     "WaitCuts",
     "analyse_ranks",
+    "analyse_summaries",
     "bus_factor",
     "collective_kind",
     "collective_waits",
     "collectives",
     "step_communication",
+    "straggler_detail",
+    "summarise",
 ]

@@ -6,10 +6,12 @@ Contract: see the package docstring; the parts live in ``collectives``, ``matchi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import numpy as np
 
-from gpuscope.analyses.intervals import covered_ns, difference
+from gpuscope.analyses.intervals import Intervals
 from gpuscope.analyses.ranks.collectives import I64, CollectiveTable, Participant, collectives
 from gpuscope.analyses.ranks.matching import (
     _clock_offsets,
@@ -19,37 +21,55 @@ from gpuscope.analyses.ranks.matching import (
     _presence,
     _waits,
 )
-from gpuscope.analyses.ranks.results import RankAnalysis, RankStat, StepCommunication
+from gpuscope.analyses.ranks.results import RankAnalysis, RankStat, StragglerDetail
 from gpuscope.analyses.ranks.stragglers import _stragglers
-from gpuscope.analyses.ranks.traffic import _bandwidth, _exposure
-from gpuscope.analyses.timeline import (
-    DeviceWork,
-    StepStat,
-    WorkClass,
+from gpuscope.analyses.ranks.summary import (
+    RankSummary,
+    straggler_detail,
+    summarise,
 )
+from gpuscope.analyses.ranks.traffic import _bandwidth, _exposure
+
+Describe = Callable[[int, Intervals, Intervals], StragglerDetail]
+"""What the summary at a position did in a straggler's windows and before its arrivals."""
 
 
 def analyse_ranks(participants: list[Participant]) -> RankAnalysis:
-    tables = [collectives(p.work) for p in participants]
-    groups, group_stats, notes = _match(participants, tables)
-    offsets = _clock_offsets(len(participants), groups)
-    waits, contested, last_counts, late = _waits(participants, tables, groups, offsets)
+    """The rank analysis of participants in this process: each reduced to its summary, then
+    :func:`analyse_summaries` (the one cross-rank analysis, wherever the ranks were read)."""
+    alone = len(participants) == 1
+    summaries = [summarise(p, alone=alone) for p in participants]
+    return analyse_summaries(
+        summaries, lambda i, windows, before: straggler_detail(participants[i], windows, before)
+    )
+
+
+def analyse_summaries(summaries: list[RankSummary], describe: Describe | None) -> RankAnalysis:
+    """Who waits for whom, from per-rank summaries alone; ``describe`` tells what a named
+    straggler did in its windows (None: not asked, the detail stays empty)."""
+    tables = [s.table() for s in summaries]
+    groups, group_stats, notes = _match([s.rank for s in summaries], tables)
+    offsets = _clock_offsets(len(summaries), groups)
+    waits, contested, last_counts, late = _waits(len(summaries), tables, groups, offsets)
     exposed_waits = [
-        _exposed_wait(p, t, w) for p, t, w in zip(participants, tables, waits, strict=True)
+        _exposed_wait(s.compute_intervals(), t, w)
+        for s, t, w in zip(summaries, tables, waits, strict=True)
     ]
-    stragglers = _stragglers(participants, groups, waits, exposed_waits, contested, late)
+    stragglers = _stragglers(
+        summaries, groups, waits, exposed_waits, contested, late, describe or _no_detail
+    )
     straggler_exposed = sum(s.caused_exposed_wait_ns for s in stragglers)
-    multi = len(participants) > 1
+    multi = len(summaries) > 1
     if not multi:
         offsets = [None]  # one clock: nothing to align it with
     ranks = [
-        _rank_stat(p, t, offsets[i], waits[i] if multi else None, exposed_waits[i], last_counts[i])
-        for i, (p, t) in enumerate(zip(participants, tables, strict=True))
+        _rank_stat(s, t, offsets[i], waits[i] if multi else None, exposed_waits[i], last_counts[i])
+        for i, (s, t) in enumerate(zip(summaries, tables, strict=True))
     ]
-    present, missing, presence_notes = _presence(participants)
-    bandwidth, bandwidth_note = _bandwidth(participants, tables, groups)
+    present, missing, presence_notes = _presence(summaries)
+    bandwidth, bandwidth_note = _bandwidth(summaries, tables, groups)
     return RankAnalysis(
-        world_size=max((p.report.world_size or 0 for p in participants), default=0) or None,
+        world_size=max((s.world_size or 0 for s in summaries), default=0) or None,
         present=present,
         missing=missing,
         notes=presence_notes + notes,
@@ -63,63 +83,39 @@ def analyse_ranks(participants: list[Participant]) -> RankAnalysis:
         stragglers=stragglers,
         bandwidth=bandwidth,
         bandwidth_note=bandwidth_note,
-        exposure=_exposure(participants, tables, ranks, exposed_waits),
+        exposure=_exposure(summaries, tables, ranks, exposed_waits),
     )
 
 
+def _no_detail(_position: int, _windows: Intervals, _before: Intervals) -> StragglerDetail:
+    return StragglerDetail()
+
+
 def _rank_stat(
-    p: Participant,
+    s: RankSummary,
     table: CollectiveTable,
     offset: int | None,
     wait: I64 | None,
     exposed_wait: I64,
     last_arrivals: int,
 ) -> RankStat:
-    t = p.report.temporal
     return RankStat(
-        rank=p.rank,
-        device=p.device,
-        source=p.work.trace.source,
+        rank=s.rank,
+        device=s.device,
+        source=s.source,
         clock_offset_ns=offset,
-        span_ns=t.span_ns,
-        busy_ns=t.busy_ns,
-        idle_ns=t.idle_ns,
-        compute_ns=t.compute_ns,
-        communication_ns=t.communication_ns,
-        exposed_communication_ns=p.report.overlap.exposed_ns,
+        span_ns=s.span_ns,
+        busy_ns=s.busy_ns,
+        idle_ns=s.idle_ns,
+        compute_ns=s.compute_ns,
+        communication_ns=s.communication_ns,
+        exposed_communication_ns=s.exposed_communication_ns,
         collectives=len(table),
         collective_wait_ns=None if wait is None else int(wait.sum()),
         exposed_wait_ns=None if wait is None else int(exposed_wait.sum()),
         last_arrivals=last_arrivals,
-        steps=step_communication(p.work, p.report.steps, table),
+        steps=s.steps,
     )
-
-
-def step_communication(
-    work: DeviceWork, steps: list[StepStat], table: CollectiveTable | None = None
-) -> list[StepCommunication]:
-    """Communication and exposed communication inside each profiler step's device window."""
-    if not steps:
-        return []
-    table = table if table is not None else collectives(work)
-    lo = np.array([s.start_ns for s in steps], dtype=np.int64)
-    hi = np.array([s.end_ns for s in steps], dtype=np.int64)
-    comm = work.by_class[WorkClass.COMMUNICATION]
-    exposed = difference(comm, work.by_class[WorkClass.COMPUTE])
-    in_comm, in_exposed = covered_ns(comm, lo, hi), covered_ns(exposed, lo, hi)
-    first = np.searchsorted(table.start_ns, lo, side="left")
-    after = np.searchsorted(table.start_ns, hi, side="left")
-    return [
-        StepCommunication(
-            s.name,
-            s.number,
-            s.dur_ns,
-            int(in_comm[i]),
-            int(in_exposed[i]),
-            int(after[i] - first[i]),
-        )
-        for i, s in enumerate(steps)
-    ]
 
 
 # --- what moving arrivals would save (used by the what-if replay) -----------------------------
@@ -142,7 +138,7 @@ def collective_waits(participants: list[Participant], stragglers: list[int]) -> 
     straggler, a rank that waited ``w`` would have waited ``max(w - margin, 0)`` had the
     straggler arrived ``margin`` earlier, with the next-to-last rank (its own wait: none)."""
     tables = [collectives(p.work) for p in participants]
-    groups, _, _ = _match(participants, tables)
+    groups, _, _ = _match([p.rank for p in participants], tables)
     offsets = _clock_offsets(len(participants), groups)
     waits = [np.zeros(len(t), dtype=np.int64) for t in tables]
     cuts = [np.zeros(len(t), dtype=np.int64) for t in tables]

@@ -12,12 +12,10 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope.analyses.intervals import covered_ns, difference, union
-from gpuscope.analyses.ranks.collectives import CONTESTED_WAIT_NS, I64, CollectiveTable, Participant
+from gpuscope.analyses.intervals import Intervals, covered_ns, difference, union
+from gpuscope.analyses.ranks.collectives import CONTESTED_WAIT_NS, I64, CollectiveTable
 from gpuscope.analyses.ranks.results import GroupStat
-from gpuscope.analyses.timeline import (
-    WorkClass,
-)
+from gpuscope.analyses.ranks.summary import RankSummary
 
 # --- the analysis -------------------------------------------------------------------------------
 
@@ -31,9 +29,9 @@ class _Group(msgspec.Struct):
     end_ns: I64
 
 
-def _presence(participants: list[Participant]) -> tuple[list[int], list[int], list[str]]:
-    present = sorted({p.rank for p in participants})
-    world = max((p.report.world_size or 0 for p in participants), default=0)
+def _presence(summaries: list[RankSummary]) -> tuple[list[int], list[int], list[str]]:
+    present = sorted({s.rank for s in summaries})
+    world = max((s.world_size or 0 for s in summaries), default=0)
     missing = [r for r in range(world) if r not in set(present)] if world else []
     notes: list[str] = []
     if missing:
@@ -42,15 +40,16 @@ def _presence(participants: list[Participant]) -> tuple[list[int], list[int], li
             f"only {len(present)} of {world} ranks present (rank {shown}): figures cover those"
             " ranks; who waits for whom needs every rank's trace"
         )
-    if len(present) < len(participants):
+    if len(present) < len(summaries):
         notes.append("several traces claim the same rank: each is analysed as its own participant")
     return present, missing, notes
 
 
 def _match(
-    participants: list[Participant], tables: list[CollectiveTable]
+    rank_of: list[int], tables: list[CollectiveTable]
 ) -> tuple[list[_Group], list[GroupStat], list[str]]:
-    """The n-th collective of each group, matched across the participants that have the group."""
+    """The n-th collective of each group, matched across the participants that have the group
+    (``rank_of``: each participant's rank)."""
     names = list(dict.fromkeys(g for t in tables for g in t.group))
     groups: list[_Group] = []
     stats: list[GroupStat] = []
@@ -78,7 +77,7 @@ def _match(
                 end.reshape(positions.shape),
             )
         )
-        ranks = [participants[m].rank for m in members]
+        ranks = [rank_of[m] for m in members]
         stats.append(GroupStat(name, kinds, ranks, count, counts))
         if len(set(counts)) > 1:
             notes.append(
@@ -121,7 +120,7 @@ def _aligned_starts(g: _Group, offsets: list[int | None]) -> I64:
 
 
 def _waits(
-    participants: list[Participant],
+    n: int,
     tables: list[CollectiveTable],
     groups: list[_Group],
     offsets: list[int | None],
@@ -132,9 +131,9 @@ def _waits(
     more: when none did (a collective queued behind the one before it starts on every rank as
     that one ends) who came "last" is clock noise."""
     waits = [np.zeros(len(t), dtype=np.int64) for t in tables]
-    contested = [0] * len(participants)
-    last_counts = [0] * len(participants)
-    late: list[list[tuple[int, int, int]]] = [[] for _ in participants]
+    contested = [0] * n
+    last_counts = [0] * n
+    late: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     for gi, g in enumerate(groups):
         if len(g.members) < 2 or g.count == 0:
             continue
@@ -161,11 +160,11 @@ def _group_waits(g: _Group, offsets: list[int | None]) -> tuple[I64, I64, I64, N
     return last, wait, margin, wait.max(axis=0) >= CONTESTED_WAIT_NS
 
 
-def _exposed_wait(p: Participant, table: CollectiveTable, wait: I64) -> I64:
-    """Per collective, the part of its wait with no compute alongside; sums to the exact union."""
+def _exposed_wait(compute: Intervals, table: CollectiveTable, wait: I64) -> I64:
+    """Per collective, the part of its wait with no compute alongside; sums to the exact union.
+    ``compute``: the rank's compute intervals (those inside its collectives suffice)."""
     if len(table) == 0:
         return np.zeros(0, dtype=np.int64)
-    compute = p.work.by_class[WorkClass.COMPUTE]
     lo, hi = table.start_ns, table.start_ns + wait
     per = wait - covered_ns(compute, lo, hi)
     exact = difference(union(lo, hi), compute).total_ns

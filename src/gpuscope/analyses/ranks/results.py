@@ -66,6 +66,17 @@ class StragglerStat(msgspec.Struct, frozen=True):
         return 100.0 * self.last_arrivals / self.shared if self.shared else 0.0
 
 
+class StragglerDetail(msgspec.Struct, frozen=True):
+    """What a straggler did in the windows the cross-rank analysis found, from its own trace:
+    while the others waited (its busy time, kernels and idle causes there) and before it
+    arrived (its idle time by cause and line). See :class:`StragglerStat`."""
+
+    busy_in_window_ns: int = 0
+    top_kernels: list[tuple[str, int]] = msgspec.field(default_factory=list)
+    idle_causes: list[tuple[str, int]] = msgspec.field(default_factory=list)
+    idle_before: list[tuple[str, int]] = msgspec.field(default_factory=list)
+
+
 class GroupStat(msgspec.Struct, frozen=True):
     name: str  # "pg:0" or "stream#0" (the n-th communication stream, when no group is recorded)
     kinds: list[str]

@@ -6,48 +6,50 @@ Contract: see the package docstring (**Stragglers**); only contested collectives
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from gpuscope.analyses.attribution import CAUSES
-from gpuscope.analyses.intervals import Intervals, covered_ns, union
+from gpuscope.analyses.intervals import Intervals, union
 from gpuscope.analyses.ranks.collectives import (
     I64,
     STRAGGLER_MAX_CHANCE,
     STRAGGLER_MIN_CAUSED_SHARE,
     STRAGGLER_MIN_LATE_NS,
-    Participant,
 )
 from gpuscope.analyses.ranks.matching import _Group
-from gpuscope.analyses.ranks.results import StragglerStat
+from gpuscope.analyses.ranks.results import StragglerDetail, StragglerStat
+from gpuscope.analyses.ranks.summary import RankSummary
 
 # --- stragglers ---------------------------------------------------------------------------------
 
 
 def _stragglers(
-    participants: list[Participant],
+    summaries: list[RankSummary],
     groups: list[_Group],
     waits: list[I64],
     exposed: list[I64],
     shared: list[int],
     late: list[list[tuple[int, int, int]]],
+    describe: Callable[[int, Intervals, Intervals], StragglerDetail],
 ) -> list[StragglerStat]:
     """Every rank whose late arrivals cost the others time, tested step-down (package docstring):
     the rank last most often first; once named, the collectives it came last at leave the test,
-    and the next is tested against the ranks still in question."""
+    and the next is tested against the ranks still in question. ``describe`` tells what a named
+    rank did in its windows (from its own trace: the only figures a summary does not hold)."""
     total_wait = sum(int(w.sum()) for w in waits)
     named: list[int] = []
     taken: set[tuple[int, int]] = set()  # (group, n): collectives a named rank came last at
     found: list[StragglerStat] = []
     while True:
-        left = [i for i in range(len(participants)) if i not in named and late[i]]
+        left = [i for i in range(len(summaries)) if i not in named and late[i]]
         stat = None
         for i in sorted(left, key=lambda i: -len(late[i])):
             arrivals = late[i]
             margins = np.array([a[2] for a in arrivals], dtype=np.int64)
             if margins.mean() <= STRAGGLER_MIN_LATE_NS:
                 continue
-            questioned = len(participants) - len(named)
+            questioned = len(summaries) - len(named)
             still = shared[i] - sum(1 for gi, _ in taken if i in groups[gi].members)
             if not _unlikely_by_chance(groups, i, len(arrivals), still, named, questioned):
                 continue
@@ -56,13 +58,13 @@ def _stragglers(
                 continue
             before = _before(i, arrivals, groups)
             stat = _straggler_stat(
-                participants[i],
+                summaries[i],
                 len(arrivals),
                 shared[i],
                 margins,
                 (caused, caused_exposed),
-                windows,
-                before,
+                (windows, before),
+                describe(i, windows, before),
             )
             named.append(i)
             taken.update((gi, n) for gi, n, _ in arrivals)
@@ -145,44 +147,21 @@ def _unlikely_by_chance(
 
 
 def _straggler_stat(
-    p: Participant,
+    s: RankSummary,
     arrivals: int,
     shared: int,
     margins: I64,
     caused_waits: tuple[int, int],
-    windows: Intervals,
-    before: Intervals,
+    spans: tuple[Intervals, Intervals],
+    detail: StragglerDetail,
 ) -> StragglerStat:
-    """What the straggler did while the others waited (its kernels and idle causes then), and
-    before it arrived (its idle time by cause and line)."""
+    """The straggler's figures: how late, what it cost the others, and (``detail``) what it did
+    while they waited and before it arrived."""
     caused, caused_exposed = caused_waits
-    work = p.work
-    ev = work.trace.events
-    rows = work.rows
-    inside = covered_ns(windows, ev.start_ns[rows], ev.end_ns[rows])
-    by_name: dict[str, int] = {}
-    for row, ns in zip(rows[inside > 0].tolist(), inside[inside > 0].tolist(), strict=True):
-        name = work.trace.name(row)
-        by_name[name] = by_name.get(name, 0) + ns
-    causes: dict[str, int] = {}
-    gaps = p.report.idle.gaps
-    idle_inside = covered_ns(windows, gaps.start_ns, gaps.end_ns)
-    for code, ns in zip(gaps.cause.tolist(), idle_inside.tolist(), strict=True):
-        if ns > 0:
-            cause = CAUSES[code]
-            causes[cause] = causes.get(cause, 0) + ns
-    busy = int(covered_ns(work.busy, windows.start_ns, windows.end_ns).sum())
-    idle_before = covered_ns(before, gaps.start_ns, gaps.end_ns)
-    doing: dict[str, int] = {}
-    for code, where, ns in zip(
-        gaps.cause.tolist(), gaps.location, idle_before.tolist(), strict=True
-    ):
-        if ns > 0:
-            key = CAUSES[code] + (f" at {where}" if where else "")
-            doing[key] = doing.get(key, 0) + ns
+    windows, before = spans
     return StragglerStat(
-        rank=p.rank,
-        device=p.device,
+        rank=s.rank,
+        device=s.device,
         last_arrivals=arrivals,
         shared=shared,
         mean_late_ns=float(margins.mean()),
@@ -190,9 +169,9 @@ def _straggler_stat(
         caused_wait_ns=caused,
         caused_exposed_wait_ns=caused_exposed,
         window_ns=windows.total_ns,
-        busy_in_window_ns=busy,
-        top_kernels=sorted(by_name.items(), key=lambda kv: -kv[1])[:5],
-        idle_causes=sorted(causes.items(), key=lambda kv: -kv[1]),
+        busy_in_window_ns=detail.busy_in_window_ns,
+        top_kernels=detail.top_kernels,
+        idle_causes=detail.idle_causes,
         before_ns=before.total_ns,
-        idle_before=sorted(doing.items(), key=lambda kv: -kv[1])[:3],
+        idle_before=detail.idle_before,
     )

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuscope.analyses.intervals import covered_ns
 from gpuscope.analyses.ranks.collectives import (
     FULLY_EXPOSED_SHARE,
     I64,
     SMALL_COLLECTIVE_NS,
     SMALL_MESSAGE_BYTES,
     CollectiveTable,
-    Participant,
     bus_factor,
 )
 from gpuscope.analyses.ranks.matching import _Group
@@ -24,26 +22,17 @@ from gpuscope.analyses.ranks.results import (
     RankStat,
     StepCommunication,
 )
-from gpuscope.analyses.timeline import (
-    WorkClass,
-)
+from gpuscope.analyses.ranks.summary import LOCATED_COLLECTIVES, RankSummary
 
 # --- bandwidth ----------------------------------------------------------------------------------
 
 
 def _bandwidth(
-    participants: list[Participant], tables: list[CollectiveTable], groups: list[_Group]
+    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[_Group]
 ) -> tuple[list[BandwidthStat], str | None]:
     """Per kind: recorded message bytes over the transfer time (the last arrival's duration)."""
-    totals, unsized = _bandwidth_totals(participants, tables, groups)
-    peak = next(
-        (
-            p.report.facts.interconnect_bytes_per_s / 2
-            for p in participants
-            if p.report.facts and p.report.facts.interconnect_bytes_per_s
-        ),
-        None,
-    )
+    totals, unsized = _bandwidth_totals(summaries, tables, groups)
+    peak = next((s.link_bytes_per_s / 2 for s in summaries if s.link_bytes_per_s), None)
     stats: list[BandwidthStat] = []
     for (kind, ranks, alone), (count, nbytes, ns) in sorted(totals.items()):
         if ns <= 0:
@@ -64,7 +53,7 @@ def _bandwidth(
 
 
 def _bandwidth_totals(
-    participants: list[Participant], tables: list[CollectiveTable], groups: list[_Group]
+    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[_Group]
 ) -> tuple[dict[tuple[str, int, bool], list[int]], int]:
     """(kind, ranks, one rank only) -> [collectives, bytes, transfer ns]; and how many collectives
     had no recorded size."""
@@ -83,7 +72,7 @@ def _bandwidth_totals(
         ).max(axis=0)
         sized = np.flatnonzero(sizes > 0)
         unsized += g.count - int(sized.size)
-        declared = participants[g.members[0]].report.world_size or 1
+        declared = summaries[g.members[0]].world_size or 1
         at = g.positions[0, sized]
         recorded_sizes = first.group_size[at].tolist()
         columns = (at.tolist(), sizes[sized].tolist(), transfer[sized].tolist(), recorded_sizes)
@@ -100,25 +89,24 @@ def _bandwidth_totals(
 
 
 def _exposure(
-    participants: list[Participant],
+    summaries: list[RankSummary],
     tables: list[CollectiveTable],
     ranks: list[RankStat],
     exposed_waits: list[I64],
 ) -> ExposureSummary:
     """Exposure per collective, less the time it spent waiting for a late rank (reported apart):
     what overlapping or merging collectives can still gain."""
-    comm = sum(p.report.overlap.communication_ns for p in participants)
-    exposed_total = sum(p.report.overlap.exposed_ns for p in participants)
+    comm = sum(s.overlap_communication_ns for s in summaries)
+    exposed_total = sum(s.exposed_communication_ns for s in summaries)
     fully, fully_ns, small, small_ns, count = 0, 0, 0, 0, 0
     sized = [int(b) for t in tables for b in t.message_bytes.tolist() if b > 0]
     by_size = len(sized) >= sum(len(t) for t in tables) / 2 and bool(sized)
     locations: dict[str, list[int]] = {}
-    for p, t, waited in zip(participants, tables, exposed_waits, strict=True):
+    for s, t, waited in zip(summaries, tables, exposed_waits, strict=True):
         if len(t) == 0:
             continue
         count += len(t)
-        compute = p.work.by_class[WorkClass.COMPUTE]
-        with_wait = t.dur_ns - covered_ns(compute, t.start_ns, t.end_ns)
+        with_wait = s.column("uncovered_ns")
         full = with_wait >= FULLY_EXPOSED_SHARE * np.maximum(t.dur_ns, 1)
         exposed = np.maximum(with_wait - waited, 0)
         fully += int(full.sum())
@@ -130,8 +118,8 @@ def _exposure(
         )
         small += int(is_small.sum())
         small_ns += int(exposed[is_small].sum())
-        if p.host is not None:
-            _locate(p, t, exposed, locations)
+        if s.located:
+            _locate(s, exposed, locations)
     top = sorted(locations.items(), key=lambda kv: -kv[1][0])[:5]
     return ExposureSummary(
         steps=_mean_steps(ranks),
@@ -148,21 +136,13 @@ def _exposure(
     )
 
 
-def _locate(p: Participant, t: CollectiveTable, exposed: I64, into: dict[str, list[int]]) -> None:
+def _locate(s: RankSummary, exposed: I64, into: dict[str, list[int]]) -> None:
     """Where the costliest exposed collectives were issued, in the user's code when known."""
-    assert p.host is not None
-    ev = p.work.trace.events
-    order = np.argsort(-exposed, kind="stable")[:256]
+    order = np.argsort(-exposed, kind="stable")[:LOCATED_COLLECTIVES]
     order = order[exposed[order] > 0]
-    rows = t.rows[order]
-    launcher = ev.link[rows].astype(np.int64)
-    # Launched work: where its launch was issued (resolved together); else the work's own name.
-    where = [p.work.trace.names[i] for i in ev.name_id[rows].tolist()]
-    launched = np.flatnonzero(launcher >= 0)
-    for k, location in zip(launched.tolist(), p.host.locations(launcher[launched]), strict=True):
-        where[k] = location
-    for w, ns in zip(where, exposed[order].tolist(), strict=True):
-        entry = into.setdefault(w, [0, 0])
+    location = s.column("location")[order]
+    for at, ns in zip(location.tolist(), exposed[order].tolist(), strict=True):
+        entry = into.setdefault(s.locations[at], [0, 0])
         entry[0] += ns
         entry[1] += 1
 

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.host import HostActivity
 from gpuscope.analyses.whatif.graph import NEG, Edit, Graph
 from gpuscope.causes import assumptions
@@ -103,7 +104,7 @@ def _launch_overhead(g: Graph, inputs: EditInputs, edit: Edit) -> None:
 
 def _exposed_communication(g: Graph, inputs: EditInputs, edit: Edit) -> None:
     nodes = _nodes(g, inputs.exposed_comm_rows)
-    edit.event_keep &= ~np.isin(g.event_dst, nodes)
+    edit.event_keep &= ~member(g.event_dst, nodes)
 
 
 def _fp32_gemm(g: Graph, inputs: EditInputs, edit: Edit) -> None:
@@ -210,7 +211,7 @@ def _ops_around(g: Graph, rows: I64, calls: I64) -> I64:
     starts, ends = ev.start_ns[rows] - g.origin_ns, ev.end_ns[rows] - g.origin_ns
     at = np.searchsorted(starts, g.start[calls], side="right") - 1
     ok = (at >= 0) & (ends[np.maximum(at, 0)] >= g.end[calls])
-    return rows[np.unique(at[ok])]
+    return rows[distinct(at[ok])]
 
 
 def _keep_on_device(g: Graph, edit: Edit, rows: I64) -> None:
@@ -228,7 +229,7 @@ def _keep_on_device(g: Graph, edit: Edit, rows: I64) -> None:
     host_calls = np.flatnonzero(g.host)
     inside = host_calls[_covered(starts, ends, g.start[host_calls], g.end[host_calls] + 1) > 0]
     _unblock(g, edit, inside, pinned=False)
-    copies = g.launch_dst[np.isin(g.launch_src, inside)]
+    copies = g.launch_dst[member(g.launch_src, inside)]
     d2h = ev.copy_direction[g.rows[copies]] == CopyDirection.D2H
     edit.dur[copies[d2h]] = 0
 
@@ -269,7 +270,7 @@ def _pin(g: Graph, edit: Edit, calls: I64, link: float | None) -> None:
     if calls.size == 0 or g.launch_src.size == 0:
         return
     ev = g.trace.events
-    launched = np.isin(g.launch_src, calls)
+    launched = member(g.launch_src, calls)
     copies = g.launch_dst[launched]
     rows = g.rows[copies]
     staged = (
@@ -307,7 +308,7 @@ def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> No
 
 def _unblock(g: Graph, edit: Edit, calls: I64, *, pinned: bool, link: float | None = None) -> None:
     """The calls no longer wait: each costs what a launch costs; a copy it made runs async."""
-    waiting = np.isin(g.wait_dst, calls)
+    waiting = member(g.wait_dst, calls)
     edit.wait_keep &= ~waiting
     edit.dur[g.wait_dst[waiting]] = np.minimum(edit.dur[g.wait_dst[waiting]], g.call_ns)
     copies = g.wait_src[waiting & g.wait_copy]

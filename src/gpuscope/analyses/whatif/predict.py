@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import median
 from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit, removed_ns
 from gpuscope.analyses.whatif.graph import Edit, Graph
 from gpuscope.analyses.whatif.schedule import replay, step_times
@@ -107,8 +108,8 @@ class Replayer:
         # first step's device time starts at its first work, not where the host began it, so a
         # mean would understate it), and the predicted one the median of the steps with the fix
         # applied; the saving is their difference.
-        step_ns = float(np.median([np.median(m) for m in measured]))
-        fixed_ns = float(np.median([np.median(p) for p in predicted if p.size]))
+        step_ns = float(median([median(m) for m in measured]))
+        fixed_ns = float(median([median(p) for p in predicted if p.size]))
         saving = step_ns - fixed_ns
         if not (math.isfinite(saving) and step_ns > 0.0 and saving <= step_ns):
             # A step predicted to take less than nothing: the replay met times it cannot order

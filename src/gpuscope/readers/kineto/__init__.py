@@ -179,7 +179,8 @@ class EventStream:
     """
 
     def __init__(self, path: Path) -> None:
-        self._text = _EventText(path)
+        limit = _scan.scan_limit()  # one event, or the text after them, as the readers bound it
+        self._text = _EventText(path, lambda: limit)
 
     @property
     def header(self) -> bytes:

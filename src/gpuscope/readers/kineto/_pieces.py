@@ -78,7 +78,7 @@ class _EventText(TextState):
             if end is not None:
                 # The events end here; what follows (other keys, which may hold lists of
                 # objects such as deviceProperties) is the document's tail.
-                self.tail = buffer[end.start() + 1 :].lstrip()[1:] + b"".join(pieces)
+                self.tail = self._rest(buffer[end.start() + 1 :].lstrip()[1:], pieces)
                 self.finished = True
                 yield buffer[: end.start() + 1]
                 return
@@ -99,6 +99,21 @@ class _EventText(TextState):
         self.finished = True
         if last:
             yield last
+
+    def _rest(self, start: bytes, pieces: Iterator[bytes]) -> bytes:
+        """The document's text after its events, within the room left (it is decoded whole:
+        :data:`_scan.TAIL_FACTOR` times its length); a longer one (a second events array, junk)
+        is :class:`NotStreamableError`: the whole-document reader, within its own bound."""
+        rest = [start]
+        length = len(start)
+        for piece in pieces:
+            if self.room is not None and _scan.TAIL_FACTOR * length > self.room():
+                raise NotStreamableError
+            rest.append(piece)
+            length += len(piece)
+        if self.room is not None and _scan.TAIL_FACTOR * length > self.room():
+            raise NotStreamableError
+        return b"".join(rest)
 
     def _last_event(self, buffer: bytes) -> bytes:
         """Split what follows the last boundary into the last event and the document's tail."""

@@ -1,6 +1,8 @@
 """One ``.pftrace`` decoded into the model (see the package docstring for what becomes what).
 
-The packets are walked once, collecting plain lists; the Kineto reader's column builder
+The C walker's columns are read by :mod:`._columns` where it is built; else (and wherever the
+walker declines a file) the packets are decoded by protobuf and walked once here, collecting plain
+lists, the walker's pure-Python twin. Either way the Kineto reader's column builder
 (:class:`~gpuscope.readers.kineto._columns._Columns`) then makes the table, the launch links, the
 steps and the devices exactly as it does for the same run's JSON, so that the two diagnose alike.
 """
@@ -38,6 +40,8 @@ NOT_CARRIED_WARNING = (
     " properties: no finding about host-to-device copies or pageable memory, the allocator or"
     " memory in use, or ranks, and no peaks or prices unless --gpu names the GPU"
 )
+#: Why a trace whose slices are all of kinds the model does not keep is empty.
+NO_PROFILER_EVENTS = "no profiler events (no CPU ops, kernels or runtime calls)"
 _GPU_PROCESS = re.compile(r"^GPU (\d+)$")
 _STREAM = re.compile(r"stream (-?\d+)\s*$")
 _SYNC_NAMES = frozenset(
@@ -53,9 +57,8 @@ _STAGE_CATEGORY = {
 _EXTRA_KEYS = frozenset({"Input Dims", "Collective name", "Call stack", "fromDevice", "toDevice"})
 _ARGS_OF = msgspec.convert
 #: Arguments that differ from row to row and are not kept as extras (ids, not shapes).
-_ROW_KEYS = frozenset(
-    {"External id", "external id", "correlation", "Python id", "Python parent id", "cbid"}
-)
+ID_NAMES = ("External id", "external id", "correlation", "Python id", "Python parent id", "cbid")
+_ROW_KEYS = frozenset(ID_NAMES)
 
 
 class Decoded(msgspec.Struct):
@@ -117,14 +120,16 @@ class _Track(msgspec.Struct):
 
 def decode(path: Path, data: bytes, *, lost_tail: bool) -> Decoded:
     """Raises protobuf's ``DecodeError`` for bytes that are not a ``Trace``."""
+    from gpuscope.readers.pftrace._columns import read_columns  # noqa: PLC0415 - a cycle
+
+    fast = read_columns(path, data, lost_tail=lost_tail)
+    if fast is not None:
+        return fast
     message = pb.Trace.FromString(data)
-    packets = message.packet
-    reader = _Reader(path)
-    if not reader.read_grouped(data, packets):
-        reader = _Reader(path)  # the packets one by one, whatever their order
-        for packet in packets:
-            reader.packet(packet)
-    del message, packets
+    reader = _Reader(path)  # the packets one by one, whatever their order
+    for packet in message.packet:
+        reader.packet(packet)
+    del message
     return Decoded(reader.finish(lost_tail), reader.packets, lost_tail)
 
 
@@ -148,149 +153,7 @@ class _Reader:
         self.event_rows: dict[int, int] = {}  # render-stage event id -> row
         self.samples: dict[tuple[int, str], tuple[list[int], list[float]]] = {}
         self.has_categories = False
-        self.unclosed_grouped = 0
         self.nested: dict[bytes, Any] = {}
-
-    # --- the track events as columns -------------------------------------------------------------
-
-    def read_grouped(self, data: bytes, packets: Any) -> bool:
-        """Read a file whose track events are one run of packets (PyTorch's exporters write the
-        clock, tracks and interned data, then every slice group, then the render stages and
-        counters): the events' times, types and tracks come as columns (``ColumnTrace``), Python
-        touches only each slice's begin. False, having read nothing, for any other order."""
-        total = len(packets)
-        first = 0
-        stamped_before = 0
-        while first < total and packets[first].WhichOneof("data") != "track_event":
-            stamped_before += packets[first].HasField("timestamp")
-            first += 1
-        merged = pb.ColumnTrace.FromString(data).packet
-        kinds = np.array(merged.track_event.type, dtype=np.int64)
-        uuids = np.array(merged.track_event.track_uuid, dtype=np.uint64)
-        after = first + kinds.size
-        if kinds.size == 0 or uuids.size != kinds.size:
-            return False
-        stamped_after = 0
-        for i in range(after, total):
-            packet = packets[i]
-            if packet.WhichOneof("data") == "track_event":
-                return False  # track events in more than one run
-            stamped_after += packet.HasField("timestamp")
-        stamps = np.array(merged.timestamp, dtype=np.uint64)
-        if stamps.size != stamped_before + kinds.size + stamped_after:
-            return False  # a track event without a timestamp: the columns do not line up
-        for i in range(first):
-            self.packet(packets[i])
-        times = stamps[stamped_before : stamped_before + kinds.size].astype(np.int64)
-        self._grouped(packets, first, kinds, uuids, times, merged.track_event)
-        for i in range(after, total):
-            self.packet(packets[i])
-        return True
-
-    def _grouped(
-        self,
-        packets: Any,
-        first: int,
-        kinds: np.ndarray,
-        uuids: np.ndarray,
-        times: np.ndarray,
-        merged: Any,
-    ) -> None:
-        self.packets += kinds.size
-        begins = np.flatnonzero(kinds == pb.SLICE_BEGIN)
-        ends = np.flatnonzero(kinds == pb.SLICE_END)
-        rows = self.rows
-        base_row = len(rows.name)
-        names = self.names
-        name_iids = merged.name_iid
-        # What no event has need not be looked for in each (from the merged columns).
-        any_launch = merged.HasField("gpu_correlation")
-        any_flow = len(merged.flow_ids) > 0
-        any_category = len(merged.category_iids) > 0
-        if len(name_iids) == begins.size:
-            name_list = [names.get(i, "") for i in name_iids]
-        else:
-            name_list = [_text(packets[first + i].track_event.name) for i in begins.tolist()]
-        categories = self.categories
-        tracks = self.tracks
-        plain: dict[int, tuple[int, int, int, int]] = {}
-        gpu_tracks: set[int] = set()
-        for uuid in np.unique(uuids[begins]).tolist():
-            track = tracks.get(uuid)
-            parent = tracks.get(track.parent) if track is not None else None
-            if parent is not None and _GPU_PROCESS.match(parent.name):
-                gpu_tracks.add(uuid)
-            plain[uuid] = self.where(track, None)
-        category_list: list[str | None] = []
-        arg_list: list[dict[str, Any] | None] = []
-        where_list: list[tuple[int, int, int, int]] = []
-        correlation_list: list[int] = []
-        launches, flows = self.launches, self.flows
-        nested = self.nested
-        for k, (i, uuid) in enumerate(zip(begins.tolist(), uuids[begins].tolist(), strict=True)):
-            event = packets[first + i].track_event
-            if any_category:
-                category_ids = event.category_iids
-                category_list.append(categories.get(category_ids[0]) if category_ids else None)
-            else:
-                category_list.append(None)
-            annotations = event.debug_annotations
-            args = _annotations(annotations, nested) if annotations else None
-            arg_list.append(args)
-            where_list.append(
-                self.where(tracks.get(uuid), args) if uuid in gpu_tracks else plain[uuid]
-            )
-            correlation = -1
-            if args is not None and "correlation" in args:
-                correlation = _int(args["correlation"]) or -1
-            correlation_list.append(correlation)
-            if any_launch and event.HasField("gpu_correlation"):
-                ids = list(event.gpu_correlation.render_stage_submission_event_ids)
-                if ids:
-                    launches.append((base_row + k, ids))
-            elif any_flow and event.flow_ids:
-                flows.append((base_row + k, event.flow_ids[0]))
-        if any(c is not None for c in category_list):
-            self.has_categories = True
-        n = begins.size
-        rows.category += category_list
-        rows.name += name_list
-        rows.start += times[begins].tolist()
-        rows.end += self._pair(begins, ends, uuids, times).tolist()
-        rows.pid += [w[0] for w in where_list]
-        rows.tid += [w[1] for w in where_list]
-        rows.device += [w[2] for w in where_list]
-        rows.stream += [w[3] for w in where_list]
-        rows.correlation += correlation_list
-        rows.args += arg_list
-        rows.grid += [-1] * n
-        rows.block += [-1] * n
-        rows.bytes += [-1] * n
-
-    def _pair(
-        self, begins: np.ndarray, ends: np.ndarray, uuids: np.ndarray, times: np.ndarray
-    ) -> np.ndarray:
-        """Each begin's end time: on each track, the k-th end closes the k-th begin (a group's
-        ends come in the order of its begins). A begin never closed ends where it began."""
-        closed = times[begins].copy()
-        _, track_ids = np.unique(uuids, return_inverse=True)
-        track_ids = track_ids.reshape(-1).astype(np.int64)
-        begin_tracks, end_tracks = track_ids[begins], track_ids[ends]
-        begin_order = np.argsort(begin_tracks, kind="stable")
-        end_order = np.argsort(end_tracks, kind="stable")
-        begin_rank = _rank(begin_tracks[begin_order])
-        end_rank = _rank(end_tracks[end_order])
-        # (track, k) of each end, looked up among the begins' (track, k), as one integer key.
-        width = max(int(begin_rank.max(initial=0)), int(end_rank.max(initial=0))) + 1
-        begin_keys = begin_tracks[begin_order] * width + begin_rank
-        end_keys = end_tracks[end_order] * width + end_rank
-        at = np.minimum(np.searchsorted(begin_keys, end_keys), max(begin_keys.size - 1, 0))
-        found = (begin_keys.size > 0) & (begin_keys[at] == end_keys)
-        closed[begin_order[at[found]]] = times[ends[end_order[found]]]
-        self.unopened += int((~found).sum())
-        self.unclosed_grouped = int(begins.size - found.sum())
-        paired: np.ndarray = closed
-        return paired
 
     # --- packets ---------------------------------------------------------------------------------
 
@@ -376,21 +239,9 @@ class _Reader:
 
     def where(self, track: _Track | None, args: dict[str, Any] | None) -> tuple[int, int, int, int]:
         """pid, tid, device and stream of a slice on ``track``."""
-        if track is None:
-            return -1, -1, -1, -1
-        parent = self.tracks.get(track.parent)
-        gpu = _GPU_PROCESS.match(parent.name) if parent is not None else None
-        if gpu is None:
-            return track.pid, track.tid, -1, -1
-        stream = _STREAM.search(track.name)
         device = _int(args.get("device")) if args else None
         lane = _int(args.get("stream")) if args else None
-        return (
-            track.pid,
-            track.tid,
-            int(gpu.group(1)) if device is None else device,
-            (int(stream.group(1)) if stream else track.tid) if lane is None else lane,
-        )
+        return where(self.tracks, track, device, lane)
 
     def render_stage(self, timestamp: int, stage: Any) -> None:
         stage_name = self.stages.get(stage.stage_iid, "")
@@ -445,7 +296,7 @@ class _Reader:
             raise EmptyTraceError(
                 self.path, "a Perfetto trace without slices or GPU render stages (no events)"
             )
-        self.unclosed = sum(len(q) for q in self.open.values()) + self.unclosed_grouped
+        self.unclosed = sum(len(q) for q in self.open.values())
         base = self.base_ns or 0
         self._correlate()
         categories = [c if c is not None else self._guess(i) for i, c in enumerate(rows.category)]
@@ -454,43 +305,44 @@ class _Reader:
         codes = np.array([columns._kind_code(c) for c in categories], dtype=np.uint8)
         keep = np.flatnonzero(codes != _SKIP)
         if keep.size == 0:
-            raise EmptyTraceError(
-                self.path, "no profiler events (no CPU ops, kernels or runtime calls)"
-            )
-        kinds = codes[keep]
-        start = np.asarray(rows.start, dtype=np.int64)[keep]
-        end = np.asarray(rows.end, dtype=np.int64)[keep]
+            raise EmptyTraceError(self.path, NO_PROFILER_EVENTS)
         args = [rows.args[i] for i in keep.tolist()]
-        is_device = np.isin(
-            kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION]
-        )
-        linked = np.isin(kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME])
-        python = kinds == Kind.PYTHON
-        device = np.asarray(rows.device, dtype=np.int64)[keep]
-        stream = np.asarray(rows.stream, dtype=np.int64)[keep]
         from_args = _arg_columns(args, ("External id", "bytes", "Python id", "Python parent id"))
-        piece = {
-            "kind": kinds,
-            "name_id": columns._intern([rows.name[i] for i in keep.tolist()]),
-            "start_ns": start - base,
-            "dur_ns": np.maximum(end - start, 0),
-            "pid": np.asarray(rows.pid, dtype=np.int64)[keep],
-            "tid": np.asarray(rows.tid, dtype=np.int64)[keep],
-            "device": np.where(is_device, device, -1),
-            "stream": np.where(is_device, stream, -1),
-            "correlation": np.where(linked, np.asarray(rows.correlation, np.int64)[keep], -1),
-            "external_id": from_args["External id"],
-            "bytes": np.maximum(np.asarray(rows.bytes, dtype=np.int64)[keep], from_args["bytes"]),
-            "python_id": np.where(python, from_args["Python id"], -1),
-            "python_parent_id": np.where(python, from_args["Python parent id"], -1),
-            "grid_blocks": np.asarray(rows.grid, dtype=np.int64)[keep],
-            "block_threads": np.asarray(rows.block, dtype=np.int64)[keep],
-            "occupancy_pct": np.full(keep.size, np.nan, dtype=np.float32),
+        kept = {
+            name: np.asarray(values, dtype=np.int64)[keep]
+            for name, values in (
+                ("start", rows.start),
+                ("end", rows.end),
+                ("pid", rows.pid),
+                ("tid", rows.tid),
+                ("device", rows.device),
+                ("stream", rows.stream),
+                ("correlation", rows.correlation),
+                ("bytes", rows.bytes),
+                ("grid", rows.grid),
+                ("block", rows.block),
+            )
         }
+        name_id = columns._intern([rows.name[i] for i in keep.tolist()])
+        piece = table(columns, codes[keep], name_id, kept, from_args, base)
+        rows_with, value_ids = self._extras(columns, args)
+        return self.model(columns, piece, rows_with, value_ids)
+
+    def model(
+        self,
+        columns: _Columns,
+        piece: dict[str, np.ndarray],
+        extra_rows: list[int],
+        extra_ids: list[int],
+    ) -> Trace:
+        """The trace from its kept rows' columns (``piece``) and kept arguments (the rows that
+        have some, and for each its index among ``columns``' shared values)."""
         for name, values in piece.items():
             columns.parts[name] = [values]
-        self._extras(columns, args)
-        columns.rows = int(keep.size)
+        if extra_rows:
+            columns.extra_rows.append(np.array(extra_rows, dtype=np.int64))
+            columns.extra_ids.append(np.array(extra_ids, dtype=np.int32))
+        columns.rows = int(piece["kind"].size)
         trace = columns.finish(
             self.path, _Document(baseTimeNanoseconds=self.base_ns), lost_tail=False
         )
@@ -498,7 +350,7 @@ class _Reader:
         trace.schema = "pftrace-cuspy" if self.has_categories else "pftrace-monitor"
         trace.metadata["not_carried"] = list(NOT_CARRIED)
         trace.warnings.append(NOT_CARRIED_WARNING.format(path=self.path))
-        trace.counters = self._series(base)
+        trace.counters = self._series(self.base_ns or 0)
         if self.unclosed:
             trace.warnings.append(
                 f"{self.path}: {self.unclosed:,} slice(s) begin but never end (read as instants)"
@@ -526,26 +378,14 @@ class _Reader:
             rows.correlation[:] = [top - c if c <= -2 else c for c in rows.correlation]
 
     def _guess(self, row: int) -> str:
-        """The category of a slice in a trace without categories (the monitor layout)."""
         rows = self.rows
-        name, args = rows.name[row], rows.args[row] or {}
-        if rows.device[row] >= 0:
-            if name in _SYNC_NAMES:
-                return "cuda_sync"
-            if name.startswith("Memcpy"):
-                return "gpu_memcpy"
-            if name.startswith("Memset"):
-                return "gpu_memset"
-            return "kernel"
-        if "cbid" in args or rows.correlation[row] >= 0:
-            return "cuda_runtime"
-        if "Python id" in args:
-            return "python_function"
-        if name.startswith("ProfilerStep#"):
-            return "user_annotation"
-        return "cpu_op"
+        args = rows.args[row] or {}
+        runtime = "cbid" in args or rows.correlation[row] >= 0
+        return guess(rows.name[row], rows.device[row], runtime, "Python id" in args)
 
-    def _extras(self, columns: _Columns, args: list[dict[str, Any] | None]) -> None:
+    def _extras(
+        self, columns: _Columns, args: list[dict[str, Any] | None]
+    ) -> tuple[list[int], list[int]]:
         """The kept arguments (shapes, collectives, ...) of each row, as the Kineto reader keeps
         them; worked out once per distinct set (nested values are shared, see _annotations)."""
         rows: list[int] = []
@@ -554,20 +394,14 @@ class _Reader:
         for row, values in enumerate(args):
             if not values or _EXTRA_KEYS.isdisjoint(values):
                 continue
-            key = tuple(
-                (k, id(v) if isinstance(v, (list, dict)) else v)
-                for k, v in values.items()
-                if k not in _ROW_KEYS
-            )
+            key = extras_key(values)
             value_id = done.get(key)
             if value_id is None:
                 value_id = done[key] = self._extra_id(columns, values)
             if value_id >= 0:
                 rows.append(row)
                 ids.append(value_id)
-        if rows:
-            columns.extra_rows.append(np.array(rows, dtype=np.int64))
-            columns.extra_ids.append(np.array(ids, dtype=np.int32))
+        return rows, ids
 
     @staticmethod
     def _extra_id(columns: _Columns, values: dict[str, Any]) -> int:
@@ -594,13 +428,93 @@ class _Reader:
         return series
 
 
-def _rank(sorted_keys: np.ndarray) -> np.ndarray:
-    """Each element's position among the equal keys before it (keys sorted)."""
-    if sorted_keys.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    counts = np.diff(np.r_[starts, sorted_keys.size])
-    return np.arange(sorted_keys.size) - np.repeat(starts, counts)
+def guess(name: str, device: int, runtime: bool, python: bool) -> str:
+    """The category of a slice in a trace without categories (the monitor layout): on a
+    device, by name; a runtime call has a ``cbid`` or a correlation id (``runtime``), a Python
+    frame a ``Python id`` (``python``)."""
+    if device >= 0:
+        if name in _SYNC_NAMES:
+            return "cuda_sync"
+        if name.startswith("Memcpy"):
+            return "gpu_memcpy"
+        if name.startswith("Memset"):
+            return "gpu_memset"
+        return "kernel"
+    if runtime:
+        return "cuda_runtime"
+    if python:
+        return "python_function"
+    if name.startswith("ProfilerStep#"):
+        return "user_annotation"
+    return "cpu_op"
+
+
+def extras_key(values: dict[str, Any]) -> tuple[Any, ...]:
+    """What decides a row's kept arguments: its arguments other than ids (a nested value by
+    identity: equal encodings share one, see _annotations)."""
+    return tuple(
+        (k, id(v) if isinstance(v, (list, dict)) else v)
+        for k, v in values.items()
+        if k not in _ROW_KEYS
+    )
+
+
+def table(
+    columns: _Columns,
+    kinds: np.ndarray,
+    name_id: np.ndarray,
+    kept: dict[str, np.ndarray],
+    from_args: dict[str, np.ndarray],
+    base: int,
+) -> dict[str, np.ndarray]:
+    """The model's columns of the kept rows: their kinds and interned names, their ``kept`` values
+    (start, end, pid, tid, device, stream, correlation, bytes, grid, block) and the integer
+    arguments ``from_args`` (External id, bytes, Python id, Python parent id)."""
+    is_device = np.isin(
+        kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION]
+    )
+    linked = np.isin(kinds, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME])
+    python = kinds == Kind.PYTHON
+    start, end = kept["start"], kept["end"]
+    return {
+        "kind": kinds,
+        "name_id": name_id,
+        "start_ns": start - base,
+        "dur_ns": np.maximum(end - start, 0),
+        "pid": kept["pid"],
+        "tid": kept["tid"],
+        "device": np.where(is_device, kept["device"], -1),
+        "stream": np.where(is_device, kept["stream"], -1),
+        "correlation": np.where(linked, kept["correlation"], -1),
+        "external_id": from_args["External id"],
+        "bytes": np.maximum(kept["bytes"], from_args["bytes"]),
+        "python_id": np.where(python, from_args["Python id"], -1),
+        "python_parent_id": np.where(python, from_args["Python parent id"], -1),
+        "grid_blocks": kept["grid"],
+        "block_threads": kept["block"],
+        "occupancy_pct": np.full(kinds.size, np.nan, dtype=np.float32),
+    }
+
+
+def where(
+    tracks: dict[int, _Track], track: _Track | None, device: int | None, lane: int | None
+) -> tuple[int, int, int, int]:
+    """pid, tid, device and stream of a slice on ``track`` whose annotations name ``device``
+    and ``lane`` (None: not named): on a ``GPU N`` process's ``stream K`` thread, device N and
+    stream K unless the annotations say otherwise."""
+    if track is None:
+        return -1, -1, -1, -1
+    parent = tracks.get(track.parent)
+    gpu = _GPU_PROCESS.match(parent.name) if parent is not None else None
+    if gpu is None:
+        return track.pid, track.tid, -1, -1
+    stream = _STREAM.search(track.name)
+    return (
+        track.pid,
+        track.tid,
+        int(gpu.group(1)) if device is None else device,
+        (int(stream.group(1)) if stream else track.tid) if lane is None else lane,
+    )
 
 
 #: The arguments the model reads (the Kineto reader's, and a runtime call's ``cbid``): the

@@ -189,7 +189,7 @@ def _build() -> dict[str, Any]:
     file = descriptor_pb2.FileDescriptorProto(
         name="gpuscope_perfetto_subset.proto", package=_PACKAGE, syntax="proto2"
     )
-    for message, fields in (_MESSAGES | _COLUMNS).items():
+    for message, fields in _MESSAGES.items():
         proto = file.message_type.add(name=message)
         oneof, members = _ONEOFS.get(message, ("", frozenset()))
         if oneof:
@@ -208,34 +208,14 @@ def _build() -> dict[str, Any]:
     pool.Add(file)
     return {
         m: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{m}"))
-        for m in _MESSAGES | _COLUMNS
+        for m in _MESSAGES
     }
-
-
-#: The same bytes read as one merged packet (``Trace.packet`` declared singular): protobuf merges
-#: every packet into it, so each repeated scalar below is one column over the whole file, in file
-#: order (a field a packet lacks is simply absent from its column). Read in C, no Python per event.
-_COLUMNS: dict[str, list[tuple[str, int, str, bool]]] = {
-    "ColumnTrace": [("packet", 1, "ColumnPacket", False)],
-    "ColumnPacket": [
-        ("timestamp", 8, "uint64", True),
-        ("track_event", 11, "ColumnTrackEvent", False),
-    ],
-    "ColumnTrackEvent": [
-        ("category_iids", 3, "uint64", True),
-        ("type", 9, "int32", True),
-        ("name_iid", 10, "uint64", True),
-        ("track_uuid", 11, "uint64", True),
-        ("flow_ids", 47, "fixed64", True),
-        ("gpu_correlation", 3000, "GpuCorrelation", False),
-    ],
-}
 
 
 _CLASSES = _build()
 Trace: Any = _CLASSES["Trace"]
 TracePacket: Any = _CLASSES["TracePacket"]
-ColumnTrace: Any = _CLASSES["ColumnTrace"]
+TrackEvent: Any = _CLASSES["TrackEvent"]
 
 #: ``TrackEvent.Type``.
 SLICE_BEGIN = 1

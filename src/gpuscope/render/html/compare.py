@@ -34,7 +34,13 @@ from gpuscope.render.html.page import (
     _section_html,
 )
 from gpuscope.render.html.report import _sections
-from gpuscope.render.html.sections import _findings, _header, _verdict
+from gpuscope.render.html.sections import (
+    _code_spans,
+    _findings,
+    _header,
+    _inputs,
+    _verdict,
+)
 
 
 def render_diff(
@@ -89,7 +95,7 @@ def _columns(left: str, right: str) -> str:
 
 def _side(d: Diagnosis, title: str) -> str:
     found = _findings(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
-    return f"{_header(d, title)}{_verdict(d.verdict)}{found}"
+    return f"{_header(d, title)}{_verdict(d.verdict)}{_inputs(d)}{found}"
 
 
 def _diff_notes(change: RunDiff) -> str:
@@ -185,7 +191,7 @@ def _finding_changes(change: RunDiff) -> str:
     )
     items = "".join(
         f"<li><b>{_e(label)}</b>: "
-        + (", ".join(f"{_e(f.cause)} ({_e(f.title)})" for f in found) or "none")
+        + (", ".join(f"{_e(f.cause)} ({_code_spans(f.title)})" for f in found) or "none")
         + "</li>"
         for label, found in groups
     )

@@ -109,6 +109,7 @@ class _Section(msgspec.Struct, frozen=True):
     title: str
     note: str  # plain text
     figure: go.Figure | None
+    after: str = ""  # HTML under the chart (the timeline's full list of lanes)
 
 
 def _page(title: str, body: str, sections: Sequence[_Section]) -> str:
@@ -157,7 +158,7 @@ def embedded_figures(page: str) -> list[dict[str, Any]]:
 def _section_html(s: _Section) -> str:
     chart = f'<div class="chart" id="{s.id}"></div>' if s.figure is not None else ""
     note = f'<p class="note">{_e(s.note)}</p>' if s.note else ""
-    return f"<section><h2>{_e(s.title)}</h2>{note}{chart}</section>"
+    return f"<section><h2>{_e(s.title)}</h2>{note}{chart}{s.after}</section>"
 
 
 # --- devices and time origin ----------------------------------------------------------------

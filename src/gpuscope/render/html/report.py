@@ -16,7 +16,7 @@ from gpuscope.render.html.page import (
     _Section,
     _section_html,
 )
-from gpuscope.render.html.sections import _devices, _findings, _header, _verdict
+from gpuscope.render.html.sections import _devices, _findings, _header, _inputs, _verdict
 from gpuscope.render.html.timeline import _timeline_section
 from gpuscope.render.views_html import FIGURE_ID as VIEWS_FIGURE_ID
 from gpuscope.render.views_html import views_part
@@ -30,7 +30,8 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
     body = "\n".join(
         [
             _header(diagnosis, "gpuscope report"),
-            _verdict(diagnosis.verdict),
+            _verdict(diagnosis.verdict),  # the answer first, what was read after it
+            _inputs(diagnosis),
             _findings(
                 diagnosis.findings,
                 diagnosis.verdict.gpu_hour_usd,

@@ -22,22 +22,38 @@ from gpuscope.render.html.page import (
     _e,
     _name,
 )
-from gpuscope.units import usd_cents
+from gpuscope.units import duration, usd_cents
 
 
 def _header(d: Diagnosis, title: str) -> str:
-    inputs = "".join(
-        f"<li><span class='mono'>{_e(i.path)}</span> <span class='dim'>({_e(i.format)}, "
-        f"{i.events:,} events, {plural(i.steps, 'step')}{_rank(i.rank)})</span></li>"
-        for i in d.inputs[:16]
-    )
-    more = f"<li class='dim'>and {len(d.inputs) - 16} more</li>" if len(d.inputs) > 16 else ""
-    warnings = "".join(f"<p class='warning'>warning: {_e(w)}</p>" for w in d.warnings)
+    """The title and what was read; the inputs come after the verdict (:func:`_inputs`)."""
     return (
         f"<h1>{_e(title)}</h1><p class='dim'>gpuscope {_e(__version__)} · "
-        f"<span class='mono'>{_e(d.source)}</span></p><ul class='dim'>{inputs}{more}</ul>"
-        f"{warnings}"
+        f"<span class='mono'>{_e(d.source)}</span></p>"
     )
+
+
+#: Inputs listed before the rest fold away: a job of many ranks would fill a phone's first
+#: screens with paths.
+SHOWN_INPUTS = 3
+
+
+def _inputs(d: Diagnosis) -> str:
+    """The inputs read (the first :data:`SHOWN_INPUTS`, the rest a click away) and warnings."""
+    items = [
+        f"<li><span class='mono'>{_e(i.path)}</span> <span class='dim'>({_e(i.format)}, "
+        f"{i.events:,} events, {plural(i.steps, 'step')}{_rank(i.rank)})</span></li>"
+        for i in d.inputs
+    ]
+    listed = f"<ul class='dim inputs'>{''.join(items[:SHOWN_INPUTS])}</ul>"
+    if len(items) > SHOWN_INPUTS:
+        rest = len(items) - SHOWN_INPUTS
+        listed += (
+            f"<details class='inputs'><summary class='dim'>and {plural(rest, 'more input')}"
+            f"</summary><ul class='dim inputs'>{''.join(items[SHOWN_INPUTS:])}</ul></details>"
+        )
+    warnings = "".join(f"<p class='warning'>warning: {_e(w)}</p>" for w in d.warnings)
+    return f"{listed}{warnings}"
 
 
 def _rank(rank: int | None) -> str:
@@ -58,7 +74,7 @@ def _verdict(v: Verdict) -> str:
         figures.append((label, "n/a" if value is None else f"{value:.1f}%"))
     cells = "".join(f"<div class='figure'>{_e(k)}<b>{_e(x)}</b></div>" for k, x in figures)
     return (
-        f"<div class='verdict bound-{_e(v.bound)}' id='verdict'>{_e(v.summary)}</div>"
+        f"<div class='verdict bound-{_e(v.bound)}' id='verdict'>{_code_spans(v.summary)}</div>"
         f"<div class='figures'>{cells}</div>{_shares(v.shares_pct)}"
         f"<p class='note'>Price: {_e(v.price_source)}.</p>"
     )
@@ -118,25 +134,25 @@ def _findings(
 def _finding(
     i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
 ) -> str:
-    figures = [f"{f.share_pct:.1f}% of device time", f"{f.lost_ns / 1e6:,.2f} ms lost"]
+    figures = [f"{f.share_pct:.1f}% of device time", f"{duration(f.lost_ns)} lost"]
     if f.memory_bytes is not None:  # a memory finding: bytes, not time
         figures = [f"{f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the memory peak)"]
         if f.predicted_peak_bytes is not None:
             figures.append(f"peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
     if f.lost_ns_per_step is not None:
-        figures.append(f"{f.lost_ns_per_step / 1e6:,.2f} ms per step")
+        figures.append(f"{duration(f.lost_ns_per_step)} per step")
     money = predicted.money(f)
     if money is not None:
         figures.append(money)
-    evidence = "".join(f"<li>{_e(x)}</li>" for x in f.evidence)
+    evidence = "".join(f"<li>{_code_spans(x)}</li>" for x in f.evidence)
     if f.prediction is not None:
         evidence = (
             f"<li class='prediction'><b>{_e(predicted.headline(f.prediction, gpu_hour_usd))}</b>;"
-            f" {_e(predicted.details(f.prediction))}</li>{evidence}"
+            f" {_code_spans(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
         f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
-        f"<td class='num'>{loc.lost_ns / 1e6:,.2f} ms</td><td class='num'>{loc.gaps:,}</td></tr>"
+        f"<td class='num'>{duration(loc.lost_ns)}</td><td class='num'>{loc.gaps:,}</td></tr>"
         for loc in f.locations
     )
     where = (
@@ -147,7 +163,7 @@ def _finding(
     )
     return (
         f"<article class='finding' data-cause='{_e(f.cause)}'>"
-        f"<h3>{i}. {_e(f.title)} <span class='dim mono'>{_e(f.cause)} · "
+        f"<h3>{i}. {_code_spans(f.title)} <span class='dim mono'>{_e(f.cause)} · "
         f"<span title='{_e(PATTERNS.get(f.pattern, ''))}'>[{_e(f.pattern)}]</span></span>"
         f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
         f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
@@ -187,11 +203,9 @@ def _device_row(d: DeviceReport) -> str:
     cells = [
         _e(_device_label(d, True)),
         _e(d.info.name or "unknown"),
-        f"{t.span_ns / 1e6:,.2f} ms",
-        *(
-            f"{t.pct(x):.1f}%"
-            for x in (t.busy_ns, t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)
-        ),
+        duration(t.span_ns),
+        f"{d.busy_pct:.1f}%",
+        *(f"{t.pct(x):.1f}%" for x in (t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)),
         "n/a" if d.bounds.mfu_pct is None else f"{d.bounds.mfu_pct:.1f}%",
     ]
     tds = "".join(
@@ -201,7 +215,7 @@ def _device_row(d: DeviceReport) -> str:
 
 
 def _extremes(devices: Sequence[DeviceReport]) -> list[DeviceReport]:
-    by_busy = sorted(devices, key=lambda d: d.temporal.busy_ns / max(d.temporal.span_ns, 1))
+    by_busy = sorted(devices, key=lambda d: d.busy_pct)
     return [by_busy[0], by_busy[-1]]
 
 
@@ -210,7 +224,7 @@ def _kernel_table(d: DeviceReport, multi: bool) -> str:
     rows = "".join(
         f"<tr><td class='mono kernel'>{_name(k.name, short[k.name])}</td>"
         f"<td>{_e(k.work_class.name.lower())}</td>"
-        f"<td class='num'>{k.count:,}</td><td class='num'>{k.total_ns / 1e6:,.2f} ms</td>"
+        f"<td class='num'>{k.count:,}</td><td class='num'>{duration(k.total_ns)}</td>"
         f"<td class='num'>{k.share_of_busy_pct:.1f}%</td></tr>"
         for k in d.kernels
     )

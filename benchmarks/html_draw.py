@@ -1,0 +1,195 @@
+"""Issue #32's figure: every corpus report in Chromium, at a desktop's size and a phone's.
+
+For each corpus input (every file, and each multi-rank folder) the script writes the HTML report
+once (``gpuscope.diagnose`` in process, ``html.render``), then opens it in Debian's headless
+Chromium (the browser test's driver, :mod:`test_browser`) at 1400x900 and at 390x844 and reads
+what the page says:
+
+* ``draw``: milliseconds from navigation start until every chart's ``Plotly.newPlot`` resolved
+  (``window.gpuscopeReport.drawnMs``), the best of ``--tries`` cold loads (a new file each time);
+  bar: under 3,000 ms;
+* ``overflow``: how many CSS pixels the page is wider than the window at 390 px
+  (``scrollWidth - clientWidth``); bar: 0;
+* ``verdict``: whether the verdict box lies wholly in the first screen at both sizes;
+* ``height``: the phone page's height in pixels (a table that wraps a few letters a line makes
+  it very tall).
+
+An input gpuscope refuses (exit 2: not a trace, or one without what a report needs) is listed as
+refused. The Markdown table it prints is the one in ``benchmarks/README.md``.
+
+    python benchmarks/html_draw.py [CORPUS] [--tries 3] [--only SUBSTRING] [--keep DIR]
+
+``--keep DIR`` writes the reports there and reuses those already there (rerunning only the
+browser part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from gpuscope import diagnose, load  # noqa: E402
+from gpuscope.errors import GpuscopeError  # noqa: E402
+from gpuscope.render import html  # noqa: E402
+from test_browser import (  # noqa: E402  (the test's helpers: one driver, one way to load)
+    DESKTOP,
+    FIT,
+    PHONE,
+    open_report,
+    page_fit,
+    start_browser,
+)
+
+DRAW_BAR_MS = 3000
+
+
+def inputs(corpus: Path) -> list[Path]:
+    """Every corpus file but the licences, the manifest and reference tables, and each folder of
+    ranks (read as one job)."""
+    files = [
+        p
+        for p in sorted(corpus.rglob("*"))
+        if p.is_file()
+        and "LICENSES" not in p.parts
+        and "reference" not in p.parts
+        and p.suffix != ".md"
+    ]
+    folders = sorted({p.parent for p in files if "rank" in p.parent.name.lower()})
+    return files + folders
+
+
+def report(source: Path, corpus: Path, keep: Path) -> Path | None:
+    """The report of one input, written once; None when gpuscope refuses the input."""
+    name = str(source.relative_to(corpus)).replace("/", "__") + ".html"
+    path = keep / name
+    if path.exists():
+        return path
+    try:
+        page = html.render(diagnose(load(source)))
+    except GpuscopeError:
+        return None
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
+    """A report's draw time (None: not drawn within the driver's 20 s, or a chart failed) and
+    how it fits both screens."""
+    draws: list[float | None] = []
+    for attempt in range(tries):
+        copy = path.with_name(f"{path.stem}.{attempt}{time.monotonic_ns()}.html")
+        copy.write_bytes(path.read_bytes())
+        try:
+            draws.append(open_report(driver, copy)["drawnMs"])
+        except AssertionError:
+            draws.append(None)
+        finally:
+            copy.unlink()
+    fits = []
+    for size in (DESKTOP, PHONE):
+        try:
+            fits.append(page_fit(driver, path, *size))
+        except AssertionError:  # the page did not draw at this size: measured as it stands
+            fits.append({**_fit_as_is(driver, *size), "failed": True})
+    desktop, phone = fits
+    drawn = [d for d in draws if d is not None]
+    return {
+        "draw_ms": min(drawn) if len(drawn) == len(draws) else None,
+        "draws_ms": draws,
+        "overflow_px": phone["overflow_px"],
+        "verdict": desktop["verdict_shown"] and phone["verdict_shown"],
+        "failed": [
+            f"{w}x{h}" for (w, h), f in zip((DESKTOP, PHONE), fits, strict=True) if "failed" in f
+        ],
+        "height_px": phone["height_px"],
+        "wide": phone["wide"],
+        "size_mb": path.stat().st_size / 1e6,
+    }
+
+
+def _fit_as_is(driver: Any, width: int, height: int) -> dict[str, Any]:
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        fit: dict[str, Any] = driver.execute_script(FIT)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return fit
+
+
+def _ms(value: float | None) -> str:
+    return "not drawn" if value is None else f"{value:,.0f}"
+
+
+def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
+    keep.mkdir(parents=True, exist_ok=True)
+    driver = start_browser(keep / "chromium-profile")
+    rows = []
+    try:
+        for source in inputs(corpus):
+            relative = str(source.relative_to(corpus))
+            if only is not None and only not in relative:
+                continue
+            path = report(source, corpus, keep)
+            if path is None:
+                print(f"refused  {relative}", flush=True)
+                continue
+            m = measure(driver, path, tries)
+            rows.append((relative, m))
+            print(
+                f"{_ms(m['draw_ms']):>9} ms  overflow {m['overflow_px']:4d} px  verdict "
+                f"{'yes' if m['verdict'] else 'NO '}  phone {m['height_px']:7,d} px  "
+                f"{m['size_mb']:.2f} MB  {relative}  {' '.join(m['wide'][:3])}"
+                + (f"  charts failed at {', '.join(m['failed'])}" if m["failed"] else ""),
+                flush=True,
+            )
+    finally:
+        driver.quit()
+    print(
+        "\n| report | MB | draw (ms) | overflow at 390 px | verdict in first screen"
+        " | phone page (px) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for relative, m in rows:
+        print(
+            f"| `{relative}` | {m['size_mb']:.2f} | {_ms(m['draw_ms'])} | {m['overflow_px']} | "
+            f"{'yes' if m['verdict'] else 'no'} | {m['height_px']:,} |"
+        )
+    draws = [m["draw_ms"] for _, m in rows if m["draw_ms"] is not None]
+    slow = [r for r, m in rows if m["draw_ms"] is None or m["draw_ms"] >= DRAW_BAR_MS]
+    wide = [r for r, m in rows if m["overflow_px"] > 0]
+    hidden = [r for r, m in rows if not m["verdict"]]
+    failed = [r for r, m in rows if m["failed"]]
+    if draws:
+        print(
+            f"\n{len(rows)} reports: draw median {statistics.median(draws):,.0f} ms, "
+            f"max {max(draws):,.0f} ms; over {DRAW_BAR_MS} ms: {len(slow)}; "
+            f"wider than 390 px: {len(wide)}; verdict not in the first screen: {len(hidden)};"
+            f" charts failed: {len(failed)}"
+        )
+    return 1 if slow or wide or hidden or failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=ROOT.parent / "shared" / "corpus")
+    parser.add_argument("--tries", type=int, default=3)
+    parser.add_argument("--only", default=None, help="only inputs whose path holds this")
+    parser.add_argument("--keep", type=Path, default=None, help="write (and reuse) reports here")
+    args = parser.parse_args()
+    if args.keep is not None:
+        return run(args.corpus, args.tries, args.only, args.keep)
+    with tempfile.TemporaryDirectory() as tmp:
+        return run(args.corpus, args.tries, args.only, Path(tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

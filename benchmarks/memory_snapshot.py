@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--keep", type=Path, help="Write the snapshot here and keep it.")
     parser.add_argument("--gzip", action="store_true", help="Write it gzip (level 1).")
+    parser.add_argument(
+        "--phases", action="store_true", help="Then, in process: reading and diagnosing apart."
+    )
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="gpuscope-snapshot-")
     path = args.keep or Path(folder) / ("snapshot.pickle.gz" if args.gzip else "snapshot.pickle")
@@ -176,8 +179,26 @@ def main() -> None:
         f"per MiB of snapshot: {float(wall) / (size / MIB) * 1000:.1f} ms,"
         f" {int(rss_kb) / 1024 / (size / MIB):.2f} MiB of RSS"
     )
+    if args.phases:
+        phases(path)
     if args.keep is None:
         path.unlink()
+
+
+def phases(path: Path) -> None:
+    """Reading (the scanner, then the record from its columns) and the diagnosis, timed apart."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from gpuscope.diagnosis import diagnose
+    from gpuscope.readers import load
+
+    start = time.perf_counter()
+    job = load(path)
+    read = time.perf_counter()
+    diagnose(job)
+    print(
+        f"in process: read {read - start:.1f} s (scan and record),"
+        f" diagnose {time.perf_counter() - read:.1f} s"
+    )
 
 
 if __name__ == "__main__":

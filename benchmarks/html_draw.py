@@ -36,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from selenium.common.exceptions import WebDriverException  # noqa: E402
+
 from gpuscope import diagnose, load  # noqa: E402
 from gpuscope.errors import GpuscopeError  # noqa: E402
 from gpuscope.render import html  # noqa: E402
@@ -89,7 +91,7 @@ def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
         copy.write_bytes(path.read_bytes())
         try:
             draws.append(open_report(driver, copy)["drawnMs"])
-        except AssertionError:
+        except (AssertionError, WebDriverException):  # not drawn in 20 s, or a page still busy
             draws.append(None)
         finally:
             copy.unlink()
@@ -97,7 +99,7 @@ def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
     for size in (DESKTOP, PHONE):
         try:
             fits.append(page_fit(driver, path, *size))
-        except AssertionError:  # the page did not draw at this size: measured as it stands
+        except (AssertionError, WebDriverException):  # not drawn at this size: measured as is
             fits.append({**_fit_as_is(driver, *size), "failed": True})
     desktop, phone = fits
     drawn = [d for d in draws if d is not None]

@@ -136,9 +136,9 @@ def main() -> int:
         print("instructions: valgrind is not installed; nothing measured")
         return 0
     missing = [f for f in FILES if not (corpus_root() / f).exists()]
-    if missing:
+    if missing:  # a failure in CI, as the tests' corpus (tests/corpus.py); a skip elsewhere
         print(f"instructions: corpus file(s) missing under {corpus_root()}: {', '.join(missing)}")
-        return 1
+        return 1 if os.environ.get("CI", "").lower() == "true" else 0
     counts = measure(list(FILES))
     if args.json is not None:
         args.json.write_text(json.dumps(counts, indent=1) + "\n")

@@ -16,6 +16,7 @@ has the figures measured).
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import os
 import random
@@ -94,12 +95,14 @@ class _Writer:
         return data + b"u"
 
 
-def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> int:
-    """A training loop's snapshot of about ``size_bytes``; returns the trace entries written."""
+def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> tuple[int, int]:
+    """A training loop's snapshot of about ``size_bytes`` of pickle (gzip for a ``.gz`` name);
+    returns the trace entries and the bytes of pickle written."""
     rng = random.Random(seed)
     paths = [rng.sample(range(FRAMES), TRACEBACK_FRAMES) for _ in range(CALL_PATHS)]
-    with path.open("wb") as raw:
-        out = io.BufferedWriter(raw, 1 << 22)
+    gzipped = path.suffix == ".gz"
+    with gzip.open(path, "wb", compresslevel=1) if gzipped else path.open("wb") as raw:
+        out = io.BufferedWriter(raw, 1 << 22)  # type: ignore[arg-type]
         w = _Writer(out)
         out.write(b"}" + w.memoize() + b"(" + w.string("segments"))
         # no segments: the trace alone (the dump is small beside it)
@@ -135,22 +138,25 @@ def write_snapshot(path: Path, size_bytes: int, seed: int = 0) -> int:
         out.write(b"a")  # device_traces: [entries]
         out.write(b"u.")
         out.flush()
-    return entries
+    return entries, written
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--keep", type=Path, help="Write the snapshot here and keep it.")
+    parser.add_argument("--gzip", action="store_true", help="Write it gzip (level 1).")
+    parser.add_argument(
+        "--phases", action="store_true", help="Then, in process: reading and diagnosing apart."
+    )
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="gpuscope-snapshot-")
-    path = args.keep or Path(folder) / "snapshot.pickle"
+    path = args.keep or Path(folder) / ("snapshot.pickle.gz" if args.gzip else "snapshot.pickle")
     start = time.perf_counter()
-    entries = write_snapshot(path, args.size_mb * MIB)
-    size = path.stat().st_size
+    entries, size = write_snapshot(path, args.size_mb * MIB)
     print(
-        f"wrote {size / MIB:,.0f} MiB, {entries:,} trace entries"
-        f" in {time.perf_counter() - start:.1f} s"
+        f"wrote {size / MIB:,.0f} MiB of pickle ({path.stat().st_size / MIB:,.0f} MiB on disk),"
+        f" {entries:,} trace entries, in {time.perf_counter() - start:.1f} s"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     timing = Path(folder) / "time.txt"
@@ -173,8 +179,26 @@ def main() -> None:
         f"per MiB of snapshot: {float(wall) / (size / MIB) * 1000:.1f} ms,"
         f" {int(rss_kb) / 1024 / (size / MIB):.2f} MiB of RSS"
     )
+    if args.phases:
+        phases(path)
     if args.keep is None:
         path.unlink()
+
+
+def phases(path: Path) -> None:
+    """Reading (the scanner, then the record from its columns) and the diagnosis, timed apart."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from gpuscope.diagnosis import diagnose
+    from gpuscope.readers import load
+
+    start = time.perf_counter()
+    job = load(path)
+    read = time.perf_counter()
+    diagnose(job)
+    print(
+        f"in process: read {read - start:.1f} s (scan and record),"
+        f" diagnose {time.perf_counter() - read:.1f} s"
+    )
 
 
 if __name__ == "__main__":

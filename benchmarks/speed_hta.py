@@ -76,6 +76,7 @@ print(rc, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 class Run:
     wall_s: float
     peak_rss_mib: float
+    cpu_s: float = 0.0  # user + system, every thread (GNU time only)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class Series:
     def peak_rss_mib(self) -> float:
         return max(r.peak_rss_mib for r in self.runs)
 
+    @property
+    def cpu_median_s(self) -> float:
+        return statistics.median(r.cpu_s for r in self.runs)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -113,14 +118,15 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> Run:
         with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
             start = time.perf_counter()
             done = subprocess.run(
-                [str(GNU_TIME), "-f", "%M", "-o", rss.name, *command],
+                [str(GNU_TIME), "-f", "%M %U %S", "-o", rss.name, *command],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 check=False,
                 env=env,
             )
             wall = time.perf_counter() - start
-            kib = rss.read().strip().splitlines()[-1] if done.returncode == 0 else "0"
+            fields = rss.read().strip().splitlines()[-1].split() if done.returncode == 0 else []
+            kib, cpu = (fields[0], float(fields[1]) + float(fields[2])) if fields else ("0", 0.0)
     else:
         out = subprocess.run(
             [sys.executable, "-c", _RUSAGE_CHILD, *command],
@@ -130,12 +136,13 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> Run:
             env=env,
         )
         rc, wall_text, kib = out.stdout.split()
+        cpu = 0.0
         done = subprocess.CompletedProcess(command, int(rc), None, out.stderr.encode())
         wall = float(wall_text)
     if done.returncode != 0:
         stderr = (done.stderr or b"").decode(errors="replace").strip()
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {stderr[-400:]}")
-    return Run(wall, int(kib) / 1024)
+    return Run(wall, int(kib) / 1024, cpu)
 
 
 def gpuscope_command() -> list[str]:
@@ -344,6 +351,17 @@ def whole_process_targets(series: list[Series]) -> list[Target]:
                 speedup_min >= SPEEDUP_TARGET,
             )
         )
+        if ours.cpu_median_s > 0:
+            cpu_ratio = hta.cpu_median_s / ours.cpu_median_s
+            targets.append(
+                Target(
+                    f"a. CPU time (user + system), {label} vs HTA",
+                    f"{_ratio(cpu_ratio)} median"
+                    f" ({ours.cpu_median_s:.3f} / {hta.cpu_median_s:.3f} s)",
+                    "(reported)",
+                    True,
+                )
+            )
         memory = ours.peak_rss_mib / hta.peak_rss_mib
         targets.append(
             Target(
@@ -390,20 +408,30 @@ def main(argv: list[str] | None = None) -> int:
     if not args.trace.exists():
         parser.error(f"no such trace: {args.trace}")
     hta_python = hta_python_or_help(args.hta_python)
-    rows: list[tuple[str, ...]] = [("measurement", "min s", "median s", "peak RSS MiB")]
+    rows: list[tuple[str, ...]] = [
+        ("measurement", "min s", "median s", "CPU median s", "peak RSS MiB")
+    ]
     with tempfile.TemporaryDirectory(prefix="speed_hta_") as tmp_name:
         tmp = Path(tmp_name)
         series = whole_process(args.trace, hta_python, args.repeats, tmp)
         for s in series:
-            rows.append((s.label, f"{s.min_s:.3f}", f"{s.median_s:.3f}", f"{s.peak_rss_mib:.0f}"))
+            rows.append(
+                (
+                    s.label,
+                    f"{s.min_s:.3f}",
+                    f"{s.median_s:.3f}",
+                    f"{s.cpu_median_s:.3f}",
+                    f"{s.peak_rss_mib:.0f}",
+                )
+            )
         targets = whole_process_targets(series)
 
         decoder, floor_times, ours, small_times, big_times = "", [], [], [], []
         if not args.whole_only:
             decoder, floor_times = floor(args.trace, args.repeats)
             ours = [gpuscope_in_process(args.trace) for _ in range(args.repeats)]
-            rows.append((f"floor: zlib + {decoder}", *_min_median(floor_times), ""))
-            rows.append(("gpuscope load + diagnose", *_min_median(ours), ""))
+            rows.append((f"floor: zlib + {decoder}", *_min_median(floor_times), "", ""))
+            rows.append(("gpuscope load + diagnose", *_min_median(ours), "", ""))
             floor_ratio = min(ours) / min(floor_times)
             targets.append(
                 Target("b. in process / floor", _ratio(floor_ratio), "<= 2x", floor_ratio <= 2.0)
@@ -413,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             big = replicate(args.trace, SCALE, tmp / f"x{SCALE}.json.gz")
             small_times = [gpuscope_in_process(one) for _ in range(args.repeats)]
             big_times = [gpuscope_in_process(big) for _ in range(args.repeats)]
-            rows.append(("gpuscope 1x (rewritten)", *_min_median(small_times), ""))
-            rows.append((f"gpuscope {SCALE}x", *_min_median(big_times), ""))
+            rows.append(("gpuscope 1x (rewritten)", *_min_median(small_times), "", ""))
+            rows.append((f"gpuscope {SCALE}x", *_min_median(big_times), "", ""))
             scaling = min(big_times) / min(small_times)
             targets.append(
                 Target(

@@ -159,6 +159,8 @@ def _hand_made(rng: random.Random) -> bytes:
             )
         elif rng.random() < 0.2:
             event.flow_ids.append(rng.randrange(2**64))
+    if rng.random() < 0.1:  # names redefined after the events: the walker leaves it to protobuf
+        trace.packet.add().interned_data.event_names.add(iid=1, name="renamed")
     data: bytes = trace.SerializeToString()
     return data
 

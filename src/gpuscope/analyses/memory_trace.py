@@ -57,8 +57,12 @@ def trace_record(trace: Trace, host: HostIndex) -> MemoryRecord | None:
         pid = _pid_of(trace, tid)
         if pid is not None:
             users = host.user_frames(pid, tid, times)
-            codes = [-1 if u is None else user_names.setdefault(u, len(user_names)) for u in users]
-            user_code[at] = codes
+            for u in dict.fromkeys(users):  # numbered in the order they first come
+                if u is not None:
+                    user_names.setdefault(u, len(user_names))
+            code_of: dict[str | None, int] = {None: -1}
+            code_of.update(user_names)
+            user_code[at] = list(map(code_of.__getitem__, users))
     key = (op_name + 1) * (len(user_names) + 1) + (user_code + 1)
     order = np.argsort(key, kind="stable")
     ordered = key[order]

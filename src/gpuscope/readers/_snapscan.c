@@ -48,8 +48,15 @@ enum { PLAIN = 0, OUTER = 1, ENTRIES = 2, ENTRY = 3, STACK = 4 };
 /* memo flags: what GET of the slot gives */
 enum { M_PLAIN = 0, M_GONE = 1, M_STACK = 2 };
 
+/* a trace entry being read: the values of the keys a row needs, never a dict */
 typedef struct {
-    PyObject *obj;
+    PyObject *action, *addr, *size, *stream, *time_us;
+    int64_t frames; /* its stack id, -1: none */
+} Entry;
+
+typedef struct {
+    PyObject *obj; /* (None for an entry: its values are in entry) */
+    Entry *entry;
     int64_t memo; /* the memo slot this object is stored in, -1: none known */
     int32_t owner;
     uint8_t kind;
@@ -66,6 +73,8 @@ typedef struct {
     char *buf;
     size_t pos, len, cap;
     int eof;
+    size_t base;       /* the offset in the pickle of buf[0] */
+    int64_t frame_end; /* the offset where the current FRAME ends, -1: none */
     /* machine */
     Slot *stack;
     size_t depth, stack_cap;
@@ -95,6 +104,9 @@ typedef struct {
     PyObject *key_frames, *key_action, *key_addr, *key_size, *key_stream, *key_time,
         *key_device_traces;
     PyObject *action_names[9];
+    /* the pickle's own str objects last found equal to a key or action name (held): the same
+     * memoised string recurs in every entry, so a pointer comparison finds it */
+    PyObject *key_alias[6], *action_alias[9];
 } M;
 
 static void *fail_unsupported(const char *why) {
@@ -128,6 +140,7 @@ static int need(M *m, size_t n) {
     if (m->len - m->pos >= n) return 0;
     size_t have = m->len - m->pos;
     memmove(m->buf, m->buf + m->pos, have);
+    m->base += m->pos;
     m->len = have;
     m->pos = 0;
     if (n > m->cap) {
@@ -190,8 +203,18 @@ static int push(M *m, PyObject *obj, uint8_t kind) { /* steals obj */
         m->stack = s;
         m->stack_cap = cap;
     }
-    m->stack[m->depth++] = (Slot){obj, -1, -1, kind};
+    m->stack[m->depth++] = (Slot){obj, NULL, -1, -1, kind};
     return 0;
+}
+
+static void entry_free(Entry *e) {
+    if (!e) return;
+    Py_XDECREF(e->action);
+    Py_XDECREF(e->addr);
+    Py_XDECREF(e->size);
+    Py_XDECREF(e->stream);
+    Py_XDECREF(e->time_us);
+    free(e);
 }
 
 static size_t base(M *m) { return m->nmarks ? m->marks[m->nmarks - 1] : 0; }
@@ -204,7 +227,11 @@ static int pop_mark(M *m, size_t *at) {
 }
 
 static void drop_to(M *m, size_t at) {
-    while (m->depth > at) Py_DECREF(m->stack[--m->depth].obj);
+    while (m->depth > at) {
+        Slot *s = &m->stack[--m->depth];
+        entry_free(s->entry);
+        Py_DECREF(s->obj);
+    }
 }
 
 /* a slot consumed as plain data (into a tuple, a plain list or dict, the result) */
@@ -265,6 +292,20 @@ static int is_key(PyObject *k, PyObject *name) {
     if (!PyUnicode_CheckExact(k)) return 0;
     if (k == name) return 1;
     return PyUnicode_GET_LENGTH(k) == PyUnicode_GET_LENGTH(name) && PyUnicode_Compare(k, name) == 0;
+}
+
+/* which of names (n of them) the str k equals, -1: none; aliases cache the objects found */
+static int name_index(PyObject *k, PyObject **names, PyObject **alias, int n) {
+    for (int i = 0; i < n; i++)
+        if (k == alias[i]) return i;
+    if (!PyUnicode_CheckExact(k)) return -1;
+    for (int i = 0; i < n; i++)
+        if (is_key(k, names[i])) {
+            Py_INCREF(k);
+            Py_XSETREF(alias[i], k);
+            return i;
+        }
+    return -1;
 }
 
 /* frame object -> its index in frame_objects, by address (the object is kept alive there) */
@@ -413,35 +454,26 @@ static int column_int(PyObject *v, int exact, int64_t *out, int *ok) {
     return 0;
 }
 
-/* one trace entry dict as a row */
+/* one trace entry as a row (as the reference reads the dict: see snapshot.py) */
 static int entry_row(M *m, Slot *s, int32_t owner) {
-    PyObject *d = s->obj;
+    Entry *e = s->entry;
     uint8_t action = 255;
-    PyObject *a = PyDict_GetItemWithError(d, m->key_action);
-    if (!a && PyErr_Occurred()) return UNSUPPORTED("an entry");
+    PyObject *a = e->action;
     if (a && PyUnicode_CheckExact(a)) {
-        for (int i = 0; i < 9; i++)
-            if (PyUnicode_Compare(a, m->action_names[i]) == 0) {
-                action = (uint8_t)i;
-                break;
-            }
-    } else if (a && (PyList_Check(a) || PyDict_Check(a) || PySet_Check(a))) {
-        return UNSUPPORTED("an unhashable action");
-    } else if (a && PyTuple_Check(a) && PyObject_Hash(a) == -1) {
+        int i = name_index(a, m->action_names, m->action_alias, 9);
+        if (i >= 0) action = (uint8_t)i;
+    } else if (a && PyObject_Hash(a) == -1) {
         return UNSUPPORTED("an unhashable action");
     }
     if (action == 255 && PyList_Append(m->unknown, a ? a : Py_None) < 0) return -1;
-    int64_t addr, size, stream, time_us, frames = -1;
+    int64_t addr, size, stream, time_us;
     int ok, size_ok;
-    if (column_int(PyDict_GetItemWithError(d, m->key_addr), 0, &addr, &ok) < 0) return -1;
-    if (column_int(PyDict_GetItemWithError(d, m->key_size), 1, &size, &size_ok) < 0) return -1;
-    if (column_int(PyDict_GetItemWithError(d, m->key_stream), 0, &stream, &ok) < 0) return -1;
-    if (column_int(PyDict_GetItemWithError(d, m->key_time), 1, &time_us, &ok) < 0) return -1;
+    if (column_int(e->addr, 0, &addr, &ok) < 0) return -1;
+    if (column_int(e->size, 1, &size, &size_ok) < 0) return -1;
+    if (column_int(e->stream, 0, &stream, &ok) < 0) return -1;
+    if (column_int(e->time_us, 1, &time_us, &ok) < 0) return -1;
     if (!ok) time_us = -1;
-    PyObject *f = PyDict_GetItemWithError(d, m->key_frames);
-    if (f) frames = PyLong_AsLongLong(f); /* set by SETITEMS: always our id */
-    if (PyErr_Occurred()) return UNSUPPORTED("an entry");
-    int32_t stack = (int32_t)frames;
+    int32_t stack = (int32_t)e->frames;
     uint8_t okb = (uint8_t)size_ok;
     if (buf_put(&m->action, &action, 1) < 0 || buf_put(&m->address, &addr, 8) < 0 ||
         buf_put(&m->size, &size, 8) < 0 || buf_put(&m->size_ok, &okb, 1) < 0 ||
@@ -449,11 +481,6 @@ static int entry_row(M *m, Slot *s, int32_t owner) {
         buf_put(&m->stack_col, &stack, 4) < 0 || buf_put(&m->owner, &owner, 4) < 0)
         return -1;
     m->rows++;
-    if (s->memo >= 0 && (size_t)s->memo < m->memo_cap && m->memo[s->memo] == d) {
-        m->memo[s->memo] = NULL; /* the entry lives on as its row only */
-        m->memo_flag[s->memo] = M_GONE;
-        Py_DECREF(d);
-    }
     return 0;
 }
 
@@ -484,43 +511,64 @@ static int appends(M *m, size_t at) {
     return 0;
 }
 
+/* a frames value of an entry: its stack id (the list interned, its memo slot given the id) */
+static int entry_frames(M *m, Slot *v, int64_t *out) {
+    *out = -1;
+    if (v->kind == STACK) {
+        *out = PyLong_AsLongLong(v->obj); /* interned before */
+        return 0;
+    }
+    if (plain(v) < 0) return -1;
+    if (!PyList_CheckExact(v->obj) || v->kind != PLAIN) return 0; /* no stack, as the reference */
+    int64_t id = stack_id(m, v->obj);
+    if (id == -2) return -1;
+    *out = id;
+    if (id >= 0 && v->memo >= 0 && (size_t)v->memo < m->memo_cap && m->memo[v->memo] == v->obj) {
+        PyObject *made = PyLong_FromLongLong(id); /* later references to the list get its id */
+        if (!made) return -1;
+        Py_SETREF(m->memo[v->memo], made);
+        m->memo_flag[v->memo] = M_STACK;
+    }
+    return 0;
+}
+
+/* a key and value set in an entry: kept where a row needs it, else dropped */
+static int entry_set(M *m, Entry *e, Slot *k, Slot *v) {
+    PyObject **field = NULL;
+    if (PyUnicode_CheckExact(k->obj)) {
+        PyObject *names[6] = {m->key_frames, m->key_action, m->key_addr,
+                              m->key_size,   m->key_stream, m->key_time};
+        PyObject **fields[6] = {NULL, &e->action, &e->addr, &e->size, &e->stream, &e->time_us};
+        int i = name_index(k->obj, names, m->key_alias, 6);
+        if (i == 0) return entry_frames(m, v, &e->frames);
+        if (i > 0) field = fields[i];
+    } else if (PyObject_Hash(k->obj) == -1) {
+        return UNSUPPORTED("a key that cannot be one");
+    }
+    if (plain(v) < 0) return -1;
+    if (field) {
+        Py_INCREF(v->obj);
+        Py_XSETREF(*field, v->obj);
+    }
+    return 0;
+}
+
 /* SETITEM / SETITEMS of stack[at:] pairs into stack[at - 1] */
 static int setitems(M *m, size_t at) {
     if (at == 0 || (m->depth - at) % 2) return UNSUPPORTED("setitems without a dict");
     Slot *target = &m->stack[at - 1];
-    if (!PyDict_CheckExact(target->obj)) return UNSUPPORTED("setitem on what is not a dict");
+    if (target->kind != ENTRY && !PyDict_CheckExact(target->obj))
+        return UNSUPPORTED("setitem on what is not a dict");
     for (size_t i = at; i < m->depth; i += 2) {
         Slot *k = &m->stack[i], *v = &m->stack[i + 1];
         if (plain(k) < 0) return -1;
-        PyObject *value = v->obj;
-        PyObject *made = NULL;
-        if (target->kind == ENTRY && is_key(k->obj, m->key_frames)) {
-            if (v->kind == STACK) {
-                /* interned before: its id */
-            } else if (PyList_CheckExact(value) && v->kind == PLAIN) {
-                int64_t id = stack_id(m, value);
-                if (id == -2) return -1;
-                made = PyLong_FromLongLong(id);
-                if (!made) return -1;
-                value = made;
-                if (id >= 0 && v->memo >= 0 && (size_t)v->memo < m->memo_cap &&
-                    m->memo[v->memo] == v->obj) {
-                    Py_INCREF(made); /* later references to the list get its id */
-                    Py_SETREF(m->memo[v->memo], made);
-                    m->memo_flag[v->memo] = M_STACK;
-                }
-            } else if (plain(v) < 0) {
-                return -1;
-            } else {
-                made = PyLong_FromLong(-1); /* not a list: no stack, as the reference */
-                value = made;
-            }
-        } else if (plain(v) < 0) {
-            return -1;
+        if (target->kind == ENTRY) {
+            if (entry_set(m, target->entry, k, v) < 0) return -1;
+            continue;
         }
-        int r = PyDict_SetItem(target->obj, k->obj, value);
-        Py_XDECREF(made);
-        if (r < 0) return UNSUPPORTED("a key that cannot be one");
+        if (plain(v) < 0) return -1;
+        if (PyDict_SetItem(target->obj, k->obj, v->obj) < 0)
+            return UNSUPPORTED("a key that cannot be one");
     }
     drop_to(m, at);
     return 0;
@@ -586,15 +634,28 @@ static PyObject *long_le(const unsigned char *p, size_t n) {
 }
 
 static int step(M *m, int *done) {
+    if (m->frame_end >= 0) { /* an opcode across a frame's end reads apart in the unpickler */
+        int64_t at = (int64_t)(m->base + m->pos);
+        if (at > m->frame_end) return UNSUPPORTED("an opcode across a frame's end");
+        if (at == m->frame_end) m->frame_end = -1;
+    }
     if (need(m, 1) < 0) return -1;
     unsigned char op = (unsigned char)m->buf[m->pos++];
     const unsigned char *p;
     size_t n, at;
     switch (op) {
     case 0x80: /* PROTO */
-        return need(m, 1) < 0 ? -1 : (m->pos++, 0);
-    case 0x95: /* FRAME */
-        return need(m, 8) < 0 ? -1 : (m->pos += 8, 0);
+        if (need(m, 1) < 0) return -1;
+        if ((unsigned char)m->buf[m->pos++] > 5) return UNSUPPORTED("an unknown protocol");
+        return 0;
+    case 0x95: /* FRAME: its bytes must all be there, as the unpickler reads them at once */
+        if (need(m, 8) < 0) return -1;
+        n = (size_t)le((const unsigned char *)m->buf + m->pos, 8);
+        m->pos += 8;
+        if (n > ((size_t)16 << 20) || m->frame_end >= 0) return UNSUPPORTED("a frame");
+        if (need(m, n) < 0) return -1;
+        m->frame_end = (int64_t)(m->base + m->pos + n);
+        return 0;
     case '.': /* STOP */
         if (m->depth != 1 || m->nmarks) return UNSUPPORTED("STOP with more than a result");
         if (plain(&m->stack[0]) < 0) return -1;
@@ -687,7 +748,20 @@ static int step(M *m, int *done) {
     }
     case '}': {
         uint8_t kind = new_kind(m, 0);
-        return push(m, PyDict_New(), kind);
+        if (kind != ENTRY) return push(m, PyDict_New(), kind);
+        Entry *e = calloc(1, sizeof(Entry));
+        if (!e) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        e->frames = -1;
+        Py_INCREF(Py_None);
+        if (push(m, Py_None, ENTRY) < 0) {
+            free(e);
+            return -1;
+        }
+        m->stack[m->depth - 1].entry = e;
+        return 0;
     }
     case ']': {
         uint8_t kind = new_kind(m, 1);
@@ -812,6 +886,8 @@ static void release(M *m) {
     Py_XDECREF(m->key_time);
     Py_XDECREF(m->key_device_traces);
     for (int i = 0; i < 9; i++) Py_XDECREF(m->action_names[i]);
+    for (int i = 0; i < 9; i++) Py_XDECREF(m->action_alias[i]);
+    for (int i = 0; i < 6; i++) Py_XDECREF(m->key_alias[i]);
 }
 
 static const char *ACTIONS[9] = {"alloc",         "free_requested", "free_completed",
@@ -824,6 +900,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO", &m.read, &m.sentinel)) return NULL;
     m.cap = CHUNK;
     m.buf = malloc(m.cap);
+    m.frame_end = -1;
     m.owners = PyList_New(0);
     m.frame_objects = PyList_New(0);
     m.stacks = PyList_New(0);

@@ -35,19 +35,19 @@ from gpuscope.readers._io import memory_budget, read_bytes
 from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
 from gpuscope.readers.kineto._columns import _Columns, memory_in, memory_of
 from gpuscope.readers.kineto._pieces import (
-    _JSON_STRING,
+    JSON_STRING,
+    EventText,
     NotStreamableError,
-    _decode,
-    _EventText,
-    _flows_in,
-    _flows_of,
+    decode_document,
+    flows_in,
+    flows_of,
 )
 from gpuscope.readers.kineto._shape import (
-    _EVENTS_DECODER,
-    _LENIENT_DECODER,
-    _LENIENT_EVENTS_DECODER,
-    _META_DECODER,
-    _LenientDocument,
+    EVENTS_DECODER,
+    LENIENT_DECODER,
+    LENIENT_EVENTS_DECODER,
+    META_DECODER,
+    LenientDocument,
 )
 from gpuscope.readers.kineto._values import (
     MAX_NAME_CHARS,
@@ -113,14 +113,14 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
-    document, lost_tail = _decode(path, data, truncated_stream)
+    document, lost_tail = decode_document(path, data, truncated_stream)
     events = document.traceEvents
     if events is None:
         raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")
     if not events:
         raise EmptyTraceError(path, "the trace holds no events")
-    columns = _Columns(lenient=isinstance(document, _LenientDocument))
-    columns.add(events, lambda: _flows_of(data))
+    columns = _Columns(lenient=isinstance(document, LenientDocument))
+    columns.add(events, lambda: flows_of(data))
     columns.add_memory(memory_of(data))
     return columns.finish(path, document, lost_tail=lost_tail)
 
@@ -128,14 +128,14 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 def _read_streamed(path: Path) -> Trace:
     limit = _scan.scan_limit()
     columns = _Columns(lenient=False)
-    stream = _EventText(path, lambda: limit - columns.nbytes)
+    stream = EventText(path, lambda: limit - columns.nbytes)
     for chunk in stream.chunks():
         body = b"[" + chunk + b"]"
         try:
-            decoded, lenient = _EVENTS_DECODER.decode(body), False
+            decoded, lenient = EVENTS_DECODER.decode(body), False
         except msgspec.ValidationError:  # odd values here: this piece only is read leniently
-            decoded, lenient = _LENIENT_EVENTS_DECODER.decode(body), True
-        columns.add(decoded, partial(_flows_in, body), lenient=lenient)
+            decoded, lenient = LENIENT_EVENTS_DECODER.decode(body), True
+        columns.add(decoded, partial(flows_in, body), lenient=lenient)
         columns.add_memory(memory_in(body))
         del decoded
         if columns.nbytes > limit:
@@ -180,7 +180,7 @@ class EventStream:
 
     def __init__(self, path: Path) -> None:
         limit = _scan.scan_limit()  # one event, or the text after them, as the readers bound it
-        self._text = _EventText(path, lambda: limit)
+        self._text = EventText(path, lambda: limit)
 
     @property
     def header(self) -> bytes:
@@ -206,9 +206,9 @@ def _decode_meta(text: bytes) -> Any:
     """The document's other keys; leniently where a value has an odd type (``"deviceProperties":
     1``), as the whole-document reader takes them, rather than reading the whole file again."""
     try:
-        return _META_DECODER.decode(text)
+        return META_DECODER.decode(text)
     except msgspec.ValidationError:
-        return _LENIENT_DECODER.decode(text)
+        return LENIENT_DECODER.decode(text)
 
 
 def _top_level_events(header: bytes, meta: Any) -> bool:
@@ -220,6 +220,6 @@ def _top_level_events(header: bytes, meta: Any) -> bool:
         return False
     if b"[" not in header and header.count(b"{") == 1:
         return True  # the usual header: device properties come after the events, or none
-    bare = _JSON_STRING.sub(b"", header)
+    bare = JSON_STRING.sub(b"", header)
     depth = bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]")
     return depth == 1

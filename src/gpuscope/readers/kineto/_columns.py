@@ -30,52 +30,52 @@ from gpuscope.model import (
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._counters import counter_series, events_in
 from gpuscope.readers.kineto._shape import (
-    _CATEGORY,
-    _DEVICE_KINDS,
-    _DUR,
-    _EMPTY_ARGS,
-    _FLOW_CATEGORIES,
-    _FLOWS_DECODER,
-    _KIND_OF_CATEGORY,
-    _LINKED_KINDS,
-    _MAYBE_MEMORY_DECODER,
-    _MEMORY_ARGS_DECODER,
-    _MEMORY_DOCUMENT_DECODER,
-    _NAME,
-    _OCCUPANCY,
-    _PID,
     _SKIP,
-    _STEP_NAME,
-    _TID,
-    _TS,
-    _CounterEvent,
-    _Event,
+    CATEGORY,
+    DEVICE_KINDS,
+    DUR,
+    EMPTY_ARGS,
+    EVENT_NAME,
+    EVENT_PID,
+    FLOW_CATEGORIES,
+    FLOWS_DECODER,
+    KIND_OF_CATEGORY,
+    LINKED_KINDS,
+    MAYBE_MEMORY_DECODER,
+    MEMORY_ARGS_DECODER,
+    MEMORY_DOCUMENT_DECODER,
+    OCCUPANCY,
+    STEP_NAME,
+    TID,
+    TS,
+    CounterEvent,
+    Event,
 )
 from gpuscope.readers.kineto._values import (
-    _LONG_NAME,
-    _NEGATIVE_DURATION,
-    _NOT_A_STRING,
+    LONG_NAME,
     MAX_NAME_CHARS,
-    _bad_times,
-    _between_gpus,
+    NEGATIVE_DURATION,
+    NOT_A_STRING,
     _coerce_args,
-    _column,
-    _count,
-    _decode_args,
-    _extra_args,
     _extras_of,
-    _ids,
-    _int_id,
-    _joined,
-    _mark_mtia_dma,
-    _memcpy_columns,
-    _num,
-    _occupancy,
-    _opt_int,
-    _product,
-    _raw_string,
-    _scatter,
     _to_ns,
+    arg_column,
+    bad_times,
+    between_gpus,
+    count_skipped,
+    decode_args,
+    dims_product,
+    extra_args,
+    id_column,
+    int_id,
+    joined_columns,
+    mark_mtia_dma,
+    memcpy_columns,
+    num,
+    occupancy_percent,
+    opt_int,
+    raw_string,
+    scatter,
 )
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class _Columns:
         self.memory: list[dict[str, np.ndarray]] = []
         #: Counter samples (``"ph": "C"``): hardware counters per GPU (see ``_counters``).
         self.counter_events: list[Any] = []
-        #: Complete events skipped, by why (see :func:`_bad_times`): reported, never zeroed.
+        #: Complete events skipped, by why (see :func:`bad_times`): reported, never zeroed.
         self.skipped: dict[str, int] = {}
         #: The memory the columns, extras and flows take so far (checked against the budget).
         self.nbytes = 0
@@ -154,12 +154,12 @@ class _Columns:
         lenient = self.lenient if lenient is None else lenient
         self.events += len(raw_events)
         if not lenient:
-            self.counter_events += [e for e in raw_events if type(e) is _CounterEvent]
+            self.counter_events += [e for e in raw_events if type(e) is CounterEvent]
         if lenient:
             complete = [e for e in raw_events if e.ph == "X"]
         else:
-            complete = [e for e in raw_events if type(e) is _Event]
-        categories = list(map(_CATEGORY, complete))
+            complete = [e for e in raw_events if type(e) is Event]
+        categories = list(map(CATEGORY, complete))
         if lenient:  # a category that is not a string (a list, an object) is no kind
             categories = [c if isinstance(c, str) else None for c in categories]
         for cat in set(categories) - self.kind_of.keys():
@@ -172,7 +172,7 @@ class _Columns:
         if not rows:
             return
         kinds = codes[keep]
-        bad = _bad_times(
+        bad = bad_times(
             [e.ts for e in rows], [e.dur for e in rows], self.skipped, typed=not lenient
         )
         if bad is not None:
@@ -181,7 +181,7 @@ class _Columns:
             if not rows:
                 return
         if "mtia_ccp_events" in self.kind_of:
-            _mark_mtia_dma(rows, kinds)
+            mark_mtia_dma(rows, kinds)
         columns = self._columns(rows, kinds, lenient)
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
@@ -207,16 +207,16 @@ class _Columns:
         # UnicodeDecodeError, and the msgspec reader says what is wrong with the document.
         b"".join(raw_names).decode()
         b"".join(raw_cats).decode()
-        cats = [_raw_string(c) for c in raw_cats]
+        cats = [raw_string(c) for c in raw_cats]
         codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
         cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
         codes = codes_of_cat[cat]
         keep = codes != _SKIP
         # The scanner hands over any time that is not a number in range; a negative duration
-        # is skipped and counted here as the msgspec reader does (see _bad_times).
+        # is skipped and counted here as the msgspec reader does (see bad_times).
         negative = keep & (_ints(raw["dur_ns"], n) < 0)
         if negative.any():
-            _count(self.skipped, _NEGATIVE_DURATION, int(negative.sum()))
+            count_skipped(self.skipped, NEGATIVE_DURATION, int(negative.sum()))
             keep &= ~negative
         if not keep.any():
             return
@@ -247,7 +247,7 @@ class _Columns:
             # The scanner interns the kept arguments: each distinct text is decoded once (all
             # of them, used or not, as msgspec would decode them) and its dict shared.
             ids, texts = extras
-            shared = [self._shared(_extras_of(_decode_args(text))) for text in texts]
+            shared = [self._shared(_extras_of(decode_args(text))) for text in texts]
             value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
             text_ids = np.frombuffer(ids, dtype=np.int32)
             used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
@@ -261,7 +261,7 @@ class _Columns:
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
-            "occupancy_pct": _occupancy(column("occupancy", np.float32), self.skipped),
+            "occupancy_pct": occupancy_percent(column("occupancy", np.float32), self.skipped),
         }
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
@@ -269,7 +269,7 @@ class _Columns:
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
         if np.any(piece["correlation"][on_device] < 0) and flows:
             text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
-            self.flows.extend(_FLOWS_DECODER.decode(text))
+            self.flows.extend(FLOWS_DECODER.decode(text))
         self.rows += len(kept)
 
     def add_memory(self, candidates: list[Any]) -> None:
@@ -280,7 +280,7 @@ class _Columns:
             if e.ph != "i" or e.name != "[memory]" or not len(e.args):
                 continue
             try:
-                a = _MEMORY_ARGS_DECODER.decode(e.args)
+                a = MEMORY_ARGS_DECODER.decode(e.args)
             except msgspec.DecodeError:
                 continue
             numbers = (a.bytes, a.address, a.device, a.device_type, a.allocated, a.reserved)
@@ -342,32 +342,32 @@ class _Columns:
         used, first = np.unique(local, return_index=True)
         used = used[np.argsort(first, kind="stable")]
         global_ids = np.zeros(len(raw_names), dtype=np.int32)
-        global_ids[used] = self._intern([_raw_string(raw_names[i]) for i in used.tolist()])
+        global_ids[used] = self._intern([raw_string(raw_names[i]) for i in used.tolist()])
         mapped: np.ndarray = global_ids[local]
         return mapped
 
     def _kind_code(self, cat: Any) -> int:
         """The kind code of an event category (``_SKIP``: not one the model keeps)."""
         if cat not in self.kind_of:
-            kind = _KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+            kind = KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
             self.kind_of[cat] = _SKIP if kind is None else int(kind)
             self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
         return self.kind_of[cat]
 
     def _columns(self, rows: list[Any], kinds: np.ndarray, lenient: bool) -> dict[str, np.ndarray]:
-        args = [e.args or _EMPTY_ARGS for e in rows]
+        args = [e.args or EMPTY_ARGS for e in rows]
         if lenient:
             args = [_coerce_args(a) for a in args]
-            ts = [_num(e.ts) for e in rows]
-            dur = [_num(e.dur) for e in rows]
+            ts = [num(e.ts) for e in rows]
+            dur = [num(e.dur) for e in rows]
             self.float_ts |= any(isinstance(e.ts, float) for e in rows)
         else:
-            ts = list(map(_TS, rows))
-            dur = list(map(_DUR, rows))
+            ts = list(map(TS, rows))
+            dur = list(map(DUR, rows))
         ts_us = np.array(ts)
         self.float_ts |= not lenient and ts_us.dtype.kind == "f"
         n = len(rows)
-        kept_args = _extra_args(args)
+        kept_args = extra_args(args)
         if kept_args:
             self.extra_rows.append(self.rows + np.fromiter(kept_args, np.int64, len(kept_args)))
             ids = [self._value_id(self._shared(v)) for v in kept_args.values()]
@@ -376,19 +376,19 @@ class _Columns:
 
         def arg(field: str, chosen: np.ndarray) -> np.ndarray:
             if field in ("grid", "block"):
-                return np.array([_product(getattr(args[r], field)) for r in chosen], np.int64)
-            return _column(args, field, chosen)
+                return np.array([dims_product(getattr(args[r], field)) for r in chosen], np.int64)
+            return arg_column(args, field, chosen)
 
         return {
             "kind": kinds,
-            "name_id": self._intern(list(map(_NAME, rows))),
+            "name_id": self._intern(list(map(EVENT_NAME, rows))),
             "start_ns": _to_ns(ts_us),
             "dur_ns": _to_ns(dur),
             **self._arg_columns(
-                kinds, _ids(list(map(_PID, rows))), _ids(list(map(_TID, rows))), arg
+                kinds, id_column(list(map(EVENT_PID, rows))), id_column(list(map(TID, rows))), arg
             ),
-            "occupancy_pct": _occupancy(
-                np.fromiter(map(_OCCUPANCY, args), dtype=np.float64, count=n), self.skipped
+            "occupancy_pct": occupancy_percent(
+                np.fromiter(map(OCCUPANCY, args), dtype=np.float64, count=n), self.skipped
             ),
         }
 
@@ -403,8 +403,8 @@ class _Columns:
         it concerns; -1 elsewhere. Both readers' columns come from here."""
         n = len(kinds)
         every = np.arange(n)
-        on_device = np.flatnonzero(among(kinds, _DEVICE_KINDS))
-        linked = np.flatnonzero(among(kinds, _LINKED_KINDS))
+        on_device = np.flatnonzero(among(kinds, DEVICE_KINDS))
+        linked = np.flatnonzero(among(kinds, LINKED_KINDS))
         copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))
         python = np.flatnonzero(kinds == Kind.PYTHON)
         kernels = np.flatnonzero(kinds == Kind.KERNEL)
@@ -415,15 +415,15 @@ class _Columns:
         return {
             "pid": pid,
             "tid": tid,
-            "device": _scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
-            "stream": _scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
-            "correlation": _scatter(n, linked, arg("correlation", linked)),
+            "device": scatter(n, on_device, np.where(arg_device >= 0, arg_device, pid[on_device])),
+            "stream": scatter(n, on_device, np.where(arg_stream >= 0, arg_stream, tid[on_device])),
+            "correlation": scatter(n, linked, arg("correlation", linked)),
             "external_id": narrow(external_id),
-            "bytes": _scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
-            "python_id": _scatter(n, python, arg("python_id", python)),
-            "python_parent_id": _scatter(n, python, arg("python_parent_id", python)),
-            "grid_blocks": _scatter(n, kernels, arg("grid", kernels)),
-            "block_threads": _scatter(n, kernels, arg("block", kernels)),
+            "bytes": scatter(n, copies, np.maximum(arg("bytes", copies), arg("size", copies))),
+            "python_id": scatter(n, python, arg("python_id", python)),
+            "python_parent_id": scatter(n, python, arg("python_parent_id", python)),
+            "grid_blocks": scatter(n, kernels, arg("grid", kernels)),
+            "block_threads": scatter(n, kernels, arg("block", kernels)),
         }
 
     def _intern(self, raw_names: list[Any]) -> np.ndarray:
@@ -435,7 +435,7 @@ class _Columns:
                 text = name
                 if len(text) > MAX_NAME_CHARS:
                     text = text[:MAX_NAME_CHARS] + "…"
-                    _count(self.skipped, _LONG_NAME, 1)
+                    count_skipped(self.skipped, LONG_NAME, 1)
                 index[name] = index.setdefault(text, len(self.names))
                 if index[name] == len(self.names):
                     self.names.append(text)
@@ -445,7 +445,7 @@ class _Columns:
         """A name that is not a JSON string (a number, a list, an object) reads as ``?``."""
         if isinstance(name, str):
             return name
-        _count(self.skipped, _NOT_A_STRING, 1)
+        count_skipped(self.skipped, NOT_A_STRING, 1)
         return "?"
 
     @property
@@ -460,26 +460,26 @@ class _Columns:
         names = list(self.names)
         # Sorted by start one column at a time, each piece freed as soon as it is copied: the
         # peak stays near one copy of the table rather than three.
-        order = np.argsort(_joined(self.parts["start_ns"]), kind="stable")
+        order = np.argsort(joined_columns(self.parts["start_ns"]), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name in list(self.parts):
-            joined = _joined(self.parts.pop(name))
+            joined = joined_columns(self.parts.pop(name))
             # Pieces of different widths join wide: narrowed again before the sorted copy.
             column = (narrow(joined) if name in ID_COLUMNS else joined)[order]
             del joined
             # The scanner's times come int32 when they fit; the model's are int64.
             columns[name] = column.astype(np.int64) if name in _INT64_COLUMNS else column
-        direction, pageable = _memcpy_columns(names, columns["name_id"], columns["kind"])
+        direction, pageable = memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable
         new_row = np.empty_like(order)
         new_row[order] = np.arange(len(order))
         extra = Extras.unsorted(
-            new_row[_joined(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
-            _joined(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
+            new_row[joined_columns(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
+            joined_columns(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
             self.extra_values,
         )
-        _between_gpus(columns, extra)
+        between_gpus(columns, extra)
         table = Events.from_columns(self.rows, columns, extra)
         link_launches(table)
         if self.flows:
@@ -491,13 +491,13 @@ class _Columns:
             source=str(path),
             format="kineto",
             schema=schema,
-            rank=_opt_int(dist.get("rank")),
-            world_size=_opt_int(dist.get("world_size")),
+            rank=opt_int(dist.get("rank")),
+            world_size=opt_int(dist.get("world_size")),
             devices=_devices(doc, table, mtia="mtia_ccp_events" in self.kind_of),
             names=names,
             events=table,
             steps=_steps(table, names),
-            metadata={"base_time_ns": _opt_int(doc.baseTimeNanoseconds), "distributed": dist},
+            metadata={"base_time_ns": opt_int(doc.baseTimeNanoseconds), "distributed": dist},
             memory=self.memory_events(),
             counters=counter_series(self.counter_events) if self.counter_events else [],
         )
@@ -523,7 +523,7 @@ def _is_int(value: Any) -> bool:
 def memory_in(body: bytes) -> list[Any]:
     """The events of a piece of text (a JSON array) that may be ``[memory]`` events; none
     decoded unless the text names one."""
-    return list(_MAYBE_MEMORY_DECODER.decode(body)) if b'"[memory]"' in body else []
+    return list(MAYBE_MEMORY_DECODER.decode(body)) if b'"[memory]"' in body else []
 
 
 def memory_of(data: bytes) -> list[Any]:
@@ -531,7 +531,7 @@ def memory_of(data: bytes) -> list[Any]:
     if b'"[memory]"' not in data:
         return []
     try:
-        return _MEMORY_DOCUMENT_DECODER.decode(data).traceEvents or []
+        return MEMORY_DOCUMENT_DECODER.decode(data).traceEvents or []
     except msgspec.DecodeError:  # a repaired, truncated document: its memory events are lost
         return []
 
@@ -544,13 +544,13 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
     flows = [
         e
         for e in flows
-        if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.lower() in _FLOW_CATEGORIES
+        if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.lower() in FLOW_CATEGORIES
     ]
-    ts_ns = _to_ns([_num(e.ts) for e in flows]).tolist()
+    ts_ns = _to_ns([num(e.ts) for e in flows]).tolist()
     starts: dict[Any, tuple[int, int, int]] = {}
     finishes: dict[Any, tuple[int, int, int]] = {}
     for e, t_ns in zip(flows, ts_ns, strict=True):
-        key = (_int_id(e.pid), _int_id(e.tid), t_ns)
+        key = (int_id(e.pid), int_id(e.tid), t_ns)
         (starts if e.ph == "s" else finishes)[e.id] = key
     if not starts or not finishes:
         return
@@ -589,12 +589,12 @@ def _devices(doc: Any, table: Events, *, mtia: bool) -> dict[int, DeviceInfo]:
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
     used = sorted({int(d) for d in distinct(table.device) if d >= 0})
     rocm = doc.roctracer_version is not None or doc.hip_runtime_version is not None
-    by_id = {_opt_int(p.get("id")): p for p in props}
+    by_id = {opt_int(p.get("id")): p for p in props}
     devices: dict[int, DeviceInfo] = {}
     for position, device_id in enumerate(used):
         prop = by_id.get(device_id)
         if prop is None and len(props) == len(used):
-            prop = sorted(props, key=lambda p: _opt_int(p.get("id")) or 0)[position]
+            prop = sorted(props, key=lambda p: opt_int(p.get("id")) or 0)[position]
         devices[device_id] = _device_info(device_id, prop, rocm, mtia)
     return devices
 
@@ -612,8 +612,8 @@ def _device_info(device_id: int, prop: dict[str, Any] | None, rocm: bool, mtia: 
         index=device_id,
         name=name if isinstance(name, str) else None,
         vendor="mtia" if mtia else ("amd" if is_amd else "nvidia"),
-        num_sms=_opt_int(prop.get("numSms", prop.get("multiProcessorCount"))),
-        total_memory_bytes=_opt_int(prop.get("totalGlobalMem")),
+        num_sms=opt_int(prop.get("numSms", prop.get("multiProcessorCount"))),
+        total_memory_bytes=opt_int(prop.get("totalGlobalMem")),
         compute_capability=None if major is None else f"{major}.{minor}",
     )
 
@@ -623,7 +623,7 @@ def _steps(table: Events, names: list[str]) -> list[Step]:
     2022, ``Operator`` (a CPU op) in 2021 traces. The device-side copies (``gpu_user_annotation``)
     are not steps: they are where a step's kernels ran, used per device by the step breakdown."""
     is_step = np.array(
-        [n.startswith("ProfilerStep#") and _STEP_NAME.match(n) is not None for n in names],
+        [n.startswith("ProfilerStep#") and STEP_NAME.match(n) is not None for n in names],
         dtype=np.bool_,
     )
     if not is_step.any():
@@ -639,7 +639,7 @@ def _steps(table: Events, names: list[str]) -> list[Step]:
         strict=True,
     ):
         name = names[name_id]
-        match = _STEP_NAME.match(name)
+        match = STEP_NAME.match(name)
         assert match is not None  # chosen by it above
         steps.append(Step(name, int(match.group(1)), start, start + dur))
     return steps

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from gpuscope.model import CounterSeries
-from gpuscope.readers.kineto._shape import _CounterEvent
+from gpuscope.readers.kineto._shape import CounterEvent
 from gpuscope.readers.kineto._values import _to_ns
 
 _GPU_COUNTERS = re.compile(r"^GPU (\d+) Counters$")
@@ -33,11 +33,11 @@ def _skip(phase: str) -> type:
 
 
 _FLOW_PHASES = ("s", "f", "t")
-_FLOW_OR_COUNTER = Union[(_CounterEvent, *(_skip(p) for p in _FLOW_PHASES))]  # type: ignore[valid-type]
+_FLOW_OR_COUNTER = Union[(CounterEvent, *(_skip(p) for p in _FLOW_PHASES))]  # type: ignore[valid-type]
 _DECODER = msgspec.json.Decoder(list[_FLOW_OR_COUNTER])  # type: ignore[valid-type]
 
 
-def events_in(flows: bytes) -> list[_CounterEvent]:
+def events_in(flows: bytes) -> list[CounterEvent]:
     """The counter events among the scanner's flow text (plain, or ``Z`` and raw deflate)."""
     if not flows:
         return []
@@ -45,12 +45,12 @@ def events_in(flows: bytes) -> list[_CounterEvent]:
     if b'"C"' not in text:
         return []
     try:
-        return [e for e in _DECODER.decode(text) if type(e) is _CounterEvent]
+        return [e for e in _DECODER.decode(text) if type(e) is CounterEvent]
     except msgspec.DecodeError:
         return []
 
 
-def counter_series(events: list[_CounterEvent], source: str = "kineto") -> list[CounterSeries]:
+def counter_series(events: list[CounterEvent], source: str = "kineto") -> list[CounterSeries]:
     """One series per (GPU, counter), samples in time order."""
     samples: dict[tuple[int, str], tuple[list[Any], list[float]]] = {}
     for event in events:

@@ -15,12 +15,12 @@ from gpuscope.errors import CorruptInputError
 from gpuscope.readers import _scan
 from gpuscope.readers._scan import UTF8_BOM, TextState
 from gpuscope.readers.kineto._shape import (
-    _DECODER,
-    _EVENTS_DECODER,
-    _FLOW_DECODER,
-    _FLOWS_DECODER,
-    _LENIENT_DECODER,
     ARRAY_START,
+    DOCUMENT_DECODER,
+    EVENTS_DECODER,
+    FLOW_DECODER,
+    FLOWS_DECODER,
+    LENIENT_DECODER,
 )
 
 # --- reading in pieces ---------------------------------------------------------------------------
@@ -36,10 +36,10 @@ class NotStreamableError(Exception):
     """The document's layout is not one the piecewise reader follows; read it whole instead."""
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # unrolled: fast on long strings
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # unrolled: fast on long strings
 
 
-class _EventText(TextState):
+class EventText(TextState):
     """The text of a Chrome trace cut into pieces of whole events, for the msgspec reader.
 
     ``chunks()`` yields comma-separated whole events (no brackets); afterwards
@@ -125,7 +125,7 @@ class _EventText(TextState):
             candidate = buffer[:position]
             if candidate.rstrip().endswith(b"}"):
                 try:
-                    _EVENTS_DECODER.decode(b"[" + candidate + b"]")
+                    EVENTS_DECODER.decode(b"[" + candidate + b"]")
                 except msgspec.DecodeError:
                     pass
                 else:
@@ -137,7 +137,7 @@ class _EventText(TextState):
         last = last[:-1].rstrip() if last.endswith(b",") else last
         if last.endswith(b"}"):
             try:
-                _EVENTS_DECODER.decode(b"[" + last + b"]")
+                EVENTS_DECODER.decode(b"[" + last + b"]")
             except msgspec.DecodeError:
                 return b""
             return last
@@ -155,13 +155,13 @@ def _last_boundary(buffer: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _flows_in(body: bytes) -> list[Any]:
-    return list(_FLOWS_DECODER.decode(body))
+def flows_in(body: bytes) -> list[Any]:
+    return list(FLOWS_DECODER.decode(body))
 
 
-def _flows_of(data: bytes) -> list[Any]:
+def flows_of(data: bytes) -> list[Any]:
     try:
-        return _FLOW_DECODER.decode(data).traceEvents or []
+        return FLOW_DECODER.decode(data).traceEvents or []
     except msgspec.DecodeError:  # a repaired, truncated document: no flows rather than none at all
         return []
 
@@ -169,7 +169,7 @@ def _flows_of(data: bytes) -> list[Any]:
 # --- decoding ----------------------------------------------------------------------------------
 
 
-def _decode(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
+def decode_document(path: Path, data: bytes, truncated_stream: bool) -> tuple[Any, bool]:
     if data.startswith(UTF8_BOM):  # written by some editors and Windows tools: not JSON
         data = data[len(UTF8_BOM) :]
     try:
@@ -199,9 +199,9 @@ _LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])
 
 def _decode_any(data: bytes) -> Any:
     try:
-        return _DECODER.decode(data)
+        return DOCUMENT_DECODER.decode(data)
     except msgspec.ValidationError:
-        return _LENIENT_DECODER.decode(data)
+        return LENIENT_DECODER.decode(data)
 
 
 _EVENT_BOUNDARY = _BOUNDARY

@@ -59,7 +59,7 @@ _LenientArgs = msgspec.defstruct(
 )
 
 
-class _Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+class Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     """A complete event (``"ph": "X"``): the only phase the model is built from."""
 
     cat: str = ""
@@ -76,7 +76,7 @@ def _skipped_phase(phase: str) -> type:
     return msgspec.defstruct(f"_Phase_{phase}", [], tag=phase, tag_field="ph", gc=False)
 
 
-class _CounterEvent(msgspec.Struct, tag="C", tag_field="ph", gc=False):
+class CounterEvent(msgspec.Struct, tag="C", tag_field="ph", gc=False):
     """A counter sample (``"ph": "C"``): hardware counters per GPU (see ``_counters``)."""
 
     name: Any = ""
@@ -86,7 +86,7 @@ class _CounterEvent(msgspec.Struct, tag="C", tag_field="ph", gc=False):
 
 
 _CHROME_PHASES = "BEiIsftPNODbneMRcVpSTF"
-_AnyEvent = Union[(_Event, _CounterEvent, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
+_AnyEvent = Union[(Event, CounterEvent, *(_skipped_phase(p) for p in _CHROME_PHASES))]  # type: ignore[valid-type]
 
 
 class _Flow(msgspec.Struct, gc=False):
@@ -155,7 +155,7 @@ class _Document(msgspec.Struct):
     hip_runtime_version: Any = None
 
 
-class _LenientDocument(msgspec.Struct):
+class LenientDocument(msgspec.Struct):
     traceEvents: list[_LenientEvent] | None = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
     computeProperties: Any = None  # noqa: N815
@@ -166,30 +166,30 @@ class _LenientDocument(msgspec.Struct):
     hip_runtime_version: Any = None
 
 
-_DECODER = msgspec.json.Decoder(_Document)
-_EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
-_FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
-_META_DECODER = _DECODER  # the document without its events
-_FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
-_MAYBE_MEMORY_DECODER = msgspec.json.Decoder(list[_MaybeMemory], float_hook=float)
-_MEMORY_DOCUMENT_DECODER = msgspec.json.Decoder(_MemoryDocument, float_hook=float)
-_MEMORY_ARGS_DECODER = msgspec.json.Decoder(_MemoryArgs, float_hook=float)
-_CATEGORY = attrgetter("cat")
-_NAME = attrgetter("name")
-_PID = attrgetter("pid")
-_TID = attrgetter("tid")
-_TS = attrgetter("ts")
-_DUR = attrgetter("dur")
-_OCCUPANCY = attrgetter("occupancy_pct")
+DOCUMENT_DECODER = msgspec.json.Decoder(_Document)
+EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
+FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
+META_DECODER = DOCUMENT_DECODER  # the document without its events
+FLOW_DECODER = msgspec.json.Decoder(_FlowDocument)
+MAYBE_MEMORY_DECODER = msgspec.json.Decoder(list[_MaybeMemory], float_hook=float)
+MEMORY_DOCUMENT_DECODER = msgspec.json.Decoder(_MemoryDocument, float_hook=float)
+MEMORY_ARGS_DECODER = msgspec.json.Decoder(_MemoryArgs, float_hook=float)
+CATEGORY = attrgetter("cat")
+EVENT_NAME = attrgetter("name")
+EVENT_PID = attrgetter("pid")
+TID = attrgetter("tid")
+TS = attrgetter("ts")
+DUR = attrgetter("dur")
+OCCUPANCY = attrgetter("occupancy_pct")
 _SKIP = 255
 # float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
-# then refused as a value (see _bad_times), rather than failing the whole document.
-_LENIENT_DECODER = msgspec.json.Decoder(_LenientDocument, float_hook=float)
-_EMPTY_ARGS = _Args()
-_LENIENT_EVENTS_DECODER = msgspec.json.Decoder(list[_LenientEvent], float_hook=float)
+# then refused as a value (see bad_times), rather than failing the whole document.
+LENIENT_DECODER = msgspec.json.Decoder(LenientDocument, float_hook=float)
+EMPTY_ARGS = _Args()
+LENIENT_EVENTS_DECODER = msgspec.json.Decoder(list[_LenientEvent], float_hook=float)
 
 # Categories, matched case-insensitively (2021 traces capitalise them).
-_KIND_OF_CATEGORY: dict[str, Kind] = {
+KIND_OF_CATEGORY: dict[str, Kind] = {
     "kernel": Kind.KERNEL,
     "cuda_profiler_range": Kind.KERNEL,
     "mtia_ccp_events": Kind.KERNEL,
@@ -209,11 +209,11 @@ _KIND_OF_CATEGORY: dict[str, Kind] = {
     "user_annotation": Kind.ANNOTATION,
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
 }
-_DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
-_LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
-_FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
-_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-_MEMCPY_DIRECTION = {
+DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION})
+LINKED_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.RUNTIME})
+FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+MEMCPY_DIRECTION = {
     "htod": CopyDirection.H2D,
     "dtoh": CopyDirection.D2H,
     "dtod": CopyDirection.D2D,

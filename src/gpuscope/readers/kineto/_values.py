@@ -18,19 +18,19 @@ import numpy as np
 from gpuscope._arrays import distinct
 from gpuscope.model import CopyDirection, Extras, Kind, narrow
 from gpuscope.readers.kineto._shape import (
-    _EMPTY_ARGS,
-    _MEMCPY_DIRECTION,
+    EMPTY_ARGS,
+    MEMCPY_DIRECTION,
     _Args,
     _LenientArgs,
 )
 
 
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
+def joined_columns(parts: list[np.ndarray]) -> np.ndarray:
     """The pieces of a column as one array; the scanner's single piece as it is (no copy)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
+def mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
     """MTIA device events named ``dma_*`` move memory; the rest of ``mtia_ccp_events`` compute."""
     dma = [
         e.cat == "mtia_ccp_events" and isinstance(e.name, str) and e.name.startswith("dma")
@@ -39,7 +39,7 @@ def _mark_mtia_dma(rows: list[Any], kinds: np.ndarray) -> None:
     kinds[np.array(dma, dtype=bool)] = Kind.MEMCPY
 
 
-def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+def scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """An id column of ``n`` rows holding ``values`` at ``rows``, -1 elsewhere; as narrow as
     the values allow (``model.narrow``)."""
     values = narrow(values)
@@ -48,7 +48,7 @@ def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return column
 
 
-def _column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
+def arg_column(args: list[Any], field: str, rows: np.ndarray | None = None) -> np.ndarray:
     """One integer argument as a column (``-1`` when absent), for all rows or only ``rows``."""
     chosen = args if rows is None else [args[r] for r in rows.tolist()]
     values = list(map(attrgetter(field), chosen))
@@ -65,7 +65,7 @@ def _in_int64(value: Any) -> bool:
     return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
 
 
-def _ids(values: list[Any]) -> np.ndarray:
+def id_column(values: list[Any]) -> np.ndarray:
     """pid/tid columns: plain ints, except in traces that write them as strings."""
     try:
         column = np.array(values, dtype=np.int64)
@@ -73,7 +73,7 @@ def _ids(values: list[Any]) -> np.ndarray:
             return column
     except (TypeError, ValueError, OverflowError):
         pass
-    return np.array([_int_id(v) for v in values], dtype=np.int64)
+    return np.array([int_id(v) for v in values], dtype=np.int64)
 
 
 def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
@@ -93,7 +93,7 @@ def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
     return split
 
 
-def _product(dims: list[int] | None) -> int:
+def dims_product(dims: list[int] | None) -> int:
     if not dims:
         return -1
     total = 1
@@ -102,7 +102,7 @@ def _product(dims: list[int] | None) -> int:
     return total
 
 
-def _int_id(value: Any) -> int:
+def int_id(value: Any) -> int:
     """Process and thread ids: ints, or strings such as ``"24572"`` / ``"stream 7"`` (2021)."""
     if isinstance(value, str) and _ID_DIGITS.fullmatch(digits := value.rsplit(" ", 1)[-1]):
         value = int(digits)
@@ -117,16 +117,16 @@ _BAD_TIME = "events with a ts or dur that is not a number in range were skipped"
 #: Kernel names of C++ templates run to a few thousand characters; a name of megabytes is a
 #: corrupt or hostile file, and matching patterns over it would take minutes.
 MAX_NAME_CHARS = 1 << 16
-_NEGATIVE_DURATION = "events with a negative duration were skipped"
-_LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
-_NOT_A_STRING = "events with a name that is not a string are named '?'"
+NEGATIVE_DURATION = "events with a negative duration were skipped"
+LONG_NAME = f"names longer than {MAX_NAME_CHARS:,} characters were cut there"
+NOT_A_STRING = "events with a name that is not a string are named '?'"
 
 
-def _count(skipped: dict[str, int], reason: str, n: int) -> None:
+def count_skipped(skipped: dict[str, int], reason: str, n: int) -> None:
     skipped[reason] = skipped.get(reason, 0) + n
 
 
-def _bad_times(
+def bad_times(
     ts: list[Any], dur: list[Any], skipped: dict[str, int], *, typed: bool
 ) -> np.ndarray | None:
     """Rows whose time cannot be used, counted into ``skipped`` by reason; None when all can.
@@ -151,9 +151,9 @@ def _bad_times(
     if not unusable.any() and not negative.any():
         return None
     if unusable.any():
-        _count(skipped, _BAD_TIME, int(unusable.sum()))
+        count_skipped(skipped, _BAD_TIME, int(unusable.sum()))
     if negative.any():
-        _count(skipped, _NEGATIVE_DURATION, int(negative.sum()))
+        count_skipped(skipped, NEGATIVE_DURATION, int(negative.sum()))
     bad: np.ndarray = unusable | negative
     return bad
 
@@ -161,13 +161,13 @@ def _bad_times(
 _BAD_OCCUPANCY = "occupancy figures outside 0-100% were read as unknown"
 
 
-def _occupancy(percent: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
+def occupancy_percent(percent: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
     """Achieved occupancy in percent as float32; a figure outside 0-100 (a corrupt value, or one
     beyond a float32) is unknown (NaN) and counted, not kept."""
     with np.errstate(invalid="ignore"):
         bad = (percent < 0) | (percent > 100)
     if bad.any():
-        _count(skipped, _BAD_OCCUPANCY, int(bad.sum()))
+        count_skipped(skipped, _BAD_OCCUPANCY, int(bad.sum()))
         percent = np.where(bad, np.nan, percent)
     column: np.ndarray = percent.astype(np.float32)
     return column
@@ -182,14 +182,14 @@ def _time_or_nan(value: Any) -> float:
         return float("nan")
 
 
-def _num(value: Any) -> float:
+def num(value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
         return 0.0
 
 
-def _opt_int(value: Any) -> int | None:
+def opt_int(value: Any) -> int | None:
     try:
         number = None if value is None else int(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
@@ -216,13 +216,13 @@ def _coerce_args(a: Any) -> Any:
             value = _time_or_nan(value) if not isinstance(value, bool) else float("nan")
             value = value if math.isfinite(value) else float("nan")
         else:  # ints: what int() makes of the value, else the field's own default
-            number = _opt_int(value)
-            value = getattr(_EMPTY_ARGS, field_name) if number is None else number
+            number = opt_int(value)
+            value = getattr(EMPTY_ARGS, field_name) if number is None else number
         setattr(typed, field_name, value)
     return typed
 
 
-def _memcpy_columns(
+def memcpy_columns(
     names: list[str], name_ids: np.ndarray, kinds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Direction and pageable host memory, decided once per distinct memcpy name."""
@@ -232,7 +232,7 @@ def _memcpy_columns(
         name = names[int(name_id)]
         words = name.lower().split()
         code = words[1] if len(words) > 1 and words[0] == "memcpy" else ""
-        direction_of_name[name_id] = _MEMCPY_DIRECTION.get(code, CopyDirection.OTHER)
+        direction_of_name[name_id] = MEMCPY_DIRECTION.get(code, CopyDirection.OTHER)
         pageable_of_name[name_id] = "pageable" in name.lower()
     is_copy = kinds == Kind.MEMCPY
     return (
@@ -241,7 +241,7 @@ def _memcpy_columns(
     )
 
 
-def _between_gpus(columns: dict[str, np.ndarray], extra: Extras) -> None:
+def between_gpus(columns: dict[str, np.ndarray], extra: Extras) -> None:
     """A copy whose recorded source and destination GPUs differ crosses the interconnect
     (NVLink, or PCIe through the host), whatever its name: CUPTI records peer copies with both
     devices, and Kineto names them ``Memcpy DtoD (Device -> Device)`` as often as ``Memcpy PtoP``.
@@ -277,7 +277,7 @@ _EXTRA_FIELDS = (
 )
 
 
-def _extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
+def extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
     has_shapes = [x is not None for x in map(attrgetter("input_dims"), args)]
     has_comms = [x is not None for x in map(attrgetter("collective_name"), args)]
     has_stack = [x is not None for x in map(attrgetter("call_stack"), args)]
@@ -316,7 +316,7 @@ _ARGS_DECODER = msgspec.json.Decoder(_Args)
 _LENIENT_ARGS_DECODER = msgspec.json.Decoder(_LenientArgs, float_hook=float)
 
 
-def _decode_args(text: Any) -> Any:
+def decode_args(text: Any) -> Any:
     """One args object, typed; odd value types coerced as the lenient reader does."""
     try:
         return _ARGS_DECODER.decode(text)
@@ -324,7 +324,7 @@ def _decode_args(text: Any) -> Any:
         return _coerce_args(_LENIENT_ARGS_DECODER.decode(text))
 
 
-def _raw_string(raw: bytes) -> str:
+def raw_string(raw: bytes) -> str:
     """A JSON string's content as the scanner found it: escapes are rare, decode them if any."""
     if b"\\" not in raw:
         return raw.decode()

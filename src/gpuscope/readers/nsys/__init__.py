@@ -69,12 +69,18 @@ from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatErr
 from gpuscope.model import BUSY_KINDS, ID_COLUMNS, DeviceInfo, Events, Job, Trace, narrow
 from gpuscope.readers._io import SQLITE_MAGIC
 from gpuscope.readers._links import link_launches
-from gpuscope.readers.nsys._device import _kernels, _memcpys, _memsets, _syncs
-from gpuscope.readers.nsys._export import _Export, _inspect
-from gpuscope.readers.nsys._gpus import _device_infos, _gpu_metric_series, _gpu_metrics
-from gpuscope.readers.nsys._host import _host_running, _nvtx, _os_runtime, _runtime, _steps
+from gpuscope.readers.nsys._device import kernel_events, memcpys, memset_events, syncs
+from gpuscope.readers.nsys._export import Export, inspect_export
+from gpuscope.readers.nsys._gpus import device_infos, gpu_metric_series, gpu_metric_summary
+from gpuscope.readers.nsys._host import (
+    host_running,
+    nvtx_ranges,
+    os_runtime_totals,
+    runtime_events,
+    steps_of,
+)
 from gpuscope.readers.nsys._memory import gpu_memory, memory_events
-from gpuscope.readers.nsys._um import _um_counters, _um_faults
+from gpuscope.readers.nsys._um import um_counters, um_fault_counts
 
 __all__ = ["MAX_DISTANCE_NS", "looks_like_nsys", "read"]
 
@@ -159,20 +165,20 @@ def _open(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def _read(path: Path, db: sqlite3.Connection) -> Job:
-    export = _inspect(path, db)
-    parts = [_kernels(export), _memcpys(export), _memsets(export), _syncs(export)]
+    export = inspect_export(path, db)
+    parts = [kernel_events(export), memcpys(export), memset_events(export), syncs(export)]
     first_pid = next((int(p.pid[0]) for p in parts if p is not None and len(p)), -1)
-    parts.append(_um_counters(export, first_pid))
+    parts.append(um_counters(export, first_pid))
     device_parts = [p for p in parts if p is not None and len(p)]
-    runtime = _runtime(export)
+    runtime = runtime_events(export)
     if not device_parts:
         raise EmptyTraceError(path, _no_device_work_reason(runtime, _cuda_traced(db)))
     missing = _missing_kernel_table(path, export, runtime, _cuda_traced(db))
-    nvtx = _nvtx(export)
+    nvtx = nvtx_ranges(export)
     host_parts = [p for p in (runtime, nvtx.events) if p is not None and len(p)]
     host_parts += _running(export, device_parts + host_parts)
-    os_runtime = _os_runtime(export)
-    um_faults = _um_faults(export)
+    os_runtime = os_runtime_totals(export)
+    um_faults = um_fault_counts(export)
     allocations = gpu_memory(export)
     export.finish_names()
     events = _concat(device_parts + host_parts)
@@ -181,9 +187,9 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
         raise EmptyTraceError(path, "no GPU activity left once implausible times are dropped")
     order = np.argsort(events.start_ns, kind="stable")
     busy = events.of_kind(*BUSY_KINDS)
-    infos = _device_infos(export)
-    metrics = _gpu_metrics(export)
-    series = _gpu_metric_series(export)
+    infos = device_infos(export)
+    metrics = gpu_metric_summary(export)
+    series = gpu_metric_series(export)
     traces: list[Trace] = []
     for pid in distinct(events.pid[busy]).tolist():
         rows = order[events.pid[order] == pid]
@@ -203,12 +209,12 @@ def _read(path: Path, db: sqlite3.Connection) -> Job:
     return Job(source=str(path), traces=traces)
 
 
-def _running(export: _Export, parts: list[Events]) -> list[Events]:
+def _running(export: Export, parts: list[Events]) -> list[Events]:
     """When the CUDA-calling threads were on a CPU, within the span of the events read (a
     thread's scheduling trace starts with the process, long before its first CUDA call)."""
     starts = [int(p.start_ns.min()) for p in parts]
     ends = [int((p.start_ns + p.dur_ns).max()) for p in parts]
-    running = _host_running(export, min(starts), max(ends))
+    running = host_running(export, min(starts), max(ends))
     return [running] if running is not None else []
 
 
@@ -241,7 +247,7 @@ def _implausible(path: Path, events: Events) -> tuple[Events, list[str]]:
 
 
 def _missing_kernel_table(
-    path: Path, export: _Export, runtime: Events | None, cuda_traced: bool | None
+    path: Path, export: Export, runtime: Events | None, cuda_traced: bool | None
 ) -> list[str]:
     """An export without a kernel table (nsys leaves out tables it has no rows for, and drops
     kernels it was not told to trace) holds copies, memsets or synchronisations only: its GPU
@@ -308,7 +314,7 @@ def _concat(parts: list[Events]) -> Events:
 
 
 def _trace(
-    export: _Export,
+    export: Export,
     table: Events,
     pid: int,
     rank: int | None,
@@ -328,7 +334,7 @@ def _trace(
         devices=devices,
         names=export.names,
         events=table,
-        steps=_steps(table, export.names),
+        steps=steps_of(table, export.names),
         metadata={"pid": pid},
     )
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from gpuscope.model import CopyDirection, Events, Kind
-from gpuscope.readers.nsys._export import _ID_MASK, _REQUIRED, I64, _Export, _int_columns
-from gpuscope.readers.nsys._um import _MIGRATION_FALLBACK
+from gpuscope.readers.nsys._export import I64, ID_MASK, REQUIRED, Export, int_columns
+from gpuscope.readers.nsys._um import MIGRATION_FALLBACK
 
 # Fallbacks when an export has no enum tables (schema 2.x): nsys's documented values.
 _MEMCPY_OPER_FALLBACK = {
@@ -65,12 +65,12 @@ _KERNEL_NAME_COLUMNS = ("demangledName", "shortName", "mangledName")
 
 
 def _device_columns(
-    export: _Export, table: str, extra: Sequence[str]
+    export: Export, table: str, extra: Sequence[str]
 ) -> tuple[dict[str, Any], list[I64]] | None:
     """The columns every device table shares, plus ``extra`` SQL expressions."""
     if not export.has(table):
         return None
-    export.require(table, _REQUIRED[table])
+    export.require(table, REQUIRED[table])
     correlation = export.column_or(table, "correlationId", "-1")
     global_pid = export.column_or(table, "globalPid", "0")
     select = [
@@ -82,7 +82,7 @@ def _device_columns(
         f"COALESCE({global_pid}, 0)",
         *extra,
     ]
-    got = _int_columns(export, table, select)
+    got = int_columns(export, table, select)
     start, dur, device, stream, corr, gpid = got[:6]
     columns = {
         "start_ns": start,
@@ -90,16 +90,16 @@ def _device_columns(
         "device": device,
         "stream": stream,
         "correlation": corr,
-        "pid": (gpid >> 24) & _ID_MASK,
+        "pid": (gpid >> 24) & ID_MASK,
     }
     return columns, got[6:]
 
 
-def _kernels(export: _Export) -> Events | None:
+def kernel_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not export.has(table):
         return None
-    export.require(table, _REQUIRED[table])
+    export.require(table, REQUIRED[table])
     present = [c for c in _KERNEL_NAME_COLUMNS if c in export.columns[table]]
     if not present:
         export.require(table, ("demangledName",))
@@ -119,13 +119,13 @@ def _kernels(export: _Export) -> Events | None:
     return Events.from_columns(name_ids.shape[0], columns, {})
 
 
-def _product(export: _Export, table: str, dims: Sequence[str]) -> str:
+def _product(export: Export, table: str, dims: Sequence[str]) -> str:
     if not all(d in export.columns[table] for d in dims):
         return "-1"
     return "COALESCE(" + " * ".join(dims) + ", -1)"
 
 
-def _memcpys(export: _Export) -> Events | None:
+def memcpys(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
     src = f"COALESCE({export.column_or(table, 'srcKind', '-1')}, -1)"
     dst = f"COALESCE({export.column_or(table, 'dstKind', '-1')}, -1)"
@@ -136,7 +136,7 @@ def _memcpys(export: _Export) -> Events | None:
     columns, (nbytes, copy_kind, src_kind, dst_kind, migration) = got
     operations = export.enum("ENUM_CUDA_MEMCPY_OPER", _MEMCPY_OPER_FALLBACK)
     memory = export.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND_FALLBACK, label=True)
-    causes = export.enum("ENUM_CUDA_UNIF_MEM_MIGRATION", _MIGRATION_FALLBACK, label=True)
+    causes = export.enum("ENUM_CUDA_UNIF_MEM_MIGRATION", MIGRATION_FALLBACK, label=True)
     # One decision per distinct (copy kind, source kind, destination kind, migration cause).
     keys = np.stack([copy_kind, src_kind, dst_kind, migration], axis=1)
     unique, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -153,7 +153,7 @@ def _memcpys(export: _Export) -> Events | None:
 
 
 def _decode_copy(
-    export: _Export,
+    export: Export,
     operations: dict[int, str],
     memory: dict[int, str],
     causes: dict[int, str],
@@ -175,7 +175,7 @@ def _decode_copy(
     return export.intern(name), direction, pageable
 
 
-def _memsets(export: _Export) -> Events | None:
+def memset_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_MEMSET"
     nbytes = export.column_or(table, "bytes", "-1")
     kind = export.column_or(table, "memKind", "-1")
@@ -194,7 +194,7 @@ def _memsets(export: _Export) -> Events | None:
     return Events.from_columns(byte_count.shape[0], columns, {})
 
 
-def _syncs(export: _Export) -> Events | None:
+def syncs(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     sync_type = export.column_or(table, "syncType", "0")
     got = _device_columns(export, table, (f"COALESCE({sync_type}, 0)",))

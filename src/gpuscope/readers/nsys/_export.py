@@ -17,13 +17,13 @@ from gpuscope.errors import CorruptInputError, UnknownFormatError
 I64 = NDArray[np.int64]
 
 _SUPPORTED_MAJOR = (2, 3)
-_ID_MASK = 0xFFFFFF
+ID_MASK = 0xFFFFFF
 _BATCH_ROWS = 65536  # rows fetched and converted at a time
 _IN_CHUNK = 900  # bound parameters per ``IN (...)`` query: under every SQLite's limit
 
 _ENUM_PREFIX = re.compile(r"^.*_(?:KIND|TYPE)_")
 
-_REQUIRED = {
+REQUIRED = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId"),
     "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "deviceId", "streamId", "bytes", "copyKind"),
     "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "deviceId", "streamId"),
@@ -33,7 +33,7 @@ _REQUIRED = {
 }
 
 
-class _Export(msgspec.Struct):
+class Export(msgspec.Struct):
     """What is in the file: tables with their columns, the schema version, interned names."""
 
     path: Path
@@ -101,7 +101,7 @@ class _Export(msgspec.Struct):
         return values or fallback
 
 
-def _inspect(path: Path, db: sqlite3.Connection) -> _Export:
+def inspect_export(path: Path, db: sqlite3.Connection) -> Export:
     tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     nsys_tables = ("META_DATA_EXPORT", "EXPORT_META_DATA", "NVTX_EVENTS", "TARGET_INFO_GPU")
     if "StringIds" not in tables or not (
@@ -118,7 +118,7 @@ def _inspect(path: Path, db: sqlite3.Connection) -> _Export:
     )
     for table, column in db.execute(sql):
         columns[table].add(column)
-    return _Export(path, db, columns, _schema(path, db, columns))
+    return Export(path, db, columns, _schema(path, db, columns))
 
 
 def _schema(path: Path, db: sqlite3.Connection, columns: dict[str, set[str]]) -> str:
@@ -141,12 +141,12 @@ def _schema(path: Path, db: sqlite3.Connection, columns: dict[str, set[str]]) ->
     return "nsys-" + ".".join(parts[:2])
 
 
-_INTS = msgspec.json.Decoder(list[int])
-_TEXTS = msgspec.json.Decoder(list[str])
+INTS = msgspec.json.Decoder(list[int])
+TEXTS = msgspec.json.Decoder(list[str])
 
 
-def _column_batches(
-    export: _Export,
+def column_batches(
+    export: Export,
     table: str,
     select: Sequence[str],
     where: str = "",
@@ -179,12 +179,12 @@ def _column_batches(
             yield [t.encode() if isinstance(t, str) else t for t in texts]
 
 
-def _int_columns(export: _Export, table: str, select: Sequence[str]) -> list[I64]:
+def int_columns(export: Export, table: str, select: Sequence[str]) -> list[I64]:
     """The columns ``select`` of ``table``, all integers (NULLs already coalesced), into numpy."""
     parts: list[list[I64]] = []
     try:
-        for texts in _column_batches(export, table, select):
-            parts.append([np.array(_INTS.decode(t), dtype=np.int64) for t in texts])
+        for texts in column_batches(export, table, select):
+            parts.append([np.array(INTS.decode(t), dtype=np.int64) for t in texts])
     except (msgspec.ValidationError, OverflowError):
         raise CorruptInputError(
             export.path, f"Nsight Systems table {table} holds empty or non-integer times or ids"

@@ -9,10 +9,10 @@ import msgspec
 import numpy as np
 
 from gpuscope.model import CounterSeries, DeviceInfo
-from gpuscope.readers.nsys._export import _column_batches, _Export
+from gpuscope.readers.nsys._export import Export, column_batches
 
 
-def _device_infos(export: _Export) -> dict[tuple[int, int], DeviceInfo]:
+def device_infos(export: Export) -> dict[tuple[int, int], DeviceInfo]:
     """Device facts by (pid, CUDA device id); pid -1 when the mapping is the same everywhere."""
     if not export.has("TARGET_INFO_GPU"):
         return {}
@@ -38,7 +38,7 @@ def _device_infos(export: _Export) -> dict[tuple[int, int], DeviceInfo]:
     return infos
 
 
-def _cuda_device_map(export: _Export) -> list[tuple[int, int, int]]:
+def _cuda_device_map(export: Export) -> list[tuple[int, int, int]]:
     table = "TARGET_INFO_CUDA_DEVICE"
     if not export.has(table) or not {"gpuId", "cudaId", "pid"} <= export.columns[table]:
         return []
@@ -70,7 +70,7 @@ def _positive(value: Any) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
-def _gpu_metrics(export: _Export) -> dict[int, dict[str, Any]]:
+def gpu_metric_summary(export: Export) -> dict[int, dict[str, Any]]:
     """Mean of every sampled GPU metric, per CUDA device (GPU id = ``typeId & 0xFF``)."""
     if not (export.has("GPU_METRICS") and export.has("TARGET_INFO_GPU_METRICS")):
         return {}
@@ -104,7 +104,7 @@ def _gpu_metrics(export: _Export) -> dict[int, dict[str, Any]]:
     return summary
 
 
-def _cuda_of_gpu(export: _Export) -> dict[int, int]:
+def _cuda_of_gpu(export: Export) -> dict[int, int]:
     if not export.has("TARGET_INFO_GPU") or "cuDevice" not in export.columns["TARGET_INFO_GPU"]:
         return {}
     rows = export.db.execute("SELECT id, cuDevice FROM TARGET_INFO_GPU").fetchall()
@@ -114,7 +114,7 @@ def _cuda_of_gpu(export: _Export) -> dict[int, int]:
 _NO_VALUE = -1.0e300
 
 
-def _gpu_metric_series(export: _Export) -> dict[int, list[CounterSeries]]:
+def gpu_metric_series(export: Export) -> dict[int, list[CounterSeries]]:
     """Every sampled GPU metric as a time series, per CUDA device (GPU id = ``typeId & 0xFF``).
 
     ``GPU_METRICS`` holds one row per sample and metric, the value holding until the next sample
@@ -133,7 +133,7 @@ def _gpu_metric_series(export: _Export) -> dict[int, list[CounterSeries]]:
     columns: list[list[np.ndarray]] = [[], [], [], []]
     # NULL (no value) as a sentinel no percentage or rate takes, NaN once in numpy.
     select = ("typeId", "metricId", "timestamp", f"coalesce(value, {_NO_VALUE!r})")
-    for batch in _column_batches(export, "GPU_METRICS", select):
+    for batch in column_batches(export, "GPU_METRICS", select):
         for i, text in enumerate(batch):
             columns[i].append(
                 np.asarray(msgspec.json.decode(text), dtype=np.float64 if i == 3 else np.int64)

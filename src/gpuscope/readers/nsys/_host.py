@@ -13,14 +13,14 @@ from numpy.typing import NDArray
 from gpuscope.errors import CorruptInputError
 from gpuscope.model import Events, Kind, Step
 from gpuscope.readers.nsys._export import (
-    _ID_MASK,
-    _INTS,
-    _REQUIRED,
-    _TEXTS,
     I64,
-    _column_batches,
-    _Export,
-    _int_columns,
+    ID_MASK,
+    INTS,
+    REQUIRED,
+    TEXTS,
+    Export,
+    column_batches,
+    int_columns,
 )
 
 _NVTX_RANGE_FALLBACK = (59, 60, 70, 71)  # Nvtx(t)PushPopRange, Nvtx(t)StartEndRange
@@ -35,22 +35,22 @@ _PLAIN_STEP = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iteration)$", re.IGN
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 
 
-def _runtime(export: _Export) -> Events | None:
+def runtime_events(export: Export) -> Events | None:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not export.has(table):
         return None
-    export.require(table, _REQUIRED[table])
+    export.require(table, REQUIRED[table])
     correlation = export.column_or(table, "correlationId", "-1")
     thread = export.column_or(table, "globalTid", "0")
     select = ("start", "end - start", f"COALESCE({correlation}, -1)", f"COALESCE({thread}, 0)")
-    start, dur, corr, gtid, name_ids = _int_columns(export, table, (*select, "nameId"))
+    start, dur, corr, gtid, name_ids = int_columns(export, table, (*select, "nameId"))
     columns = {
         "kind": np.full(start.shape, Kind.RUNTIME, dtype=np.uint8),
         "name_id": export.string_ids(name_ids),
         "start_ns": start,
         "dur_ns": dur,
-        "pid": (gtid >> 24) & _ID_MASK,
-        "tid": gtid & _ID_MASK,
+        "pid": (gtid >> 24) & ID_MASK,
+        "tid": gtid & ID_MASK,
         "correlation": corr,
     }
     return Events.from_columns(start.shape[0], columns, {})
@@ -61,11 +61,11 @@ class _Nvtx(msgspec.Struct, frozen=True):
     ranks: dict[int, int]  # pid -> MPI rank named by the export
 
 
-def _nvtx(export: _Export) -> _Nvtx:
+def nvtx_ranges(export: Export) -> _Nvtx:
     table = "NVTX_EVENTS"
     if not export.has(table):
         return _Nvtx(None, {})
-    export.require(table, _REQUIRED[table])
+    export.require(table, REQUIRED[table])
     text = _nvtx_text_sql(export)
     thread = f"COALESCE({export.column_or(table, 'globalTid', '0')}, 0)"
     event_type = (
@@ -80,12 +80,12 @@ def _nvtx(export: _Export) -> _Nvtx:
     distinct: dict[Any, int] = {}
     parts: list[list[I64]] = []
     try:
-        for *numbers, texts in _column_batches(export, table, select, where, outer):
-            values = _TEXTS.decode(texts)
+        for *numbers, texts in column_batches(export, table, select, where, outer):
+            values = TEXTS.decode(texts)
             for text_value in dict.fromkeys(values):
                 distinct.setdefault(text_value, len(distinct))
             ids = np.fromiter(map(distinct.__getitem__, values), np.int64, len(values))
-            parts.append([*(np.array(_INTS.decode(n), dtype=np.int64) for n in numbers), ids])
+            parts.append([*(np.array(INTS.decode(n), dtype=np.int64) for n in numbers), ids])
     except (msgspec.ValidationError, OverflowError):
         raise CorruptInputError(
             export.path, f"Nsight Systems table {table} holds non-integer times or thread ids"
@@ -100,13 +100,13 @@ def _nvtx(export: _Export) -> _Nvtx:
         "name_id": name_of_text[text_ids],
         "start_ns": start,
         "dur_ns": dur,
-        "pid": (gtids >> 24) & _ID_MASK,
-        "tid": gtids & _ID_MASK,
+        "pid": (gtids >> 24) & ID_MASK,
+        "tid": gtids & ID_MASK,
     }
     return _Nvtx(Events.from_columns(start.shape[0], columns, {}), ranks)
 
 
-def _nvtx_text_sql(export: _Export) -> str:
+def _nvtx_text_sql(export: Export) -> str:
     """A range's text: written inline, or registered in ``StringIds``."""
     text = export.column_or("NVTX_EVENTS", "text", "NULL")
     text_id = export.column_or("NVTX_EVENTS", "textId", "NULL")
@@ -125,7 +125,7 @@ def _strip_emit_nvtx_sql(text: str) -> str:
     )
 
 
-def _nvtx_range_types(export: _Export) -> list[int]:
+def _nvtx_range_types(export: Export) -> list[int]:
     table = "ENUM_NSYS_EVENT_TYPE"
     if not export.has(table):
         return list(_NVTX_RANGE_FALLBACK)
@@ -134,7 +134,7 @@ def _nvtx_range_types(export: _Export) -> list[int]:
     return ranges or list(_NVTX_RANGE_FALLBACK)
 
 
-def _nvtx_kinds(export: _Export, raw: list[Any]) -> tuple[NDArray[np.uint8], NDArray[np.int32]]:
+def _nvtx_kinds(export: Export, raw: list[Any]) -> tuple[NDArray[np.uint8], NDArray[np.int32]]:
     """Per distinct NVTX text: its kind (PyTorch operator or annotation) and interned name."""
     texts = [t if isinstance(t, str) else str(t) for t in raw]
     kinds = np.array(
@@ -144,18 +144,18 @@ def _nvtx_kinds(export: _Export, raw: list[Any]) -> tuple[NDArray[np.uint8], NDA
     return kinds, names
 
 
-def _mpi_ranks(export: _Export, text: str, thread: str) -> dict[int, int]:
+def _mpi_ranks(export: Export, text: str, thread: str) -> dict[int, int]:
     """``MPI Rank N``: the thread name nsys records for each MPI-traced process."""
     sql = f"SELECT DISTINCT {thread}, {text} FROM NVTX_EVENTS WHERE {text} LIKE 'MPI Rank %'"
     ranks: dict[int, int] = {}
     for gtid, name in export.db.execute(sql).fetchall():
         match = _MPI_RANK.match(str(name))
         if match is not None:
-            ranks.setdefault((int(gtid) >> 24) & _ID_MASK, int(match.group(1)))
+            ranks.setdefault((int(gtid) >> 24) & ID_MASK, int(match.group(1)))
     return ranks
 
 
-def _os_runtime(export: _Export) -> dict[int, dict[str, int]]:
+def os_runtime_totals(export: Export) -> dict[int, dict[str, int]]:
     """Per process, the ten OS runtime calls that took the most time (ns)."""
     table = "OSRT_API"
     if (
@@ -164,7 +164,7 @@ def _os_runtime(export: _Export) -> dict[int, dict[str, int]]:
     ):
         return {}
     sql = (
-        f"SELECT (globalTid >> 24) & {_ID_MASK}, nameId, SUM(end - start) FROM {table}"
+        f"SELECT (globalTid >> 24) & {ID_MASK}, nameId, SUM(end - start) FROM {table}"
         " WHERE end IS NOT NULL GROUP BY 1, 2"
     )
     rows = export.db.execute(sql).fetchall()
@@ -180,7 +180,7 @@ def _os_runtime(export: _Export) -> dict[int, dict[str, int]]:
     }
 
 
-def _steps(table: Events, names: list[str]) -> list[Step]:
+def steps_of(table: Events, names: list[str]) -> list[Step]:
     """Step ranges: the most frequent family of step-like NVTX names (``step 3``, ``step 4``)."""
     rows = np.flatnonzero(table.kind == Kind.ANNOTATION)
     families: dict[str, list[tuple[int, int | None]]] = {}
@@ -220,7 +220,7 @@ def _step_family(name: str) -> tuple[str, int | None] | None:
 HOST_RUNNING_NAME = "[thread on a CPU]"
 
 
-def _host_running(export: _Export, lo_ns: int, hi_ns: int) -> Events | None:
+def host_running(export: Export, lo_ns: int, hi_ns: int) -> Events | None:
     """When the threads that call CUDA were on a CPU, within ``[lo_ns, hi_ns]`` (the span of the
     events read): from the OS scheduling trace (``SCHED_EVENTS``: a switch in, then out), else
     from CPU samples (``COMPOSITE_EVENTS``). These say the host was computing where it made no
@@ -242,8 +242,8 @@ def _host_running(export: _Export, lo_ns: int, hi_ns: int) -> Events | None:
         "name_id": np.full(start.shape, export.intern(HOST_RUNNING_NAME), dtype=np.int32),
         "start_ns": start,
         "dur_ns": end - start,
-        "pid": (gtid >> 24) & _ID_MASK,
-        "tid": gtid & _ID_MASK,
+        "pid": (gtid >> 24) & ID_MASK,
+        "tid": gtid & ID_MASK,
     }
     return Events.from_columns(start.shape[0], columns, {})
 
@@ -251,7 +251,7 @@ def _host_running(export: _Export, lo_ns: int, hi_ns: int) -> Events | None:
 _Intervals = tuple[I64, I64, I64]  # thread (globalTid), start, end
 
 
-def _scheduled(export: _Export, threads: str) -> _Intervals | None:
+def _scheduled(export: Export, threads: str) -> _Intervals | None:
     """On-CPU intervals from context switches: each switch in, to the thread's next switch out."""
     table = "SCHED_EVENTS"
     if not export.has(table) or not {"start", "isSchedIn", "globalTid"} <= export.columns[table]:
@@ -270,7 +270,7 @@ def _scheduled(export: _Export, threads: str) -> _Intervals | None:
     return gtid[at], start[at], start[at + 1]
 
 
-def _sampled(export: _Export, threads: str) -> _Intervals | None:
+def _sampled(export: Export, threads: str) -> _Intervals | None:
     """On-CPU intervals from CPU samples: a thread is sampled once per sampling period of CPU
     time while it runs, so samples a period apart (up to twice, for jitter) are one run; each
     run starts a period before its first sample."""

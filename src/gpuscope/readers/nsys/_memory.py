@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.model import Events, Kind, MemoryAction, MemoryEvents
-from gpuscope.readers.nsys._export import _ID_MASK, _Export
+from gpuscope.readers.nsys._export import ID_MASK, Export
 
 TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 DEVICE_KINDS = (3, 4, 6)
 
 
-def gpu_memory(export: _Export) -> dict[int, np.ndarray]:
+def gpu_memory(export: Export) -> dict[int, np.ndarray]:
     """Per process (pid): rows of (start, device, address, signed bytes, correlation)."""
     wanted = {"start", "globalPid", "deviceId", "address", "bytes", "memKind"}
     if not export.has(TABLE) or not wanted | {"memoryOperationType"} <= export.columns[TABLE]:
@@ -38,7 +38,7 @@ def gpu_memory(export: _Export) -> dict[int, np.ndarray]:
     if not rows:
         return {}
     data = np.array(rows, dtype=np.int64)
-    pid = (data[:, 1] >> 24) & _ID_MASK
+    pid = (data[:, 1] >> 24) & ID_MASK
     return {int(p): data[pid == p][:, [0, 2, 3, 4, 5]] for p in np.unique(pid)}
 
 

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from gpuscope.model import CopyDirection, Events, Kind
-from gpuscope.readers.nsys._export import _ID_MASK, _Export
+from gpuscope.readers.nsys._export import ID_MASK, Export
 
-_MIGRATION_FALLBACK = {
+MIGRATION_FALLBACK = {
     0: "Unknown",
     1: "User prefetch",
     2: "Page fault",
@@ -22,7 +22,7 @@ _MIGRATION_FALLBACK = {
 _UM_TRANSFER_KINDS = {1: ("HtoD", CopyDirection.H2D), 2: ("DtoH", CopyDirection.D2H)}
 
 
-def _um_counters(export: _Export, default_pid: int) -> Events | None:
+def um_counters(export: Export, default_pid: int) -> Events | None:
     """Byte transfers of the older unified-memory table, as copies on no stream, of the process
     the table names (``globalPid``), else of the process whose device work came first."""
     table = "CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER"
@@ -46,7 +46,7 @@ def _um_counters(export: _Export, default_pid: int) -> Events | None:
         for k, (short, _) in _UM_TRANSFER_KINDS.items()
     }
     kinds = data[:, 2]
-    pid = np.where(data[:, 5] >= 0, (data[:, 5] >> 24) & _ID_MASK, default_pid)
+    pid = np.where(data[:, 5] >= 0, (data[:, 5] >> 24) & ID_MASK, default_pid)
     columns = {
         "kind": np.full(len(rows), Kind.MEMCPY, dtype=np.uint8),
         "name_id": np.array([names[int(k)] for k in kinds], dtype=np.int32),
@@ -65,7 +65,7 @@ def _um_counters(export: _Export, default_pid: int) -> Events | None:
 FAULT_SITES = 5
 
 
-def _um_faults(export: _Export) -> dict[int, dict[str, Any]]:
+def um_fault_counts(export: Export) -> dict[int, dict[str, Any]]:
     """Unified-memory page faults per process, from the tables ``nsys profile
     --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true`` adds:
 
@@ -87,7 +87,7 @@ def _um_faults(export: _Export) -> dict[int, dict[str, Any]]:
         function = f"COALESCE({export.column_or(cpu, 'CpuInstruction', 'NULL')}, -1)"
         module = f"COALESCE({export.column_or(cpu, 'module', 'NULL')}, -1)"
         rows = export.db.execute(
-            f"SELECT (globalPid >> 24) & {_ID_MASK}, {function}, {module}, COUNT(*) FROM {cpu}"
+            f"SELECT (globalPid >> 24) & {ID_MASK}, {function}, {module}, COUNT(*) FROM {cpu}"
             " GROUP BY 1, 2, 3"
         ).fetchall()
         ids = sorted({int(r[i]) for r in rows for i in (1, 2) if int(r[i]) >= 0})
@@ -104,7 +104,7 @@ def _um_faults(export: _Export) -> dict[int, dict[str, Any]]:
     if export.has(gpu) and {"start", "end", "globalPid"} <= export.columns[gpu]:
         count = f"COALESCE({export.column_or(gpu, 'numberOfPageFaults', '1')}, 1)"
         rows = export.db.execute(
-            f"SELECT (globalPid >> 24) & {_ID_MASK}, SUM({count}), COUNT(*),"
+            f"SELECT (globalPid >> 24) & {ID_MASK}, SUM({count}), COUNT(*),"
             f" SUM(MAX(end - start, 0)) FROM {gpu} GROUP BY 1"
         ).fetchall()
         for pid, n, groups, ns in rows:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpuscope._native import current
+from gpuscope.errors import EmptyTraceError
 from gpuscope.readers.kineto._columns import _Columns
 from gpuscope.readers.kineto._shape import _SKIP
 from gpuscope.readers.pftrace import _schema as pb
@@ -28,6 +29,7 @@ from gpuscope.readers.pftrace._decode import (
     _STREAM,
     _WANTED,
     ID_NAMES,
+    NO_PROFILER_EVENTS,
     Decoded,
     _annotations,
     _int,
@@ -328,7 +330,7 @@ class _Builder:
         codes = code_of[category_index]
         keep = order[codes[order] != _SKIP]
         if keep.size == 0:
-            return reader.finish(lost_tail)  # its error: no profiler events
+            raise EmptyTraceError(reader.path, NO_PROFILER_EVENTS)
         name_table = name_table + self.stage_names
         name_index = np.concatenate([name_index, np.arange(len(name_table) - ns, len(name_table))])
         begin["bytes"] = begin["grid"] = begin["block"] = np.full(nb, -1, dtype=np.int64)

@@ -40,6 +40,8 @@ NOT_CARRIED_WARNING = (
     " properties: no finding about host-to-device copies or pageable memory, the allocator or"
     " memory in use, or ranks, and no peaks or prices unless --gpu names the GPU"
 )
+#: Why a trace whose slices are all of kinds the model does not keep is empty.
+NO_PROFILER_EVENTS = "no profiler events (no CPU ops, kernels or runtime calls)"
 _GPU_PROCESS = re.compile(r"^GPU (\d+)$")
 _STREAM = re.compile(r"stream (-?\d+)\s*$")
 _SYNC_NAMES = frozenset(
@@ -303,9 +305,7 @@ class _Reader:
         codes = np.array([columns._kind_code(c) for c in categories], dtype=np.uint8)
         keep = np.flatnonzero(codes != _SKIP)
         if keep.size == 0:
-            raise EmptyTraceError(
-                self.path, "no profiler events (no CPU ops, kernels or runtime calls)"
-            )
+            raise EmptyTraceError(self.path, NO_PROFILER_EVENTS)
         args = [rows.args[i] for i in keep.tolist()]
         from_args = _arg_columns(args, ("External id", "bytes", "Python id", "Python parent id"))
         kept = {

@@ -10,11 +10,17 @@ gzip-compressed and base64-encoded, and unpacked by the browser (``Decompression
 the page's text has shown: a report is well under 1.5 MB, and the verdict and findings appear
 before any chart code is parsed. :func:`embedded_figures` reads the figures back from a page.
 
-What it shows: the verdict and its cost; the findings with evidence, locations and fixes; a
-zoomable timeline (per device, a lane for its idle time and one per stream; kernels coloured by
-kind, idle segments by cause, with the cause and code location on hover); the busy share over
-time; per-step stacked bars of where the time went; a ranks x steps heatmap of busy % for
-multi-rank jobs; a roofline of the busiest device.
+What it shows: the verdict and its cost first, then the inputs (three listed, the rest folded);
+the findings with evidence, locations and fixes; a zoomable timeline (per device, a lane for its
+idle time and one per stream, the busiest few when there are many and an "other streams" lane
+for the rest; kernels coloured by kind, idle segments by cause, with the cause and code
+location on hover); the busy share over time; per-step stacked bars of where the time went; a
+ranks x steps heatmap of busy % for multi-rank jobs; a roofline of the busiest device.
+
+Screens: the page fits a phone (390 px) as well as a desktop: tables scroll inside their own
+box and fold beyond 20 rows, long names break, a chart grows by the rows its legend takes on a
+narrow screen. Durations are written in the unit that reads (:func:`gpuscope.units.duration`),
+backticked words in the diagnosis' text as code.
 
 Nothing is measured here. The only arithmetic is layout: binning the diagnosis' busy and idle
 intervals into time buckets and step windows, and, so that a large trace stays small and quick to

@@ -343,7 +343,8 @@ def ncu_check(loop: Loop) -> None:
     gemm = next(
         (k for k in kernels if re.search(r"gemm|nvjet|cutlass|xmma", k["name"], re.I)), None
     )
-    elementwise = next((k for k in kernels if "elementwise" in k["name"].lower()), None)
+    # `x * 2.0 + 1.0`, not randn's Philox kernels (`distribution_elementwise_...`: compute).
+    elementwise = next((k for k in kernels if "vectorized_elementwise" in k["name"].lower()), None)
     loop.check(
         "ncu: the GEMM is compute-bound",
         bool(gemm and gemm.get("limiter") == "compute"),

@@ -26,3 +26,22 @@ def test_the_oom_snapshot_names_the_request_and_the_line_that_filled_the_device(
     assert memory.oom is not None and memory.oom.request_bytes == 16 * 2**30
     top = memory.sites[0]
     assert top.location == "gpu_capture.py:92" and top.bytes == 128 * 2**30 and top.blocks == 8
+
+
+def test_ncu_on_the_h200_calls_the_gemm_compute_bound_and_the_elementwise_memory_bound() -> None:
+    """ncu 2025.3 on the H200: the bf16 GEMM's busiest memory unit (95%, its tiles through
+    shared memory) is above its SM throughput (93%) while DRAM is at 21%: compute-bound, not
+    DRAM-bound; `x * 2.0 + 1.0` moves DRAM at 88%: memory-bound; randn's Philox kernels compute."""
+    d = diagnose(load(DATA / "gemm_elementwise.ncu.csv"))
+    stats = d.counters[0].stats
+    limiter = {
+        s.name.split("(")[0].split("<")[0].strip(): s.limiter.value for s in stats if s.limiter
+    }
+    gemm = next(s for s in stats if s.name.startswith("nvjet"))
+    assert gemm.limiter is not None and gemm.limiter.value == "compute", limiter
+    elementwise = [s for s in stats if "vectorized_elementwise" in s.name]
+    assert elementwise and all(
+        s.limiter is not None and s.limiter.value == "memory" for s in elementwise
+    )
+    rng = [s for s in stats if "distribution" in s.name]
+    assert rng and all(s.limiter is not None and s.limiter.value == "compute" for s in rng)

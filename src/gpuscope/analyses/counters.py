@@ -112,6 +112,12 @@ def classify_kernel(kernel: CounterKernel) -> tuple[Limiter | None, str]:
         return Limiter.LATENCY, f"{figures}: both below {LATENCY_BOUND_PCT:.0f}%"
     if max(sm, memory) < NO_BOUND_PCT and abs(sm - memory) < BALANCED_POINTS:
         return Limiter.BALANCED, f"{figures}: within {BALANCED_POINTS:.0f} points"
+    dram = kernel.dram_throughput_pct
+    if memory > sm >= NO_BOUND_PCT and dram is not None and dram < LATENCY_BOUND_PCT:
+        # ncu's memory throughput is its busiest memory unit (L1/shared, L2 or DRAM). With the
+        # SMs near peak too and DRAM well below it, that traffic is the SMs' own on-chip operand
+        # staging (a GEMM's tiles through shared memory): more DRAM bandwidth would not help.
+        return Limiter.COMPUTE, f"{figures}, DRAM {dram:.0f}%: the memory traffic stays on chip"
     return (Limiter.COMPUTE if sm >= memory else Limiter.MEMORY), figures
 
 

@@ -24,6 +24,7 @@ def test_the_oom_snapshot_names_the_request_and_the_line_that_filled_the_device(
     d = diagnose(load(DATA / "oom_snapshot.pickle.gz"))
     memory = d.memory[0]
     assert memory.oom is not None and memory.oom.request_bytes == 16 * 2**30
+    assert memory.oom.device_free_bytes == 11801853952  # 10.99 GiB, as the OOM message said
     top = memory.sites[0]
     assert top.location == "gpu_capture.py:92" and top.bytes == 128 * 2**30 and top.blocks == 8
 

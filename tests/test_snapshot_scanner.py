@@ -168,3 +168,12 @@ def test_the_scanner_refuses_globals_as_the_unpickler_does(tmp_path: Path, proto
             snapshot._snapscan.scan(path.open("rb").read, object())
     with pytest.raises(InputError, match=r"refused: it names the global posix\.system"):
         snapshot.read(path)
+
+
+def test_a_real_oom_entry_gives_the_device_free_memory_both_ways() -> None:
+    """PyTorch 2.11 writes an ``oom`` trace entry's free memory as ``device_free``, not ``addr``
+    (the H200 capture, tests/data/h200): both readers keep it where ``addr`` goes."""
+    path = Path(__file__).parent / "data" / "h200" / "oom_snapshot.pickle.gz"
+    record = _scanned(path)
+    _assert_same(record, _decoded(path))
+    assert 11801853952 in record.events.address.tolist()

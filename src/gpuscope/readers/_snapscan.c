@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SNAPSCAN_VERSION 1
+#define SNAPSCAN_VERSION 2
 #define CHUNK (4 << 20)
 
 static PyObject *RefusedError, *UnsupportedError, *TruncatedError;
@@ -101,12 +101,12 @@ typedef struct {
     size_t stab_cap;
     int32_t *scratch;
     size_t scratch_cap;
-    PyObject *key_frames, *key_action, *key_addr, *key_size, *key_stream, *key_time,
+    PyObject *key_frames, *key_action, *key_addr, *key_size, *key_stream, *key_time, *key_device_free,
         *key_device_traces;
     PyObject *action_names[9];
     /* the pickle's own str objects last found equal to a key or action name (held): the same
      * memoised string recurs in every entry, so a pointer comparison finds it */
-    PyObject *key_alias[6], *action_alias[9];
+    PyObject *key_alias[7], *action_alias[9];
 } M;
 
 static void *fail_unsupported(const char *why) {
@@ -536,10 +536,12 @@ static int entry_frames(M *m, Slot *v, int64_t *out) {
 static int entry_set(M *m, Entry *e, Slot *k, Slot *v) {
     PyObject **field = NULL;
     if (PyUnicode_CheckExact(k->obj)) {
-        PyObject *names[6] = {m->key_frames, m->key_action, m->key_addr,
-                              m->key_size,   m->key_stream, m->key_time};
-        PyObject **fields[6] = {NULL, &e->action, &e->addr, &e->size, &e->stream, &e->time_us};
-        int i = name_index(k->obj, names, m->key_alias, 6);
+        /* an "oom" entry carries the device's free memory as "device_free", not "addr" */
+        PyObject *names[7] = {m->key_frames, m->key_action, m->key_addr,       m->key_size,
+                              m->key_stream, m->key_time,   m->key_device_free};
+        PyObject **fields[7] = {NULL,        &e->action,  &e->addr, &e->size,
+                                &e->stream, &e->time_us, &e->addr};
+        int i = name_index(k->obj, names, m->key_alias, 7);
         if (i == 0) return entry_frames(m, v, &e->frames);
         if (i > 0) field = fields[i];
     } else if (PyObject_Hash(k->obj) == -1) {
@@ -881,13 +883,14 @@ static void release(M *m) {
     Py_XDECREF(m->key_frames);
     Py_XDECREF(m->key_action);
     Py_XDECREF(m->key_addr);
+    Py_XDECREF(m->key_device_free);
     Py_XDECREF(m->key_size);
     Py_XDECREF(m->key_stream);
     Py_XDECREF(m->key_time);
     Py_XDECREF(m->key_device_traces);
     for (int i = 0; i < 9; i++) Py_XDECREF(m->action_names[i]);
     for (int i = 0; i < 9; i++) Py_XDECREF(m->action_alias[i]);
-    for (int i = 0; i < 6; i++) Py_XDECREF(m->key_alias[i]);
+    for (int i = 0; i < 7; i++) Py_XDECREF(m->key_alias[i]);
 }
 
 static const char *ACTIONS[9] = {"alloc",         "free_requested", "free_completed",
@@ -908,12 +911,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     m.key_frames = PyUnicode_InternFromString("frames");
     m.key_action = PyUnicode_InternFromString("action");
     m.key_addr = PyUnicode_InternFromString("addr");
+    m.key_device_free = PyUnicode_InternFromString("device_free");
     m.key_size = PyUnicode_InternFromString("size");
     m.key_stream = PyUnicode_InternFromString("stream");
     m.key_time = PyUnicode_InternFromString("time_us");
     m.key_device_traces = PyUnicode_InternFromString("device_traces");
     int ready = m.buf && m.owners && m.frame_objects && m.stacks && m.unknown && m.key_frames &&
-                m.key_action && m.key_addr && m.key_size && m.key_stream && m.key_time &&
+                m.key_action && m.key_addr && m.key_device_free && m.key_size && m.key_stream && m.key_time &&
                 m.key_device_traces;
     for (int i = 0; i < 9; i++) {
         m.action_names[i] = PyUnicode_InternFromString(ACTIONS[i]);

@@ -70,7 +70,7 @@ try:
     from gpuscope.readers import _snapscan
 
     #: The scanner source this reader follows (``SNAPSCAN_VERSION`` in ``_snapscan.c``).
-    SNAPSCAN_VERSION = 1
+    SNAPSCAN_VERSION = 2
     if not current(_snapscan, SNAPSCAN_VERSION, "snapshot scanner (readers/_snapscan.c)"):
         _snapscan = None  # type: ignore[assignment]
 except ImportError:  # not built: the reference reader alone
@@ -555,7 +555,10 @@ class _Parts:
         return {
             "action": action.astype(np.uint8),
             "device": np.full(len(entries), device, np.int32),
-            "address": np.array([_int(e.get("addr"), -1) for e in entries], np.int64),
+            # An "oom" entry carries the device's free memory as "device_free", not "addr".
+            "address": np.array(
+                [_int(e.get("addr", e.get("device_free")), -1) for e in entries], np.int64
+            ),
             "size_bytes": size,
             "stream": np.array([_int(e.get("stream"), -1) for e in entries], np.int64),
             "time_ns": np.where(time_us >= 0, time_us * 1000, -1),

@@ -4,8 +4,12 @@ Every pathology is on by default; ``--fix NAME`` (repeatable) turns one off the 
 advice says to. The lines ``gpu_loop.py`` expects gpuscope to point at carry a ``# planted:``
 comment, so the check finds them by reading this file, not by line numbers kept elsewhere.
 
-- ``data_loader``: ``num_workers=0`` and a slow CPU transform run in the training process, so the
-  GPU waits for every batch. Fix: worker processes (``num_workers``, ``persistent_workers``).
+- ``data_loader``: ``num_workers=0``, so each batch's slow read (``--read-ms`` of waiting, as on a
+  remote file system or object store, the study's "remote reads") happens in the training process
+  and the GPU waits for every batch. Fix: worker processes (``num_workers``,
+  ``persistent_workers``), which read ahead so that a batch is ready when the step asks.
+  A read, not a CPU transform: workers hide a wait whatever the number of cores, so the fixed run
+  is not left bound by the CPU's speed at augmenting (the first H200 run was, 200 ms a batch).
 - ``host_sync``: ``loss.item()`` every step drains the GPU's queue. Fix: keep the running loss
   on the GPU and read it once at the end.
 - ``h2d_copy``: the batch is copied from pageable memory with a blocking ``.to()``. Fix: pinned
@@ -19,6 +23,7 @@ Runs on the CPU too (``--device cpu``): the same loop, for ``gpu_loop.py --dry``
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -28,34 +33,33 @@ FIXES = ("data_loader", "host_sync", "h2d_copy", "fp32_gemm")
 
 
 class SlowBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Whole batches made on the CPU, each with ``transform_ms`` of CPU work (an augmentation)."""
+    """Whole batches, each after ``read_ms`` of waiting for storage; the tensors are made once
+    and offset per batch, so the CPU does little."""
 
-    def __init__(self, batches: int, batch: int, width: int, transform_rounds: int) -> None:
-        self.batches, self.batch, self.width = batches, batch, width
-        self.transform_rounds = transform_rounds
+    def __init__(self, batches: int, batch: int, width: int, read_ms: float) -> None:
+        self.batches, self.read_s = batches, read_ms / 1000
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(batch, width, generator=generator)
+        self.y = torch.randn(batch, width, generator=generator)
 
     def __len__(self) -> int:
         return self.batches
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        generator = torch.Generator().manual_seed(index)
-        x = torch.randn(self.batch, self.width, generator=generator)
-        for _ in range(self.transform_rounds):  # the slow transform, on the CPU
-            x = torch.tanh(x * 1.0001 + 0.0001)
-        y = torch.randn(self.batch, self.width, generator=generator)
-        return x, y
+        time.sleep(self.read_s)  # the slow read
+        return self.x + index * 1e-6, self.y.clone()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fix", action="append", choices=FIXES, default=[])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--transform-rounds", type=int, default=12)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--read-ms", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
     fixed = set(args.fix)
     device = torch.device(args.device)
@@ -64,7 +68,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = "fp32_gemm" in fixed
     torch.backends.cudnn.allow_tf32 = "fp32_gemm" in fixed
 
-    data = SlowBatches(args.steps, args.batch, args.width, args.transform_rounds)
+    data = SlowBatches(args.steps, args.batch, args.width, args.read_ms)
     workers = args.workers if "data_loader" in fixed else 0
     loader = DataLoader(
         data,

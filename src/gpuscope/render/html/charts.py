@@ -17,6 +17,7 @@ from gpuscope.analyses.drawn import (
     Drawn,
 )
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.facts import NO_TENSOR_CORES
 from gpuscope.render.html.page import (
     _CAUSE_NAMES,
     _LAYOUT,
@@ -303,9 +304,12 @@ def _roofs(figure: go.Figure, d: DeviceReport, x_lo: float, x_hi: float) -> None
     if f is None or not f.memory_bandwidth_bytes_per_s:
         return
     bandwidth = f.memory_bandwidth_bytes_per_s
+    # The 16-bit peak is BF16's, or FP16's on GPUs without BF16 (V100, T4), and not a tensor
+    # core's on GPUs without them.
+    sixteen = f.sixteen_bit if f.architecture in NO_TENSOR_CORES else f"{f.sixteen_bit} tensor"
     peaks = [
         ("FP8 tensor", f.fp8_flops_per_s),
-        ("BF16 tensor", f.bf16_flops_per_s),
+        (sixteen, f.bf16_flops_per_s),
         ("TF32 tensor", f.tf32_flops_per_s),
         ("FP32", f.fp32_flops_per_s),
     ]

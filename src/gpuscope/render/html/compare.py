@@ -41,6 +41,7 @@ from gpuscope.render.html.sections import (
     _inputs,
     _verdict,
 )
+from gpuscope.units import duration
 
 
 def render_diff(
@@ -124,7 +125,7 @@ def _metric_value(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "ns":
-        return f"{value / 1e6:,.3f} ms"
+        return duration(value)
     if unit == "pct":
         return f"{value:.1f}%"
     if unit == "per_s":
@@ -204,8 +205,8 @@ def _kernel_changes(change: RunDiff) -> str:
     unit = "per step" if change.kernel_unit == "step" else "per second of device span"
     rows = "".join(
         f"<tr><td class='mono kernel'>{_name(k.name)}</td><td>{_e(k.status)}</td>"
-        f"<td class='num'>{k.before_ns / 1e6:,.3f} ms</td>"
-        f"<td class='num'>{k.after_ns / 1e6:,.3f} ms</td></tr>"
+        f"<td class='num'>{duration(k.before_ns)}</td>"
+        f"<td class='num'>{duration(k.after_ns)}</td></tr>"
         for k in change.kernels
     )
     return (

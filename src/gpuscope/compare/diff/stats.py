@@ -285,7 +285,7 @@ def typical_steps(
     return kept[0], kept[1], dropped[0], dropped[1]
 
 
-def _left_out_note(before: int, after: int) -> str | None:
+def left_out_note(before: int, after: int) -> str | None:
     parts = [
         f"{n} slow step{'s' if n > 1 else ''} {side}"
         for n, side in ((before, "before"), (after, "after"))

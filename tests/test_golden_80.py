@@ -55,6 +55,8 @@ def test_diagnose_at_80_columns_cuts_no_sentence(name: str, tmp_path: Path) -> N
     cut = [line for line in sentence_lines(output) if line.rstrip().endswith("…")]
     assert not cut, cut
     assert "fix: " in output or "Findings" not in output
+    if "Sampled utilisation" in output:  # every heading and figure of the samples table whole
+        assert "…" not in output.split("Sampled utilisation")[1]
 
 
 def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None:

@@ -340,7 +340,13 @@ def _findings(d: RunDiff) -> Text:
         for f in items:
             text.append(f"  {heading:<10}", style=f"bold {style}")
             text.append(f" {f.cause}: {f.title}")
-            text.append(f"  ({_per_step(f.before)} → {_per_step(f.after)} per step)\n", style="dim")
+            # The table above gives medians; a finding's figure is its mean over steps.
+            timed = any(
+                x is not None and x.lost_ns_per_step is not None for x in (f.before, f.after)
+            )
+            change = f"{_per_step(f.before)} → {_per_step(f.after)}"
+            shown = f"mean per step: {change}" if timed else f"{change} per step"
+            text.append(f"  ({shown})\n", style="dim")
     return text
 
 

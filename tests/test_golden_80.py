@@ -64,7 +64,8 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
     diff = run80("diff", str(nsys / "mfu_2gpu_before.sqlite"), str(nsys / "mfu_2gpu_after.sqlite"))
     assert "…" not in diff.split("Kernel changes")[0]  # the per-step figures, whole
     # One quantity, two statistics, each named: the table's medians, the findings' means.
-    assert "Per step: median" in diff and "(mean per step: 1.26 ms → 2.75 ms)" in diff
+    words = " ".join(diff.split())  # as read, lines joined
+    assert "Per step: median" in words and "(mean per step: 1.26 ms → 2.75 ms)" in words
     kernel_rows = [line for line in diff.split("Kernel changes")[1].splitlines() if "ms │" in line]
     assert len(kernel_rows) == 4
     for row in kernel_rows:  # before, after and the change: three whole figures a row

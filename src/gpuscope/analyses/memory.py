@@ -70,7 +70,7 @@ class OutOfMemory(msgspec.Struct, frozen=True):
     request_bytes: int | None  # None: the dump does not record the failed request
     device_free_bytes: int | None
     largest_free_bytes: int | None
-    verdict: str  # weights | fragmentation | another_process | activations
+    verdict: str  # weights | fragmentation | another_process | user_tensors | activations
     summary: str
 
 
@@ -335,6 +335,8 @@ class _Device:
             "backward": "gradients" if kept else "temporaries",
             "forward": "activations",
         }.get(phase)
+        if name is None and self.stacks.user_factory(stack):
+            name = "user tensors"  # made by the user's code, not computed by a forward
         if name is None and kept and recorded and not self.backward:
             name = "activations"  # inference with autograd on keeps what it allocates
         if name is None:
@@ -403,6 +405,15 @@ class _Device:
             other = self.total - end_reserved - device_free
             verdict = "another_process"
             summary = f"another process (or context) holds {other / gib:.2f} GiB of the device"
+        elif held and max(categories, key=categories.__getitem__) == "user tensors":
+            made = categories["user tensors"]
+            top = sites[0].location if sites else "the largest site"
+            verdict = "user_tensors"
+            summary = (
+                f"tensors the program made itself (factory calls such as torch.empty, outside any"
+                f" forward) hold {made / gib:.2f} GiB of {held / gib:.2f} GiB"
+                f" ({100 * made / held:.0f}%); the largest site is {top}"
+            )
         else:
             top = sites[0].location if sites else "the largest site"
             verdict = "activations"

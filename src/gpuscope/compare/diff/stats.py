@@ -244,7 +244,7 @@ def robust_sd(b: Sequence[float] | np.ndarray, a: Sequence[float] | np.ndarray) 
 
 
 def typical_steps(
-    before: Sequence[float], after: Sequence[float]
+    before: Sequence[float], after: Sequence[float], tail: float = SIGNIFICANCE_LEVEL / 2.0
 ) -> tuple[list[float], list[float], int, int]:
     """Both sides' step times without their slow outliers, and how many each side lost.
 
@@ -253,9 +253,11 @@ def typical_steps(
     loop's usual work at the usual pace: a checkpoint, a GC pause, an evaluation, the profiler
     starting. Only slow steps: a stall adds time, nothing makes the same work faster. At most a
     fifth of a side (one step below ten) is left out, and enough steps stay for the test to reach
-    its confidence, else nothing is: many slow steps are the run's usual pace. Step time is
-    compared on what is left, so one checkpoint does not decide a gate; lost time per cause is
-    compared on every step, so the checkpoint still shows there."""
+    its confidence (one tail's error ``tail``: the diff's two-sided test by default, the gate's
+    one-sided one in :func:`gpuscope.compare.diff.gate.regression`), else nothing is: many slow
+    steps are the run's usual pace. Step time is compared on what is left, so one checkpoint
+    does not decide a gate; lost time per cause is compared on every step, so the checkpoint
+    still shows there."""
     noise = robust_sd(before, after)
     kept: list[list[float]] = []
     dropped: list[int] = []
@@ -270,9 +272,7 @@ def typical_steps(
                 keep = x
         kept.append(keep.tolist())
         dropped.append(int(x.size - keep.size))
-    if (dropped[0] or dropped[1]) and not reachable(
-        len(kept[0]), len(kept[1]), SIGNIFICANCE_LEVEL / 2.0
-    ):
+    if (dropped[0] or dropped[1]) and not reachable(len(kept[0]), len(kept[1]), tail):
         return list(before), list(after), 0, 0  # leaving them out would leave too few to tell
     return kept[0], kept[1], dropped[0], dropped[1]
 

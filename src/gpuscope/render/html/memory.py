@@ -16,7 +16,10 @@ GIB = float(1 << 30)
 CATEGORY_COLOURS = dict(
     zip(
         CATEGORIES,
-        ("#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#bcbd22", "#17becf", "#e377c2", "#b0b0b0"),
+        (
+            *("#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#bcbd22", "#17becf", "#e377c2"),
+            *("#b0b0b0", "#8c564b"),
+        ),
         strict=True,
     )
 )

@@ -38,7 +38,7 @@ from gpuscope.diagnosis import money
 from gpuscope.diagnosis.copies import (
     COPY_GROUPS,
     CopyStat,
-    _copy_stats,
+    copy_stats,
     exposed_transfers,
     exposed_transfers_by_group,
     fault_notes,
@@ -162,7 +162,7 @@ def findings(
     """Every finding of the job, ranked: idle causes, copies, exposed communication (less what
     the rank analysis attributes to late peers), the rank findings, then the compute-side
     savings; each priced and given its fix."""
-    copies = _copy_stats(evidence)
+    copies = copy_stats(evidence)
     raw = _idle_raw(evidence, copies) + _copy_raw(copies) + _communication_raw(evidence, ranks)
     raw += ranks.raw if ranks is not None else []
     raw += _compute_raw(evidence)

@@ -186,7 +186,7 @@ def _sample_finding(
             f" at ${price.gpu_hour_usd:.2f}/GPU-hour"
         )
     found = _finding(
-        pattern="ghost_gpu",
+        pattern=causes.describe(cause).pattern,
         cause=cause,
         title=_sample_title(cause, [g for g, _ in members], len(gpus)),
         lost_ns=lost_ns,

@@ -379,6 +379,7 @@ class GapContext:
         rows_of: dict[HostActivity, NDArray[np.int64]],
     ) -> None:
         self.ev = work.trace.events
+        self.busy = work.busy
         self.host = host
         self.thread_rows = thread_rows
         self.thread_activity = thread_activity
@@ -422,6 +423,17 @@ class GapContext:
         syncs, ends = syncs[order], ends[order]
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
+        # The queue stays empty until the host refills it: a piece after a sync that returned
+        # earlier, with at most SYNC_BEFORE_NS of device work since (the tiny kernel the host
+        # launched first, ``running += loss.item()``), is the same refill.
+        j = np.searchsorted(ends, r0, side="right") - 1
+        later = ~hit & (j >= 0)
+        if later.any():
+            k = np.flatnonzero(later)
+            since = ends[j[k]]
+            still_empty = covered_ns(self.busy, since, r0[k]) <= SYNC_BEFORE_NS
+            i[k[still_empty]] = j[k[still_empty]]
+            hit[k[still_empty]] = True
         # A call much shorter than the piece never owns it: a sync that waited W could have let
         # the host do at most about W of its own work earlier, while the device still ran; a
         # piece far longer than that is the host's own work (or silence), for the later rules.

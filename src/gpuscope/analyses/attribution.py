@@ -425,9 +425,11 @@ class GapContext:
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
         # The queue stays empty until the host refills it: a piece after a sync that returned
         # earlier, with at most SYNC_BEFORE_NS of device work since (the tiny kernel the host
-        # launched first, ``running += loss.item()``), is the same refill.
+        # launched first, ``running += loss.item()``), is the same refill, when it is the host's
+        # work on the way to the next step (longer than SHORT_GAP_NS: a shorter one is the cost
+        # of one launch, launch overhead whatever came before it).
         j = np.searchsorted(ends, r0, side="right") - 1
-        later = ~hit & (j >= 0)
+        later = ~hit & (j >= 0) & (r1 - r0 > SHORT_GAP_NS)
         if later.any():
             k = np.flatnonzero(later)
             since = ends[j[k]]

@@ -166,7 +166,7 @@ def main() -> None:
             rows.append((values, same, worse, realised))
     print(
         f"noise {NOISE_PCT:g}% per step, one slow step in {100 * OUTLIER_SHARE:.0f}% of runs;"
-        " gate at --max-regression-pct 0 (exit 1: the whole 95% interval above 0)"
+        " gate at --max-regression-pct 0 (exit 1: the one-sided 95% lower bound above 0)"
     )
     header = (
         f"{'steps/side':>10} {'pairs':>5} | {'no change: gate fails':>22} {'diff signif.':>13} |"

@@ -5,9 +5,12 @@ once (``gpuscope.diagnose`` in process, ``html.render``), then opens it in Debia
 Chromium (the browser test's driver, :mod:`test_browser`) at 1400x900 and at 390x844 and reads
 what the page says:
 
-* ``draw``: milliseconds from navigation start until every chart's ``Plotly.newPlot`` resolved
-  (``window.gpuscopeReport.drawnMs``), the best of ``--tries`` cold loads (a new file each time);
-  bar: under 3,000 ms;
+* ``screen``: milliseconds from navigation start until the first screen is complete: its text
+  painted and every chart in the window drawn (``window.gpuscopeReport.screenMs``); bar: under
+  3,000 ms. The charts are drawn one at a time after the text, those on or near the window first;
+* ``all``: until every chart's ``Plotly.newPlot`` resolved (``drawnMs``), the rest drawn after the
+  first screen while the reader reads it; bar: under 3,000 ms. Each the best of ``--tries`` cold
+  loads (a new file each time);
 * ``overflow``: how many CSS pixels the page is wider than the window at 390 px
   (``scrollWidth - clientWidth``); bar: 0;
 * ``verdict``: whether the verdict box lies wholly in the first screen at both sizes;
@@ -15,17 +18,29 @@ what the page says:
   it very tall).
 
 An input gpuscope refuses (exit 2: not a trace, or one without what a report needs) is listed as
-refused. The Markdown table it prints is the one in ``benchmarks/README.md``.
+refused. The Markdown table it prints is the one in ``benchmarks/README.md``; it prints the load
+average before and after the run (draw times scale with it on a shared machine).
 
     python benchmarks/html_draw.py [CORPUS] [--tries 3] [--only SUBSTRING] [--keep DIR]
 
 ``--keep DIR`` writes the reports there and reuses those already there (rerunning only the
 browser part).
+
+``--against TEMPLATE --inputs LIST`` compares drawing scripts instead: for each input named in
+LIST (one corpus path a line), the report as written and a copy whose script is TEMPLATE's (an
+older ``report_template.html``, e.g. ``git show REV:src/gpuscope/render/report_template.html``)
+load in turn, ``--tries`` times each, alternating which goes first; it prints each one's median
+every-chart time, the new one's first screen, the load average, and each one's median CPU time on
+the page's main thread until every chart is drawn (Chromium's ``ThreadTime`` metric of the
+document: what the page costs, whatever else the machine runs meanwhile).
+
+    python benchmarks/html_draw.py --keep DIR --against OLD.html --inputs LIST [--tries 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -86,13 +101,17 @@ def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
     """A report's draw time (None: not drawn within the driver's 20 s, or a chart failed) and
     how it fits both screens."""
     draws: list[float | None] = []
+    screens: list[float | None] = []
     for attempt in range(tries):
         copy = path.with_name(f"{path.stem}.{attempt}{time.monotonic_ns()}.html")
         copy.write_bytes(path.read_bytes())
         try:
-            draws.append(open_report(driver, copy)["drawnMs"])
+            drawn = open_report(driver, copy)
+            draws.append(drawn["drawnMs"])
+            screens.append(drawn["screenMs"])
         except (AssertionError, WebDriverException):  # not drawn in 20 s, or a page still busy
             draws.append(None)
+            screens.append(None)
         finally:
             copy.unlink()
     fits = []
@@ -103,8 +122,10 @@ def measure(driver: Any, path: Path, tries: int) -> dict[str, Any]:
             fits.append({**_fit_as_is(driver, *size), "failed": True})
     desktop, phone = fits
     drawn = [d for d in draws if d is not None]
+    shown = [d for d in screens if d is not None]
     return {
         "draw_ms": min(drawn) if len(drawn) == len(draws) else None,
+        "screen_ms": min(shown) if len(shown) == len(screens) else None,
         "draws_ms": draws,
         "overflow_px": phone["overflow_px"],
         "verdict": desktop["verdict_shown"] and phone["verdict_shown"],
@@ -131,8 +152,13 @@ def _ms(value: float | None) -> str:
     return "not drawn" if value is None else f"{value:,.0f}"
 
 
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
     keep.mkdir(parents=True, exist_ok=True)
+    print(f"load average at the start: {_load()} ({os.cpu_count()} cores)", flush=True)
     driver = start_browser(keep / "chromium-profile")
     rows = []
     try:
@@ -147,7 +173,8 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
             m = measure(driver, path, tries)
             rows.append((relative, m))
             print(
-                f"{_ms(m['draw_ms']):>9} ms  overflow {m['overflow_px']:4d} px  verdict "
+                f"screen {_ms(m['screen_ms']):>9} ms  all {_ms(m['draw_ms']):>9} ms  "
+                f"load {os.getloadavg()[0]:4.1f}  overflow {m['overflow_px']:4d} px  verdict "
                 f"{'yes' if m['verdict'] else 'NO '}  phone {m['height_px']:7,d} px  "
                 f"{m['size_mb']:.2f} MB  {relative}  {' '.join(m['wide'][:3])}"
                 + (f"  charts failed at {', '.join(m['failed'])}" if m["failed"] else ""),
@@ -156,28 +183,112 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
     finally:
         driver.quit()
     print(
-        "\n| report | MB | draw (ms) | overflow at 390 px | verdict in first screen"
-        " | phone page (px) |"
+        "\n| report | MB | first screen (ms) | all charts (ms) | overflow at 390 px"
+        " | verdict in first screen | phone page (px) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for relative, m in rows:
         print(
-            f"| `{relative}` | {m['size_mb']:.2f} | {_ms(m['draw_ms'])} | {m['overflow_px']} | "
+            f"| `{relative}` | {m['size_mb']:.2f} | {_ms(m['screen_ms'])} | {_ms(m['draw_ms'])} "
+            f"| {m['overflow_px']} | "
             f"{'yes' if m['verdict'] else 'no'} | {m['height_px']:,} |"
         )
     draws = [m["draw_ms"] for _, m in rows if m["draw_ms"] is not None]
+    screens = [m["screen_ms"] for _, m in rows if m["screen_ms"] is not None]
     slow = [r for r, m in rows if m["draw_ms"] is None or m["draw_ms"] >= DRAW_BAR_MS]
+    late = [r for r, m in rows if m["screen_ms"] is None or m["screen_ms"] >= DRAW_BAR_MS]
     wide = [r for r, m in rows if m["overflow_px"] > 0]
     hidden = [r for r, m in rows if not m["verdict"]]
     failed = [r for r, m in rows if m["failed"]]
-    if draws:
+    if draws and screens:
         print(
-            f"\n{len(rows)} reports: draw median {statistics.median(draws):,.0f} ms, "
-            f"max {max(draws):,.0f} ms; over {DRAW_BAR_MS} ms: {len(slow)}; "
+            f"\n{len(rows)} reports: first screen median {statistics.median(screens):,.0f} ms, "
+            f"max {max(screens):,.0f} ms, at or over {DRAW_BAR_MS} ms: {len(late)}; "
+            f"all charts median {statistics.median(draws):,.0f} ms, "
+            f"max {max(draws):,.0f} ms, at or over {DRAW_BAR_MS} ms: {len(slow)}; "
             f"wider than 390 px: {len(wide)}; verdict not in the first screen: {len(hidden)};"
             f" charts failed: {len(failed)}"
         )
-    return 1 if slow or wide or hidden or failed else 0
+    print(f"load average at the end: {_load()}")
+    return 1 if late or slow or wide or hidden or failed else 0
+
+
+#: Where a report's drawing script starts (the text before it is the page and its data).
+_SCRIPT = "<script>\n(function () {"
+
+
+def against(corpus: Path, tries: int, keep: Path, template: Path, listed: Path) -> int:
+    """Each listed report drawn by its own script and by ``template``'s, alternating."""
+    keep.mkdir(parents=True, exist_ok=True)
+    old_text = template.read_text(encoding="utf-8")
+    old_script = old_text[old_text.index(_SCRIPT) :]
+    driver = start_browser(keep / "chromium-profile")
+    driver.execute_cdp_cmd("Performance.enable", {"timeDomain": "threadTicks"})
+    rows = []
+    print(f"load average at the start: {_load()} ({os.cpu_count()} cores)", flush=True)
+    try:
+        for relative in listed.read_text().split():
+            new = report(corpus / relative, corpus, keep)
+            if new is None:
+                continue
+            text = new.read_text(encoding="utf-8")
+            old = new.with_name(f"{new.stem}.against.html")
+            old.write_text(text[: text.index(_SCRIPT)] + old_script, encoding="utf-8")
+            times: dict[str, list[float]] = {
+                "old": [],
+                "new": [],
+                "screen": [],
+                "old_cpu": [],
+                "new_cpu": [],
+            }
+            for attempt in range(tries):
+                pair = [("old", old), ("new", new)]
+                for side, path in pair if attempt % 2 == 0 else pair[::-1]:
+                    copy = path.with_name(f"{path.stem}.{attempt}{time.monotonic_ns()}.html")
+                    copy.write_bytes(path.read_bytes())
+                    try:
+                        drawn = open_report(driver, copy)
+                    finally:
+                        copy.unlink()
+                    times[side].append(drawn["drawnMs"])
+                    metrics = driver.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]
+                    cpu = {m["name"]: m["value"] for m in metrics}["ThreadTime"]
+                    times[f"{side}_cpu"].append(1000 * cpu)
+                    if side == "new":
+                        times["screen"].append(drawn["screenMs"])
+            medians = {side: statistics.median(values) for side, values in times.items()}
+            rows.append((relative, medians, os.getloadavg()[0]))
+            print(
+                f"{relative}: every chart {medians['old']:,.0f} -> {medians['new']:,.0f} ms "
+                f"(CPU {medians['old_cpu']:,.0f} -> {medians['new_cpu']:,.0f} ms), "
+                f"first screen {medians['screen']:,.0f} ms, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    finally:
+        driver.quit()
+    print(
+        "\n| report | every chart, old script (ms) | new script (ms) | main-thread CPU, old"
+        " (ms) | new (ms) | new: first screen (ms) | load |\n|---|---|---|---|---|---|---|"
+    )
+    for relative, m, load_then in rows:
+        print(
+            f"| `{relative}` | {m['old']:,.0f} | {m['new']:,.0f} | {m['old_cpu']:,.0f} "
+            f"| {m['new_cpu']:,.0f} | {m['screen']:,.0f} | {load_then:.1f} |"
+        )
+    if rows:
+        old_ms = [m["old"] for _, m, _ in rows]
+        new_ms = [m["new"] for _, m, _ in rows]
+        ratios = [b / a for a, b in zip(old_ms, new_ms, strict=True)]
+        cpu = [m["new_cpu"] / m["old_cpu"] for _, m, _ in rows]
+        print(
+            f"\nevery chart: median {statistics.median(old_ms):,.0f} -> "
+            f"{statistics.median(new_ms):,.0f} ms, per report new/old median "
+            f"{statistics.median(ratios):.2f}, slowest {max(old_ms):,.0f} -> {max(new_ms):,.0f} ms;"
+            f" main-thread CPU per report new/old median {statistics.median(cpu):.2f}"
+            f" (range {min(cpu):.2f}-{max(cpu):.2f})"
+        )
+    print(f"load average at the end: {_load()}")
+    return 0
 
 
 def main() -> int:
@@ -186,7 +297,13 @@ def main() -> int:
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--only", default=None, help="only inputs whose path holds this")
     parser.add_argument("--keep", type=Path, default=None, help="write (and reuse) reports here")
+    parser.add_argument("--against", type=Path, default=None, help="an older report template")
+    parser.add_argument("--inputs", type=Path, default=None, help="corpus paths, one a line")
     args = parser.parse_args()
+    if args.against is not None:
+        if args.keep is None or args.inputs is None:
+            parser.error("--against needs --keep DIR and --inputs LIST")
+        return against(args.corpus, args.tries, args.keep, args.against, args.inputs)
     if args.keep is not None:
         return run(args.corpus, args.tries, args.only, args.keep)
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,9 @@ where ``.ci/run`` installs them.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from gpuscope.render import html
+from gpuscope.render.html.page import _packed, script_json
 from test_report import (
     LARGE,
     LONG_TABLE,
@@ -263,6 +266,8 @@ def test_report_draws_every_chart_and_hover_shows_an_idle_gaps_cause(
     drawn = open_report(browser, tmp_path / "report.html")
     assert drawn["charts"] == len(figures(page)) == 5
     assert_every_chart_drawn(browser, drawn["charts"])
+    # The first screen (the text, and any chart in the window) is complete before every chart is.
+    assert 0 < drawn["screenMs"] <= drawn["drawnMs"] and drawn["failed"] == []
     text = hover_text(browser, "chart-timeline", browser.execute_script(BAR_CENTRE, "data_loader"))
     assert "data_loader" in text and "train.py:48" in text
     # The module table sorts by a column when its head is clicked: GPU time, largest first.
@@ -274,6 +279,31 @@ def test_report_draws_every_chart_and_hover_shows_an_idle_gaps_cause(
         ".map(function (r) { return Number(r.cells[3].getAttribute('data-v')); })"
     )
     assert len(column) > 1 and column == sorted(column, reverse=True)
+
+
+def test_a_chart_that_fails_says_so_and_the_later_charts_still_draw(
+    browser: Any, tmp_path: Path
+) -> None:
+    _, page = report_of(slow_loader_trace(steps=3), tmp_path / "report.html")
+    drawn = html.embedded_figures(page)
+    drawn[0]["figure"]["layout"] = None  # the first chart cannot be laid out
+    packed = _packed(script_json(json.dumps(drawn)).encode())
+    broken = re.sub(
+        r'(<script [^>]*id="gpuscope-figures">)[^<]*', lambda m: m[1] + packed, page, count=1
+    )
+    (tmp_path / "broken.html").write_text(broken, encoding="utf-8")
+    browser.get((tmp_path / "broken.html").as_uri())
+    deadline = time.monotonic() + 20
+    report = None
+    while report is None and time.monotonic() < deadline:
+        report = browser.execute_script("return window.gpuscopeReport || null")
+        time.sleep(0.02)
+    assert report is not None, "the report never finished drawing"
+    first = drawn[0]["id"]
+    assert report["failed"] == [first] and report["charts"] == len(drawn) - 1
+    assert "This chart could not be drawn" in browser.find_element("id", first).text
+    marks = dict(browser.execute_script(COUNT_MARKS))
+    assert all(marks[f["id"]] > 0 for f in drawn[1:]), marks
 
 
 def test_hostile_names_show_as_text_and_run_nothing(browser: Any, tmp_path: Path) -> None:

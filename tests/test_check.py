@@ -84,7 +84,7 @@ def test_step_time_regression_against_a_baseline(traces: dict[str, Path]) -> Non
     # Same code, other seed and step count: within noise, so the gate holds.
     noise = check(traces["fast_again"], "--baseline", traces["fast"], "--max-regression-pct", "2")
     assert noise.returncode == 0, noise.stderr
-    assert "95% interval" in noise.stdout
+    assert "at most +" in noise.stdout and "at 95% confidence" in noise.stdout
 
 
 def test_too_few_steps_are_inconclusive_exit_3(traces: dict[str, Path]) -> None:
@@ -97,6 +97,25 @@ def test_too_few_steps_are_inconclusive_exit_3(traces: dict[str, Path]) -> None:
     assert "too few steps" in line and "steps a side would settle it" in line
 
 
+@pytest.mark.parametrize("steps", [4, 5])  # 3 and 4 per-step values a side
+def test_few_steps_five_times_slower_fail_and_faster_pass(tmp_path: Path, steps: int) -> None:
+    """The H200 loop's case: profiles of a few steps, one run 5x slower in every step. With
+    every step beyond every baseline step the exact one-sided p is 1/20 (3 a side) or 1/70 (4):
+    the gate fails it (exit 1), not "inconclusive" (exit 3); the reverse passes (exit 0)."""
+    base = g.GeneratorConfig(seed=5, steps=steps, step_noise_pct=2.0, **SMALL)
+    slow = g.GeneratorConfig(seed=6, steps=steps, step_noise_pct=2.0, kernel_scale=5.0, **SMALL)
+    base_path = g.generate(base).write(tmp_path / "base.json.gz")
+    slow_path = g.generate(slow).write(tmp_path / "slow.json.gz")
+    over = check(slow_path, "--baseline", base_path, "--max-regression-pct", "10")
+    assert over.returncode == 1, over.stderr
+    line = over.stderr.strip()
+    assert "check failed" in line and f"medians of {steps - 1} and {steps - 1} steps" in line
+    shown = re.search(r"\(\+([0-9.]+)%, max \+10%.*at least \+([0-9.]+)% at 95% confidence", line)
+    assert shown is not None and float(shown[1]) > 200.0 and float(shown[2]) > 10.0
+    passed = check(base_path, "--baseline", slow_path, "--max-regression-pct", "10")
+    assert passed.returncode == 0, passed.stderr
+
+
 def test_the_issue_pair_regresses_beyond_the_bound() -> None:
     """HTA's trace_diff: the test run's device steps are ~117 ms against ~77 ms, every one."""
     from corpus import corpus
@@ -104,7 +123,7 @@ def test_the_issue_pair_regresses_beyond_the_bound() -> None:
     root = corpus("kineto/hta/trace_diff")
     result = check(root / "test", "--baseline", root / "control", "--max-regression-pct", "10")
     assert result.returncode == 1, result.stderr
-    assert "+51.3%" in result.stderr and "95% interval +" in result.stderr
+    assert "+51.3%" in result.stderr and "at least +" in result.stderr
     reverse = check(root / "control", "--baseline", root / "test", "--max-regression-pct", "10")
     assert reverse.returncode == 0, reverse.stderr
 

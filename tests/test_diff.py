@@ -7,6 +7,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -21,6 +22,7 @@ from gpuscope.compare.diff import (
     compare,
     diff,
     regression,
+    regression_line,
     summarize,
     typical_steps,
 )
@@ -110,6 +112,11 @@ def test_too_few_steps_to_reach_the_confidence_is_thin_evidence() -> None:
     assert step.comparison.significant is None
     assert step.outcome == "unclear"
     assert "thin evidence" in (step.comparison.note or "")
+    # Three steps a side wholly apart: the note says so, and why the two-sided test cannot.
+    apart = compare([7.8, 7.9, 7.85], [39.0, 38.0, 41.9])
+    assert apart.significant is None and apart.note is not None
+    assert "every step after is above every step before (two-sided p = 0.10" in apart.note
+    assert "every step" not in (compare([7.8, 7.9, 7.85], [7.7, 7.95, 7.86]).note or "")
 
 
 def test_kernel_changes_name_added_and_removed_kernels() -> None:
@@ -163,6 +170,37 @@ def test_the_gate_is_over_inconclusive_or_within() -> None:
     r = regression(noisy_before, noisy_after, 10.0)
     assert r.verdict == "inconclusive"
     assert r.steps_needed is not None and r.steps_needed > 5
+
+
+def test_few_steps_wholly_beyond_the_bound_fail_and_overlap_stays_inconclusive() -> None:
+    """The gate's one-sided exact test on generated runs of 3 and 4 steps a side (the H200 loop's
+    profiles): a separation beyond the bound has p = 1 / C(n + m, n) <= 5%, so 5x slower fails,
+    5x faster passes, and overlapping samples over the bound stay inconclusive."""
+    rng = np.random.default_rng(28)
+    for n in (3, 4):
+        base = list(100.0 + rng.normal(0.0, 2.0, n))
+        slow = [5.0 * v for v in 100.0 + rng.normal(0.0, 2.0, n)]
+        over = regression(base, slow, 10.0)
+        assert over.verdict == "over" and over.lower_pct is not None and over.lower_pct > 300.0
+        assert (over.before_steps, over.after_steps) == (n, n)
+        assert "at least +" in regression_line(over)
+        faster = regression(slow, base, 10.0)
+        assert faster.verdict == "within" and faster.change_pct < -70.0
+    # 3 against 3: over exactly when every run step, less the bound, is above every baseline
+    # step (the one order with p = 1/20); any overlap leaves p >= 2/20: inconclusive.
+    verdicts: dict[bool, set[str]] = {True: set(), False: set()}
+    for _ in range(400):
+        b = list(100.0 + rng.normal(0.0, 5.0, 3))
+        a = list(100.0 * rng.uniform(1.0, 1.4) + rng.normal(0.0, 5.0, 3))
+        r = regression(b, a, 10.0)
+        separated = min(a) - 0.1 * float(np.median(b)) > max(b)
+        verdicts[separated].add(r.verdict)
+        assert (r.verdict == "over") == separated
+    assert verdicts[True] == {"over"} and verdicts[False] == {"inconclusive", "within"}
+    # The same few steps with one of them inside the other run's range: not beyond noise.
+    overlap = regression([100.0, 102.0, 98.0], [125.0, 101.0, 130.0], 10.0)
+    assert overlap.verdict == "inconclusive" and overlap.change_pct > 10.0
+    assert overlap.steps_needed is not None and overlap.steps_needed > 3
 
 
 def test_names_match_by_their_stable_part() -> None:

@@ -27,6 +27,12 @@ def test_the_oom_snapshot_names_the_request_and_the_line_that_filled_the_device(
     assert memory.oom.device_free_bytes == 11801853952  # 10.99 GiB, as the OOM message said
     top = memory.sites[0]
     assert top.location == "gpu_capture.py:92" and top.bytes == 128 * 2**30 and top.blocks == 8
+    # A torch.empty loop in the user's code: its own tensors, not a forward's activations, so
+    # no inference_mode advice (its frames: THPVariable_empty called from gpu_capture.py:92).
+    assert top.category == "user tensors" and top.confidence == "high"
+    assert memory.categories["activations"] == 0
+    assert memory.oom.verdict == "user_tensors" and memory.peak_phase == "unknown"
+    assert not any(f.cause == "inference_keeps_activations" for f in d.findings)
 
 
 def test_ncu_on_the_h200_calls_the_gemm_compute_bound_and_the_elementwise_memory_bound() -> None:

@@ -218,6 +218,76 @@ def test_a_built_snapshot_gives_its_known_answers(tmp_path: Path, zipped: bool) 
     assert [f.cause for f in d.findings] == ["activation_peak"]
 
 
+def _cxx(binding: str, *autograd: str) -> list[dict[str, Any]]:
+    """The C++ frames of a snapshot recorded with ``stacks="all"``, innermost first: the caching
+    allocator, the operator (with autograd's ``VariableType`` kernel when given), the binding
+    Python called."""
+    return _frames(
+        ("CUDACachingAllocator.cpp", 0, "c10::cuda::CUDACachingAllocator::Native::malloc()"),
+        ("??", 0, "at::detail::empty_cuda(c10::ArrayRef<long>)"),
+        *(("??", 0, a) for a in autograd),
+        ("??", 0, f"torch::autograd::THPVariable_{binding}(_object*, _object*, _object*)"),
+        ("??", 0, "_PyObject_MakeTpCall"),
+    )
+
+
+def test_a_factory_called_from_the_users_loop_makes_user_tensors_not_activations(
+    tmp_path: Path,
+) -> None:
+    """Inference (no backward) that fills the device: tensors made by ``torch.empty`` and
+    ``.to(device)`` straight from the loop are the user's, not activations, and get no
+    ``inference_mode`` advice; ``torch.zeros`` inside a ``forward`` and a matmul autograd records
+    stay activations (the principle: activations are computed inside a forward pass)."""
+    loop = ("/home/u/infer.py", 12, "main")
+    forward = ("/home/u/model.py", 30, "forward")
+    stacks = {
+        "empty": _cxx("empty") + _frames(loop),
+        "to": _cxx("to") + _frames(("/home/u/infer.py", 4, "main")),
+        "zeros in forward": _cxx("zeros") + _frames(forward, LIBRARY, loop),
+        "matmul": _cxx("matmul", "torch::autograd::VariableType::(anonymous namespace)::mm()")
+        + _frames(("/home/u/model.py", 40, "layer"), loop),
+    }
+    sizes = {"empty": 8 * GIB, "to": GIB, "zeros in forward": 512 * MIB, "matmul": 256 * MIB}
+    base = 1 << 40
+    entries, blocks, address = [], [], base
+    for t, (name, frames) in enumerate(stacks.items()):
+        size = sizes[name]
+        entries.append(
+            {"action": "alloc", "addr": address, "size": size, "stream": 0, "time_us": t + 1}
+            | {"frames": frames}
+        )
+        blocks.append(
+            {"address": address, "size": size, "requested_size": size}
+            | {"state": "active_allocated", "frames": frames}
+        )
+        address += size
+    entries.append({"action": "oom", "addr": 64 * MIB, "size": 8 * GIB, "stream": 0})
+    total = address - base
+    document = {
+        "segments": [
+            {"device": 0, "address": base, "total_size": total, "stream": 0}
+            | {"is_expandable": False, "segment_pool_id": (0, 0), "blocks": blocks}
+        ],
+        "device_traces": [entries],
+        "allocator_settings": {"expandable_segments": False, "PYTORCH_CUDA_ALLOC_CONF": ""},
+        "external_annotations": [],
+    }
+    d = diagnose(load(_write(tmp_path, document)))
+    (m,) = d.memory
+    by_site = {s.location: s for s in m.sites}
+    assert by_site["infer.py:12"].category == "user tensors"
+    assert by_site["infer.py:12"].confidence == "high"
+    assert by_site["infer.py:4"].category == "user tensors"
+    assert by_site["model.py:30"].category == "activations"
+    assert by_site["model.py:40"].category == "activations"  # computed, kept, no backward
+    assert m.categories["user tensors"] == 9 * GIB
+    assert m.categories["activations"] == 768 * MIB
+    assert m.peak_phase == "unknown"  # a factory call is no phase of a step
+    assert m.oom is not None and m.oom.verdict == "user_tensors"
+    assert "infer.py:12" in m.oom.summary and "9.00 GiB" in m.oom.summary
+    assert "inference_keeps_activations" not in {f.cause for f in d.findings}
+
+
 def test_the_snapshot_diagnosis_round_trips_through_json(tmp_path: Path) -> None:
     from gpuscope.diagnosis import saved
 

@@ -12,10 +12,12 @@ import re
 from functools import cache
 from html import escape
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import msgspec
 import numpy as np
+import plotly.graph_objects as go  # type: ignore[import-untyped]
 import pytest
 from click.testing import CliRunner
 
@@ -25,7 +27,10 @@ from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.drawn import MAX_TIMELINE_BARS, UTILISATION_BUCKETS
 from gpuscope.cli import main
 from gpuscope.compare import diff
+from gpuscope.diagnosis import DeviceReport
+from gpuscope.facts import match_device
 from gpuscope.render import html
+from gpuscope.render.html.charts import _roofs
 from gpuscope.render.html.timeline import STREAM_LANES
 from gpuscope.testing.generator import (
     GeneratedTrace,
@@ -353,6 +358,31 @@ def test_diff_shows_the_data_loader_fix_as_better(tmp_path: Path) -> None:
     assert row is not None and ">better<" in row.group(1)
     # A healthy loader still costs a little: the finding stays, smaller.
     assert re.search(r"<b>still there</b>: [^<]*data_loader", page)
+    # Durations in the unit that reads: the step time's medians and each changed kernel's time.
+    step = change.metric(diff.STEP_TIME)
+    assert step is not None and step.comparison.before_median is not None
+    assert f"<td class='num'>{duration(step.comparison.before_median)}</td>" in page
+    for k in change.kernels:
+        assert f"<td class='num'>{duration(k.before_ns)}</td>" in page
+
+
+@pytest.mark.parametrize(
+    ("gpu", "sixteen_bit"),
+    [
+        ("Tesla V100-SXM2-16GB", "FP16 tensor"),
+        ("Tesla T4", "FP16 tensor"),
+        ("NVIDIA A100-SXM4-80GB", "BF16 tensor"),
+    ],
+)
+def test_roofline_names_the_precision_each_peak_is_of(gpu: str, sixteen_bit: str) -> None:
+    """V100 and T4 have no BF16: their 16-bit peak is FP16's, and the roof says so."""
+    facts = match_device(gpu)
+    assert facts is not None and facts.bf16_flops_per_s
+    figure = go.Figure()
+    _roofs(figure, cast(DeviceReport, SimpleNamespace(facts=facts)), 1.0, 100.0)
+    roofs = [trace.name for trace in figure.data]
+    assert f"{sixteen_bit} roof" in roofs
+    assert ("BF16 tensor roof" in roofs) == (sixteen_bit == "BF16 tensor")
 
 
 # --- the command ---------------------------------------------------------------------------------

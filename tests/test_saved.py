@@ -249,3 +249,27 @@ def test_the_order_of_the_cause_table_does_not_change_a_saved_file(
     # The frozen order of files saved without names.
     assert saved.LEGACY_IDLE_CAUSES[:3] == ("host_sync", "data_loader", "h2d_copy")
     assert len(saved.LEGACY_IDLE_CAUSES) == 11 and saved.LEGACY_IDLE_CAUSES[9] == "warmup"
+
+
+def test_a_memory_diagnosis_saved_before_a_category_existed_reads_and_renders(
+    tmp_path: Path,
+) -> None:
+    """Memory categories are appended: a file saved with fewer lists the older ones in order,
+    and reads back with the new ones at zero (the HTML and JSON renderers zip them strictly)."""
+    from gpuscope.analyses.memory_sites import CATEGORIES
+
+    d = diagnose(load(Path(__file__).parent / "data" / "h200" / "oom_snapshot.pickle.gz"))
+    document = msgspec.json.decode(json_renderer.dumps(d))
+    kept = CATEGORIES[:-1]
+    for report in document[saved.SAVED_KEY]["memory"]:
+        report["categories"] = {k: v for k, v in report["categories"].items() if k in kept}
+        for point in report["timeline"]:
+            del point[4][len(kept) :]  # array-like: [time, event, allocated, reserved, by_category]
+    path = tmp_path / "old.json"
+    path.write_bytes(msgspec.json.encode(document))
+    old = saved.read(path)
+    (m,) = old.memory
+    assert m.categories[CATEGORIES[-1]] == 0
+    assert all(len(p.by_category) == len(CATEGORIES) for p in m.timeline)
+    result = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output

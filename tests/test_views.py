@@ -19,6 +19,7 @@ from gpuscope.model import Kind, Trace
 from gpuscope.render import html, views_html
 from gpuscope.render.json import views_document
 from gpuscope.testing.generator import GeneratorConfig, HostSync, generate
+from gpuscope.units import duration
 
 QWEN = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"
 DF = "kineto/hta/df_index_resolver"
@@ -216,6 +217,12 @@ def test_report_links_a_findings_location_to_its_module_row_and_draws_the_icicle
     row = v.location_rows["train.py:57 (train)"]
     assert f"<a href='#views-m-{row}'>" in page
     assert f"<tr id='views-m-{row}'>" in page
+    # Durations read in their unit (5.4 h, 12 µs), not all in ms; the sort key stays the ns.
+    cells = re.search(rf"<tr id='views-m-{row}'>(.*?)</tr>", page)
+    assert cells is not None
+    module = v.modules[row]
+    for ns in (module.total_ns, module.self_ns, module.kernel_ns, module.idle_ns):
+        assert f"<td class='num' data-v='{ns}'>{duration(ns)}</td>" in cells[1]
     assert "<table class='sortable'>" in page
     part = views_html.views_part(diagnosis)
     assert part.figure is not None

@@ -6,8 +6,10 @@ function of a :class:`~gpuscope.model.MemoryRecord`'s frames and stacks.
 A site is the innermost frame of a block's stack that is the user's code (library frames: torch,
 other framework packages, the interpreter, C++ frames are skipped), sites on nearby lines of one
 function grouped; a block's category follows from the phase its stack shows (an annotation's
-when the stack shows none), whether it lives to the end of recording, and its pool
-(``docs/memory.md`` says the same with its limits).
+when the stack shows none), whether it lives to the end of recording, its pool, and, for a stack
+that shows no phase, whether its C++ frames show a tensor factory called from Python with no
+autograd operator (:meth:`StackFacts.user_factory`) (``docs/memory.md`` says the same with its
+limits).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from numpy.typing import NDArray
 
 from gpuscope.model import MemoryAnnotation, MemoryFrame
 
-#: Categories of memory, in the order reports list them.
+#: Categories of memory, in the order reports list them. Appended, never inserted: saved
+#: diagnoses list a timeline point's bytes in this order (``diagnosis.saved`` pads the new ones).
 CATEGORIES = (
     "parameters",
     "gradients",
@@ -32,7 +35,26 @@ CATEGORIES = (
     "CUDA-graph pool",
     "communication buffers",
     "other",
+    "user tensors",
 )
+#: Python-callable tensor factories: the ``torch.*`` functions and ``Tensor`` methods that make a
+#: tensor from sizes, values or another device's data rather than computing it from tensors. In a
+#: snapshot's C++ frames the call from Python is the binding ``torch::autograd::THPVariable_<name>``
+#: (``python_torch_functions*.cpp``, ``python_variable_methods.cpp``).
+TENSOR_FACTORIES = frozenset(
+    {
+        *("empty", "empty_like", "empty_strided", "empty_permuted", "zeros", "zeros_like"),
+        *("ones", "ones_like", "full", "full_like", "rand", "rand_like", "randn", "randn_like"),
+        *("randint", "randint_like", "randperm", "arange", "range", "linspace", "logspace"),
+        *("eye", "tensor", "as_tensor", "asarray", "from_numpy", "frombuffer", "scalar_tensor"),
+        *("tril_indices", "triu_indices", "to", "cuda", "new_empty", "new_empty_strided"),
+        *("new_zeros", "new_ones", "new_full", "new_tensor"),
+    }
+)
+_BINDING = re.compile(r"\bTHPVariable_(\w+)\(")
+#: C++ frames of an operator autograd records (its ``VariableType`` kernel) or of a custom
+#: ``autograd.Function`` running its forward: the tensor is computed, not made.
+_AUTOGRAD_OP = re.compile(r"VariableType::|THPFunction_apply|torch::autograd::Engine")
 #: Packages whose frames are never the user's line: the framework and its helpers. Other
 #: installed packages (``transformers``) hold the model code, so they count as the user's.
 _FRAMEWORKS = frozenset(
@@ -88,6 +110,7 @@ class StackFacts:
         self._user = [_is_user(f) for f in frames]
         self._bits = [_frame_bits(f) for f in frames]
         self._phases: dict[int, tuple[str, int]] = {}
+        self._stack_bits: dict[int, int] = {}
 
     def user_frames(self, stack: int) -> list[MemoryFrame]:
         if stack < 0:
@@ -105,15 +128,33 @@ class StackFacts:
         return next((f.function for f in ops), "")
 
     def confidence(self, stack: int) -> int:
-        return self._phase(stack)[1]
+        return 2 if self.user_factory(stack) else self._phase(stack)[1]
+
+    def user_factory(self, stack: int) -> bool:
+        """The stack made a tensor by a factory called from Python (``torch.empty``,
+        ``torch.zeros``, ``torch.tensor``, ``.to(device)``: :data:`TENSOR_FACTORIES`'s bindings
+        in its C++ frames), with no other Python-to-C++ call, no autograd operator and no
+        phase (forward, backward, optimizer step, set-up, communication) in its frames.
+        Activations are what a forward computes inside a module's ``forward`` or an autograd
+        operator; a factory called straight from the user's loop makes the user's own tensor
+        (an input batch, a buffer, a cache), which autograd never keeps. Only stacks that
+        record C++ frames can show it: Python-only stacks and traces' operators say nothing."""
+        bits = self._bits_of(stack)
+        return bool(bits & _FACTORY) and not bits & _OPERATOR and self.phase(stack) == "unknown"
+
+    def _bits_of(self, stack: int) -> int:
+        known = self._stack_bits.get(stack)
+        if known is None:
+            known = 0
+            for f in self.stacks[stack] if stack >= 0 else ():
+                known |= self._bits[f]
+            self._stack_bits[stack] = known
+        return known
 
     def _phase(self, stack: int) -> tuple[str, int]:
         known = self._phases.get(stack)
         if known is None:
-            bits = 0
-            for f in self.stacks[stack] if stack >= 0 else ():
-                bits |= self._bits[f]
-            known = self._phases[stack] = _stack_phase(bits)
+            known = self._phases[stack] = _stack_phase(self._bits_of(stack))
         return known
 
 
@@ -134,7 +175,9 @@ def _is_user(frame: MemoryFrame) -> bool:
 
 
 # What one frame says about the phase, as bits: a stack's phase is the OR of its frames'.
-_COMM, _OPT_FILE, _OPT_FUNCTION, _BACKWARD, _FORWARD, _SETUP, _WEIGHT = (1 << i for i in range(7))
+_COMM, _OPT_FILE, _OPT_FUNCTION, _BACKWARD, _FORWARD, _SETUP, _WEIGHT, _FACTORY, _OPERATOR = (
+    1 << i for i in range(9)
+)
 
 
 def _frame_bits(frame: MemoryFrame) -> int:
@@ -158,6 +201,11 @@ def _frame_bits(frame: MemoryFrame) -> int:
         bits |= _SETUP
     if "weight" in function or function == "_apply":
         bits |= _WEIGHT
+    binding = _BINDING.search(function) if "THPVariable_" in function else None
+    if binding is not None:
+        bits |= _FACTORY if binding.group(1) in TENSOR_FACTORIES else _OPERATOR
+    if _AUTOGRAD_OP.search(function):
+        bits |= _OPERATOR
     return bits
 
 

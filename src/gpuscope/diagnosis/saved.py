@@ -35,6 +35,7 @@ from gpuscope._files import note_input_path
 from gpuscope._sniff import DIAGNOSIS_SCHEMA, is_saved_diagnosis
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.counters import CounterSummary, MeasuredBounds
+from gpuscope.analyses.memory_sites import CATEGORIES
 from gpuscope.analyses.samples import GpuUtilisation, SampleOptions
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.errors import CorruptInputError
@@ -234,7 +235,15 @@ def read(path: str | Path) -> Diagnosis:
 def _consistent(diagnosis: Diagnosis) -> Diagnosis:
     """``diagnosis`` when its per-step series agree: every column as long as the others
     (``analyses.drawn.StepCauses``); else ValueError. A cause without a row (a file saved
-    before the cause existed) lost no time: its row is zeros."""
+    before the cause existed) lost no time: its row is zeros; likewise a memory category (they
+    are appended to ``CATEGORIES``, so a shorter list is the older categories, in order)."""
+    for report in diagnosis.memory:
+        for category in CATEGORIES:
+            report.categories.setdefault(category, 0)
+        for point in report.timeline:
+            if len(point.by_category) > len(CATEGORIES):
+                raise ValueError("a memory point lists more categories than there are")
+            point.by_category.extend([0] * (len(CATEGORIES) - len(point.by_category)))
     for device in diagnosis.devices:
         series = getattr(device, "series", None)
         table = getattr(series, "step_causes", None)

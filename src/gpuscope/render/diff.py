@@ -42,6 +42,7 @@ from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
 from gpuscope.names import percentage_change, plural, short_kernel_names
 from gpuscope.render.fit import middle, name_room, number_column
+from gpuscope.units import duration, gib, ms, signed_gib
 
 SCHEMA = "gpuscope/diff-1"
 HISTORY_SCHEMA = "gpuscope/history-1"
@@ -103,8 +104,8 @@ def prediction_line(c: PredictionCheck) -> str:
     """A resolved finding's prediction (made on "before") beside what "after" measured."""
     return (
         f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
-        f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
-        f" {c.after_step_ns / 1e6:,.2f} ms, the median of every step ({c.error_pct:+.1f}%)"
+        f" {ms(c.predicted_step_ns)}; measured after:"
+        f" {ms(c.after_step_ns)}, the median of every step ({c.error_pct:+.1f}%)"
     )
 
 
@@ -254,7 +255,7 @@ def _value(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "ns":
-        return f"{value / 1e6:,.2f} ms"
+        return f"{ms(value)}"
     if unit == "pct":
         return f"{value:.1f}%"
     if unit == "per_s":
@@ -312,18 +313,15 @@ def _metrics_table(d: RunDiff) -> Table:
 
 
 def _memory(m: MemoryDiff) -> Text:
-    def gib(size: int | None) -> str:
-        return "none" if size is None else f"{size / (1 << 30):,.2f} GiB"
-
     text = Text("\nMemory\n", style="bold")
-    text.append(f"  peak {gib(m.peak_before_bytes)} → {gib(m.peak_after_bytes)}\n")
+    text.append(f"  peak {gib(m.peak_before_bytes, 'none')} → {gib(m.peak_after_bytes, 'none')}\n")
     for c in m.sites:
         style = "red" if c.change_bytes > 0 else "green"
         verb = "grew" if c.change_bytes > 0 else "shrank"
         text.append(f"  {verb:6s} ", style=style)
         text.append(
-            f"{c.location}: {gib(c.before_bytes)} → {gib(c.after_bytes)}"
-            f" ({c.change_bytes / (1 << 30):+,.2f} GiB)\n"
+            f"{c.location}: {gib(c.before_bytes, 'none')} → {gib(c.after_bytes, 'none')}"
+            f" ({signed_gib(c.change_bytes)})\n"
         )
     return text
 
@@ -340,7 +338,13 @@ def _findings(d: RunDiff) -> Text:
         for f in items:
             text.append(f"  {heading:<10}", style=f"bold {style}")
             text.append(f" {f.cause}: {f.title}")
-            text.append(f"  ({_per_step(f.before)} → {_per_step(f.after)} per step)\n", style="dim")
+            # The table above gives medians; a finding's figure is its mean over steps.
+            timed = any(
+                x is not None and x.lost_ns_per_step is not None for x in (f.before, f.after)
+            )
+            change = f"{_per_step(f.before)} → {_per_step(f.after)}"
+            shown = f"mean per step: {change}" if timed else f"{change} per step"
+            text.append(f"  ({shown})\n", style="dim")
     return text
 
 
@@ -363,9 +367,10 @@ def _kernels_table(d: RunDiff, width: int) -> Table | Text:
         (
             k.status,
             short[k.name].removeprefix("void "),
-            _value(k.before_ns, "ns"),
-            _value(k.after_ns, "ns"),
-            f"{'+' if k.change_ns >= 0 else ''}{_value(k.change_ns, 'ns')}",
+            # In the unit that reads: a kernel of a few µs is not "0.00 ms", nor its change.
+            duration(k.before_ns),
+            duration(k.after_ns),
+            f"{'+' if k.change_ns >= 0 else ''}{duration(k.change_ns)}",
         )
         for k in d.kernels
     ]

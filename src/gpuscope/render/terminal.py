@@ -24,10 +24,11 @@ from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import plural, short_kernel_names, short_location
 from gpuscope.render import predicted, sanitised
+from gpuscope.render.fit import number_column
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
-from gpuscope.units import ms, pct
+from gpuscope.units import gib, ms, pct
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -115,9 +116,9 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
         if f.memory_bytes is not None:
-            text.append(f"  {f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the peak)")
+            text.append(f"  {gib(f.memory_bytes)} ({f.share_pct:.0f}% of the peak)")
             if f.predicted_peak_bytes is not None:
-                text.append(f" · peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
+                text.append(f" · peak after the fix ~{gib(f.predicted_peak_bytes)}")
         else:
             text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:
@@ -391,9 +392,13 @@ def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     columns = ["GPU", "samples", "util", "p50", "p90", "p99"]
     sm = any(g.sm_active for g in gpus)
     dram = any(g.dram_active for g in gpus)
-    columns += ["SM active"] * sm + ["DRAM active"] * dram + ["memory peak", "idle", "gaps"]
-    for column in columns:
-        table.add_column(column, justify="left" if column == "GPU" else "right")
+    # SM and DRAM activity share a column ("12%/3%"), two-word headings take two lines: at 80
+    # columns nothing is cut, and a figure folds onto a second line at worst.
+    active = "/".join(["SM"] * sm + ["DRAM"] * dram)
+    columns += [f"{active}\nactive"] * (sm or dram) + ["memory\npeak", "idle", "gaps"]
+    table.add_column(columns[0], overflow="fold")
+    for column in columns[1:]:
+        number_column(table, column)
     for g in gpus:
         table.add_row(*_samples_row(g, sm, dram))
     return table
@@ -403,7 +408,8 @@ def _samples_row(g: GpuUtilisation, sm: bool, dram: bool) -> list[str | Text]:
     u = g.utilization
     row: list[str | Text] = [Text(f"{g.gpu} {g.name or ''}".strip()), f"{g.samples:,}"]
     row += [_dist(u)] + ["n/a" if u is None else f"{v:.0f}%" for v in _ranks(u)]
-    row += [_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram
+    if sm or dram:
+        row.append("/".join([_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram))
     row += [
         _memory(g),
         f"{len(g.idle)}: {g.idle_ns / 1e9:,.0f} s",

@@ -16,7 +16,7 @@ import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.diagnosis import Diagnosis
-from gpuscope.units import ms
+from gpuscope.units import duration
 
 FIGURE_ID = "chart-modules"
 #: Rows of the tables (the module tree in tree order); the JSON holds them all.
@@ -97,11 +97,11 @@ def _table(prefix: str, rows: list[tuple[ViewRow, str]], busy_ns: int, *, path: 
         numbers = [
             (r.calls, f"{r.calls:,}"),
             (r.launches, f"{r.launches:,}"),
-            (r.total_ns, ms(r.total_ns)),
+            (r.total_ns, duration(r.total_ns)),
             (share, f"{share:.1f}%"),
-            (r.self_ns, ms(r.self_ns)),
-            (r.kernel_ns, ms(r.kernel_ns)),
-            (r.idle_ns, ms(r.idle_ns)),
+            (r.self_ns, duration(r.self_ns)),
+            (r.kernel_ns, duration(r.kernel_ns)),
+            (r.idle_ns, duration(r.idle_ns)),
         ]
         tds = "".join(f"<td class='num' data-v='{v}'>{text}</td>" for v, text in numbers)
         body.append(
@@ -130,9 +130,9 @@ def icicle(views: DeviceViews) -> go.Figure:
     shown = [i for i, r in enumerate(rows) if r.total_ns > 0]
     busy = views.busy_ns or 1
     hover = [
-        f"{_plot(paths[i])}<br>GPU time {ms(rows[i].total_ns)} "
-        f"({100.0 * rows[i].total_ns / busy:.1f}%)<br>self {ms(rows[i].self_ns)} · calls "
-        f"{rows[i].calls:,} · idle caused {ms(rows[i].idle_ns)}"
+        f"{_plot(paths[i])}<br>GPU time {duration(rows[i].total_ns)} "
+        f"({100.0 * rows[i].total_ns / busy:.1f}%)<br>self {duration(rows[i].self_ns)} · calls "
+        f"{rows[i].calls:,} · idle caused {duration(rows[i].idle_ns)}"
         for i in shown
     ]
     root_of: list[int] = []

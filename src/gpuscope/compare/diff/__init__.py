@@ -33,10 +33,12 @@ Contract:
   deviations above their side's median, at most a fifth of a side) are left out of the step-time
   and throughput comparisons and said so; lost time per cause keeps every step.
 * The gate (:func:`check`, :func:`regression`) asks whether the step time is over the baseline's
-  by more than the bound: over when the shift's whole :data:`CONFIDENCE` interval lies above the
-  bound (the same interval the diff prints); inconclusive when the estimate is above the bound
-  but its interval is not, or when the steps are too few to reach the confidence, with the steps
-  a side that would settle it; within otherwise. docs/ci-gate.md explains the choice.
+  by more than the bound, a one-sided question: over when the exact one-sided rank test of
+  "the shift is at most the bound" rejects at :data:`GATE_TAIL` (the shift's one-sided
+  :data:`CONFIDENCE` lower bound lies above the bound; three steps a side wholly beyond it do);
+  inconclusive when the estimate is above the bound but that lower bound is not, or when the
+  steps are too few to reach the confidence, with the steps a side that would settle it; within
+  otherwise. docs/ci-gate.md explains the choice.
 * Names carrying unique ids (``ProfilerStep#123``, NVTX ``seq = 17``, ``0x7f...`` addresses)
   are matched by their stable part (:func:`gpuscope.names.stable_name`).
 """
@@ -54,6 +56,7 @@ from gpuscope.compare.diff.changes import (
     diff,
 )
 from gpuscope.compare.diff.gate import (
+    GATE_TAIL,
     Bounds,
     CheckOutcome,
     Regression,
@@ -102,6 +105,7 @@ __all__ = [
     "COST",
     "EXACT_MAX",
     "EXPOSED_COMMUNICATION",
+    "GATE_TAIL",
     "GPU_BUSY",
     "ITEMS",
     "ITERATIONS",

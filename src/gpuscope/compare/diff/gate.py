@@ -14,7 +14,7 @@ from gpuscope.compare.diff.changes import RunDiff
 from gpuscope.compare.diff.stats import (
     CONFIDENCE,
     MAX_STEPS_TO_SETTLE,
-    _left_out_note,
+    left_out_note,
     robust_sd,
     shift_differences,
     shift_interval,
@@ -22,6 +22,7 @@ from gpuscope.compare.diff.stats import (
     typical_steps,
 )
 from gpuscope.compare.diff.summary import STEP_TIME, RunSummary
+from gpuscope.units import ms
 
 # --- gate ---------------------------------------------------------------------------------------
 
@@ -41,9 +42,15 @@ class CheckOutcome(msgspec.Struct, frozen=True):
     inconclusive: list[str] = msgspec.field(default_factory=list)
 
 
+#: The gate's error rate, all in one tail: it asks one-sided "is the run slower than the bound
+#: allows?", never "did anything change?" (the diff's two-sided question).
+GATE_TAIL = 1.0 - CONFIDENCE
+
+
 class Regression(msgspec.Struct, frozen=True):
     """The gate's view of step time against a baseline: the Hodges-Lehmann shift in % of the
-    baseline's median, its one-sided lower bound at :data:`CONFIDENCE`, and the verdict."""
+    baseline's median, its one-sided bounds at :data:`CONFIDENCE` (each end of the two-sided
+    interval that leaves :data:`GATE_TAIL` out on each side), and the verdict."""
 
     before_median_ns: float
     after_median_ns: float
@@ -62,29 +69,43 @@ class Regression(msgspec.Struct, frozen=True):
 def regression(before: Sequence[float], after: Sequence[float], max_pct: float) -> Regression:
     """Is the step time over the baseline's by more than ``max_pct``, at :data:`CONFIDENCE`?
 
-    * over: the shift's whole interval at :data:`CONFIDENCE` (the diff's two-sided interval: its
-      lower end is a 97.5% one-sided bound) lies above the bound;
-    * inconclusive: the estimate is above the bound but its lower bound is not, or the steps are
-      too few for the rank test to reach the confidence at all (``steps_needed`` says how many
-      a side would settle it, from the measured noise and the distance to the bound);
+    The question is one-sided and carries its own effect size: does the run's step time exceed
+    the baseline's by more than the bound? So the test is the exact one-sided Mann-Whitney test
+    of "the shift is at most the bound" (the run's steps, less the bound, against the
+    baseline's), at :data:`GATE_TAIL`; by the test's duality with its interval, that is the
+    shift's one-sided lower bound at :data:`CONFIDENCE` lying above the bound.
+
+    * over: that lower bound is above the bound. With few steps only the extreme orders get
+      there: when every step of the run, less the bound, is slower than every baseline step,
+      the exact p is 1 / C(n + m, n) (3 against 3: 1/20 = 5%, so it fails; 4 against 4: 1.4%);
+      one step inside the other run's range (3 against 3: 2/20 = 10%) is not enough;
+    * inconclusive: the estimate is above the bound but its lower bound is not, or the steps
+      are too few for any order to reach the confidence (2 against 2: 1/6; ``steps_needed``
+      says how many a side would settle it, from the measured noise and the distance to the
+      bound);
     * within: the estimate is within the bound, however few the steps (a gate stays quiet unless
       a regression shows: a run 10% faster than its baseline passes, it is not "inconclusive"
       for want of steps to prove a slowdown that its own figures do not show).
+
+    Why one-sided at 5% and not the diff's two-sided interval (its lower end a 97.5% bound, the
+    gate's earlier choice): no order of 3 against 3 or 3 against 4 steps (1/35 = 2.9%) reaches
+    2.5%, so a 5x slower run profiled for four steps was "inconclusive" however clear the
+    separation (benchmarks/README.md, the H200 loop). A one-sided question spends its whole
+    error rate on one side: no-change runs fail at most 5% of the time, by the exact test.
     """
-    kept_b, kept_a, left_b, left_a = typical_steps(before, after)
+    kept_b, kept_a, left_b, left_a = typical_steps(before, after, GATE_TAIL)
     b = np.asarray(kept_b, dtype=np.float64)
     a = np.asarray(kept_a, dtype=np.float64)
     base = float(np.median(b))
     differences, n, m = shift_differences(b, a)  # bounded memory however many steps
     shift = float(np.median(differences))
-    tail = (1.0 - CONFIDENCE) / 2.0  # the diff's two-sided interval: its lower end
-    low, high = shift_interval(differences, n, m, tail)
+    low, high = shift_interval(differences, n, m, GATE_TAIL)
     to_pct = 100.0 / base
     change_pct = shift * to_pct
     lower = None if low is None else low * to_pct
     upper = None if high is None else high * to_pct
     margin_ns = abs(shift - max_pct / to_pct)
-    needed = steps_to_settle(robust_sd(b, a), margin_ns, tail)
+    needed = steps_to_settle(robust_sd(b, a), margin_ns, GATE_TAIL)
     if lower is not None and lower > max_pct:
         verdict, steps = "over", None
     elif change_pct > max_pct:
@@ -162,15 +183,17 @@ def decisive(value: float, bound: float, digits: int = 1) -> str:
 def regression_line(r: Regression) -> str:
     confidence = f"{100 * CONFIDENCE:g}%"
     line = (
-        f"step time {r.after_median_ns / 1e6:,.2f} ms vs baseline {r.before_median_ns / 1e6:,.2f}"
+        f"step time {ms(r.after_median_ns)} vs baseline {r.before_median_ns / 1e6:,.2f}"
         f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {r.after_steps} and"
         f" {r.before_steps} steps"
     )
-    left_out = _left_out_note(r.before_left_out, r.after_left_out)
+    left_out = left_out_note(r.before_left_out, r.after_left_out)
     if left_out:
         line += f", {left_out.replace(' before', ' baseline').replace(' after', ' run')}"
-    if r.lower_pct is not None and r.upper_pct is not None:
-        line += f"; {confidence} interval {r.lower_pct:+.1f}% to {r.upper_pct:+.1f}%"
+    if r.verdict == "within" and r.upper_pct is not None:
+        line += f"; at most {r.upper_pct:+.1f}% at {confidence} confidence"
+    elif r.lower_pct is not None:
+        line += f"; at least {r.lower_pct:+.1f}% at {confidence} confidence"
     if r.verdict == "inconclusive":
         if r.lower_pct is None:
             line += f"; too few steps to reach {confidence} confidence"

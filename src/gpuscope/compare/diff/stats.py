@@ -88,6 +88,14 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
             f" {steps_to_reach(SIGNIFICANCE_LEVEL / 2.0)} a side to reach"
             f" {100 * CONFIDENCE:g}% confidence"
         )
+        if a.min() > b.max() or a.max() < b.min():
+            # The figures show the order plainly; say it, and why it still does not settle.
+            side = "above" if a.min() > b.max() else "below"
+            least = min(1.0, 2.0 / math.comb(b.size + a.size, b.size))
+            note += (
+                f"; every step after is {side} every step before (two-sided p = {least:.2f},"
+                f" the least {b.size} against {a.size} steps can give)"
+            )
         return msgspec.structs.replace(thin, note=note)
     p_value = mann_whitney_p(b, a)
     low, high = shift_interval(differences, n, m, SIGNIFICANCE_LEVEL / 2.0)
@@ -244,7 +252,7 @@ def robust_sd(b: Sequence[float] | np.ndarray, a: Sequence[float] | np.ndarray) 
 
 
 def typical_steps(
-    before: Sequence[float], after: Sequence[float]
+    before: Sequence[float], after: Sequence[float], tail: float = SIGNIFICANCE_LEVEL / 2.0
 ) -> tuple[list[float], list[float], int, int]:
     """Both sides' step times without their slow outliers, and how many each side lost.
 
@@ -253,9 +261,11 @@ def typical_steps(
     loop's usual work at the usual pace: a checkpoint, a GC pause, an evaluation, the profiler
     starting. Only slow steps: a stall adds time, nothing makes the same work faster. At most a
     fifth of a side (one step below ten) is left out, and enough steps stay for the test to reach
-    its confidence, else nothing is: many slow steps are the run's usual pace. Step time is
-    compared on what is left, so one checkpoint does not decide a gate; lost time per cause is
-    compared on every step, so the checkpoint still shows there."""
+    its confidence (one tail's error ``tail``: the diff's two-sided test by default, the gate's
+    one-sided one in :func:`gpuscope.compare.diff.gate.regression`), else nothing is: many slow
+    steps are the run's usual pace. Step time is compared on what is left, so one checkpoint
+    does not decide a gate; lost time per cause is compared on every step, so the checkpoint
+    still shows there."""
     noise = robust_sd(before, after)
     kept: list[list[float]] = []
     dropped: list[int] = []
@@ -270,14 +280,12 @@ def typical_steps(
                 keep = x
         kept.append(keep.tolist())
         dropped.append(int(x.size - keep.size))
-    if (dropped[0] or dropped[1]) and not reachable(
-        len(kept[0]), len(kept[1]), SIGNIFICANCE_LEVEL / 2.0
-    ):
+    if (dropped[0] or dropped[1]) and not reachable(len(kept[0]), len(kept[1]), tail):
         return list(before), list(after), 0, 0  # leaving them out would leave too few to tell
     return kept[0], kept[1], dropped[0], dropped[1]
 
 
-def _left_out_note(before: int, after: int) -> str | None:
+def left_out_note(before: int, after: int) -> str | None:
     parts = [
         f"{n} slow step{'s' if n > 1 else ''} {side}"
         for n, side in ((before, "before"), (after, "after"))

@@ -8,7 +8,8 @@ the empty key takes the event's name. Values that are not finite numbers are gap
 Counter events of other processes (CPU counters, memory) are not GPU counters and are left out.
 
 Cost: the C scanner keeps counter events with the flow events (one text, already collected);
-:func:`events_in` decodes them only when that text holds a ``"C"`` at all.
+:func:`events_in` decodes them only when that text holds a ``"C"`` at all, found by the letter
+(:func:`holds_counter`: a text of flows has few capital C's, and quotes everywhere).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from gpuscope.model import CounterSeries
 from gpuscope.readers.kineto._shape import CounterEvent
-from gpuscope.readers.kineto._values import _to_ns
+from gpuscope.readers.kineto._values import to_ns
 
 _GPU_COUNTERS = re.compile(r"^GPU (\d+) Counters$")
 
@@ -42,12 +43,29 @@ def events_in(flows: bytes) -> list[CounterEvent]:
     if not flows:
         return []
     text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
-    if b'"C"' not in text:
+    if not holds_counter(text):
         return []
     try:
         return [e for e in _DECODER.decode(text) if type(e) is CounterEvent]
     except msgspec.DecodeError:
         return []
+
+
+#: Capital C's looked at one by one before the plain search takes over.
+_LETTERS_LOOKED_AT = 64
+
+
+def holds_counter(text: bytes) -> bool:
+    """``b'"C"' in text``, faster on flows: that search stops at every quote (8 MB of flows of a
+    54 MB trace took ~30 M instructions), this one at every capital C (``memchr``)."""
+    at = text.find(b"C", 1)
+    for _ in range(_LETTERS_LOOKED_AT):
+        if at < 0:
+            return False
+        if text[at - 1 : at + 2] == b'"C"':
+            return True
+        at = text.find(b"C", at + 1)
+    return b'"C"' in text
 
 
 def counter_series(events: list[CounterEvent], source: str = "kineto") -> list[CounterSeries]:
@@ -68,7 +86,7 @@ def counter_series(events: list[CounterEvent], source: str = "kineto") -> list[C
             values.append(number)
     series = []
     for (gpu, name), (times, values) in sorted(samples.items()):
-        time_ns = _to_ns(times).astype(np.int64)
+        time_ns = to_ns(times).astype(np.int64)
         order = np.argsort(time_ns, kind="stable")
         series.append(
             CounterSeries(

@@ -40,7 +40,6 @@ from gpuscope.testing._sim import (
     NLL,
     NLL_BWD,
     NO_ARG,
-    PINNED_GBPS,
     SGEMM,
     SGEMM_WGRAD,
     SOFTMAX,
@@ -55,6 +54,7 @@ from gpuscope.testing._sim import (
     element_count,
     elementwise_name,
     launch_args,
+    pinned_gb_per_s,
     scalar_arg,
     straggler_extra_ns,
     straggling,
@@ -206,19 +206,8 @@ def _to_device(sim: Sim, dims: list[int], dtype: str, pageable: bool) -> None:
             if pageable:
                 sim.pageable_h2d(nbytes)
             else:
-                dur = 1_500 + round(nbytes / _pinned_gb_per_s(sim.spec.name))
+                dur = 1_500 + round(nbytes / pinned_gb_per_s(sim.spec.name))
                 sim.copy("Memcpy HtoD (Pinned -> Device)", nbytes, dur)
-
-
-def _pinned_gb_per_s(device: str) -> float:
-    """A pinned copy's rate: the DMA reads host memory at about 80% of one direction of the host
-    link (an H200, PCIe 5 x16: 55 GB/s of 64), not at a pageable copy's staging rate."""
-    from gpuscope.facts import match_device  # noqa: PLC0415
-
-    facts = match_device(device)
-    if facts is None or not facts.host_link_bytes_per_s:
-        return PINNED_GBPS
-    return facts.host_link_bytes_per_s / 2.0 * 0.8 / 1e9
 
 
 def _tiny_kernels(sim: Sim, tiny: TinyKernels) -> None:

@@ -1,9 +1,10 @@
-"""The C part of the build: the Kineto event scanner and the what-if replay's solver. Everything
-else is in pyproject.toml.
+"""The C part of the build: the Kineto event scanner, the memory-snapshot scanner, the .pftrace
+scanner and the what-if replay's solver. Everything else is in pyproject.toml.
 
-Both extensions are optional: where they cannot be compiled, gpuscope installs without them; its
-Kineto reader falls back to decoding with msgspec in Python (same results, about three times slower), and
-the replay to its numpy fixpoint (same results where it settles; slow on long zig-zags).
+All four extensions are optional: where they cannot be compiled, gpuscope installs without them;
+its Kineto reader falls back to decoding with msgspec in Python (same results, about three times
+slower), the snapshot reader to its unpickler, the .pftrace reader to protobuf, and the replay to
+its numpy fixpoint (same results where it settles; slow on long zig-zags).
 """
 
 import sys

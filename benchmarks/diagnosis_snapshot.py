@@ -5,11 +5,12 @@ such folders: the check that a refactor leaves every diagnosis unchanged.
     python benchmarks/diagnosis_snapshot.py compare BEFORE_DIR AFTER_DIR
 
 Runs the command in-process (click's runner). `compare` ignores timing fields (keys naming
-seconds of gpuscope's own run) and prints each path whose value differs.
+seconds of gpuscope's own run), prints each path whose value differs, and exits 1 when any does.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,23 @@ def compare(before: Path, after: Path) -> int:
             for line in found:
                 print("  ", line)
     print(f"{changed} of {len(list(before.glob('*.json')))} outputs differ")
-    return 0
+    return 1 if changed else 0
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    to_dump = commands.add_parser("dump", help="diagnose every corpus input into OUT_DIR")
+    to_dump.add_argument("out_dir", type=Path)
+    to_dump.add_argument("corpus", type=Path, nargs="?", default=ROOT.parent / "shared" / "corpus")
+    to_compare = commands.add_parser("compare", help="print what differs between two dumps")
+    to_compare.add_argument("before_dir", type=Path)
+    to_compare.add_argument("after_dir", type=Path)
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "dump":
-        corpus = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT.parent / "shared" / "corpus"
-        sys.exit(dump(Path(sys.argv[2]), corpus))
-    sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    args = arguments()
+    if args.command == "dump":
+        sys.exit(dump(args.out_dir, args.corpus))
+    sys.exit(compare(args.before_dir, args.after_dir))

@@ -25,6 +25,16 @@ average before and after the run (draw times scale with it on a shared machine).
 
 ``--keep DIR`` writes the reports there and reuses those already there (rerunning only the
 browser part).
+
+``--against TEMPLATE --inputs LIST`` compares drawing scripts instead: for each input named in
+LIST (one corpus path a line), the report as written and a copy whose script is TEMPLATE's (an
+older ``report_template.html``, e.g. ``git show REV:src/gpuscope/render/report_template.html``)
+load in turn, ``--tries`` times each, alternating which goes first; it prints each one's median
+every-chart time, the new one's first screen, the load average, and each one's median CPU time on
+the page's main thread until every chart is drawn (Chromium's ``ThreadTime`` metric of the
+document: what the page costs, whatever else the machine runs meanwhile).
+
+    python benchmarks/html_draw.py --keep DIR --against OLD.html --inputs LIST [--tries 3]
 """
 
 from __future__ import annotations
@@ -203,13 +213,97 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
     return 1 if late or slow or wide or hidden or failed else 0
 
 
+#: Where a report's drawing script starts (the text before it is the page and its data).
+_SCRIPT = "<script>\n(function () {"
+
+
+def against(corpus: Path, tries: int, keep: Path, template: Path, listed: Path) -> int:
+    """Each listed report drawn by its own script and by ``template``'s, alternating."""
+    keep.mkdir(parents=True, exist_ok=True)
+    old_text = template.read_text(encoding="utf-8")
+    old_script = old_text[old_text.index(_SCRIPT) :]
+    driver = start_browser(keep / "chromium-profile")
+    driver.execute_cdp_cmd("Performance.enable", {"timeDomain": "threadTicks"})
+    rows = []
+    print(f"load average at the start: {_load()} ({os.cpu_count()} cores)", flush=True)
+    try:
+        for relative in listed.read_text().split():
+            new = report(corpus / relative, corpus, keep)
+            if new is None:
+                continue
+            text = new.read_text(encoding="utf-8")
+            old = new.with_name(f"{new.stem}.against.html")
+            old.write_text(text[: text.index(_SCRIPT)] + old_script, encoding="utf-8")
+            times: dict[str, list[float]] = {
+                "old": [],
+                "new": [],
+                "screen": [],
+                "old_cpu": [],
+                "new_cpu": [],
+            }
+            for attempt in range(tries):
+                pair = [("old", old), ("new", new)]
+                for side, path in pair if attempt % 2 == 0 else pair[::-1]:
+                    copy = path.with_name(f"{path.stem}.{attempt}{time.monotonic_ns()}.html")
+                    copy.write_bytes(path.read_bytes())
+                    try:
+                        drawn = open_report(driver, copy)
+                    finally:
+                        copy.unlink()
+                    times[side].append(drawn["drawnMs"])
+                    metrics = driver.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]
+                    cpu = {m["name"]: m["value"] for m in metrics}["ThreadTime"]
+                    times[f"{side}_cpu"].append(1000 * cpu)
+                    if side == "new":
+                        times["screen"].append(drawn["screenMs"])
+            medians = {side: statistics.median(values) for side, values in times.items()}
+            rows.append((relative, medians, os.getloadavg()[0]))
+            print(
+                f"{relative}: every chart {medians['old']:,.0f} -> {medians['new']:,.0f} ms "
+                f"(CPU {medians['old_cpu']:,.0f} -> {medians['new_cpu']:,.0f} ms), "
+                f"first screen {medians['screen']:,.0f} ms, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    finally:
+        driver.quit()
+    print(
+        "\n| report | every chart, old script (ms) | new script (ms) | main-thread CPU, old"
+        " (ms) | new (ms) | new: first screen (ms) | load |\n|---|---|---|---|---|---|---|"
+    )
+    for relative, m, load_then in rows:
+        print(
+            f"| `{relative}` | {m['old']:,.0f} | {m['new']:,.0f} | {m['old_cpu']:,.0f} "
+            f"| {m['new_cpu']:,.0f} | {m['screen']:,.0f} | {load_then:.1f} |"
+        )
+    if rows:
+        old_ms = [m["old"] for _, m, _ in rows]
+        new_ms = [m["new"] for _, m, _ in rows]
+        ratios = [b / a for a, b in zip(old_ms, new_ms, strict=True)]
+        cpu = [m["new_cpu"] / m["old_cpu"] for _, m, _ in rows]
+        print(
+            f"\nevery chart: median {statistics.median(old_ms):,.0f} -> "
+            f"{statistics.median(new_ms):,.0f} ms, per report new/old median "
+            f"{statistics.median(ratios):.2f}, slowest {max(old_ms):,.0f} -> {max(new_ms):,.0f} ms;"
+            f" main-thread CPU per report new/old median {statistics.median(cpu):.2f}"
+            f" (range {min(cpu):.2f}-{max(cpu):.2f})"
+        )
+    print(f"load average at the end: {_load()}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", nargs="?", type=Path, default=ROOT.parent / "shared" / "corpus")
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--only", default=None, help="only inputs whose path holds this")
     parser.add_argument("--keep", type=Path, default=None, help="write (and reuse) reports here")
+    parser.add_argument("--against", type=Path, default=None, help="an older report template")
+    parser.add_argument("--inputs", type=Path, default=None, help="corpus paths, one a line")
     args = parser.parse_args()
+    if args.against is not None:
+        if args.keep is None or args.inputs is None:
+            parser.error("--against needs --keep DIR and --inputs LIST")
+        return against(args.corpus, args.tries, args.keep, args.against, args.inputs)
     if args.keep is not None:
         return run(args.corpus, args.tries, args.only, args.keep)
     with tempfile.TemporaryDirectory() as tmp:

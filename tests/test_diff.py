@@ -112,6 +112,11 @@ def test_too_few_steps_to_reach_the_confidence_is_thin_evidence() -> None:
     assert step.comparison.significant is None
     assert step.outcome == "unclear"
     assert "thin evidence" in (step.comparison.note or "")
+    # Three steps a side wholly apart: the note says so, and why the two-sided test cannot.
+    apart = compare([7.8, 7.9, 7.85], [39.0, 38.0, 41.9])
+    assert apart.significant is None and apart.note is not None
+    assert "every step after is above every step before (two-sided p = 0.10" in apart.note
+    assert "every step" not in (compare([7.8, 7.9, 7.85], [7.7, 7.95, 7.86]).note or "")
 
 
 def test_kernel_changes_name_added_and_removed_kernels() -> None:

@@ -55,17 +55,24 @@ def test_diagnose_at_80_columns_cuts_no_sentence(name: str, tmp_path: Path) -> N
     cut = [line for line in sentence_lines(output) if line.rstrip().endswith("…")]
     assert not cut, cut
     assert "fix: " in output or "Findings" not in output
+    if "Sampled utilisation" in output:  # every heading and figure of the samples table whole
+        assert "…" not in output.split("Sampled utilisation")[1]
 
 
 def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None:
     nsys = corpus("nsys/nsys-ai")
     diff = run80("diff", str(nsys / "mfu_2gpu_before.sqlite"), str(nsys / "mfu_2gpu_after.sqlite"))
     assert "…" not in diff.split("Kernel changes")[0]  # the per-step figures, whole
-    kernel_rows = [line for line in diff.split("Kernel changes")[1].splitlines() if "ms │" in line]
+    # One quantity, two statistics, each named: the table's medians, the findings' means.
+    words = " ".join(diff.split())  # as read, lines joined
+    assert "Per step: median" in words and "(mean per step: 1.26 ms → 2.75 ms)" in words
+    kernel_rows = [line for line in diff.split("Kernel changes")[1].splitlines() if "s │" in line]
     assert len(kernel_rows) == 4
     for row in kernel_rows:  # before, after and the change: three whole figures a row
         figures = [cell.strip() for cell in row.split("│")[3:6]]
-        assert all(f.endswith(" ms") and "…" not in f for f in figures), row
+        assert all(re.fullmatch(r"[+-]?[\d.,]+ (ms|µs)", f) for f in figures), row
+    # Each in the unit that reads: the smallest kernels in µs, not "0.00 ms".
+    assert "0.00 ms" not in diff.split("Kernel changes")[1]
 
     jobs = tmp_path / "jobs"
     for i, inject in enumerate([HostSync(), SlowDataLoader(ms=30)]):
@@ -104,7 +111,7 @@ def test_diff_fleet_report_and_history_show_every_figure(tmp_path: Path) -> None
             width=width,
         )
         assert "…" not in diff.split("Kernel changes")[0]
-        assert diff.count("+0.38 ms") == 1  # the SendRecv kernel's change, whole
+        assert diff.count("+375.5 µs") == 1  # the SendRecv kernel's change, whole
 
 
 def test_a_job_diagnosed_rank_by_rank_prints_its_fixes_whole() -> None:

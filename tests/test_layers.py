@@ -2,7 +2,9 @@
 ruff's ``banned-api`` guards): readers and analyses build on the model; the diagnosis on the
 analyses; comparisons of diagnoses (diff, scaling, the history, fleets) on the diagnosis;
 renderers on all of those; the CLI on everything. A module imports only its own layer and those
-below it, wherever the import is written (a function-level import too).
+below it, wherever the import is written (a function-level import too). And underscore means
+private: no module takes an underscore name from another, nor a private module from outside its
+package (two listed exceptions).
 """
 
 from __future__ import annotations
@@ -156,3 +158,101 @@ def test_the_loader_does_not_import_the_read_ahead() -> None:
     ``readers/_prefetch`` alone, so the two never import each other."""
     assert "gpuscope.readers._early" not in imports(ROOT / "readers" / "_load.py")
     assert "gpuscope.readers._prefetch" in imports(ROOT / "readers" / "_load.py")
+
+
+#: Private modules imported from outside their own package, each with why. A module whose name
+#: starts with ``_`` is its package's own; everything else in it is reached through a public name.
+PRIVATE_MODULES_SHARED: dict[str, str] = {
+    # The console script's read-ahead: it must be imported before the command line library, so
+    # the entry point and the commands that take its read reach it directly (see its docstring).
+    "gpuscope.readers._early": "the entry point's read-ahead, imported before everything else",
+    # The generator writes .pftrace files with the very schema the reader decodes, so that the
+    # two cannot drift apart.
+    "gpuscope.readers.pftrace._schema": "the .pftrace schema the generator writes with",
+}
+
+
+def _is_module(dotted: str) -> bool:
+    """A package, a Python module, or a C extension (known by its stub: built or not)."""
+    path = ROOT.parent / dotted.replace(".", "/")
+    return path.is_dir() or path.with_suffix(".py").exists() or path.with_suffix(".pyi").exists()
+
+
+def private_uses(path: Path) -> list[str]:
+    """Underscore names ``path`` takes from another gpuscope module: ``from m import _x``, or
+    ``m._x`` where ``m`` is a gpuscope module it imported; and private modules it imports from
+    outside their package."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    return private_uses_in(path.read_text("utf-8"), module, package)
+
+
+def private_uses_in(text: str, module: str, package: str) -> list[str]:
+    tree = ast.parse(text)
+    found: list[str] = []
+    modules: dict[str, str] = {}  # local name -> the gpuscope module it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("gpuscope.") and a.asname:
+                    modules[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not (source == "gpuscope" or source.startswith("gpuscope.")):
+                continue
+            for a in node.names:
+                dotted = f"{source}.{a.name}"
+                if _is_module(dotted):
+                    modules[a.asname or a.name] = dotted
+                    outside = not (module + ".").startswith(source + ".")
+                    if _private(dotted) and outside and dotted not in PRIVATE_MODULES_SHARED:
+                        found.append(f"{module}:{node.lineno} imports the private module {dotted}")
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{module}:{node.lineno} imports {a.name} from {source}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not _is_module(f"{modules[node.value.id]}.{node.attr}")
+        ):
+            found.append(f"{module}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return found
+
+
+def test_names_used_across_modules_are_public() -> None:
+    """Underscore means private to its module (STYLE.md 20): a name another module uses is public,
+    so a reader can tell a module's interface from its insides, and a split module gets public
+    names instead of reaching into its siblings."""
+    found = [use for path in sorted(ROOT.rglob("*.py")) for use in private_uses(path)]
+    assert not found, "\n".join(found)
+    assert set(PRIVATE_MODULES_SHARED) <= {
+        imported for path in ROOT.rglob("*.py") for imported in imports(path)
+    }, "remove the shared private modules nobody imports any more"
+
+
+def test_the_privacy_check_sees_a_violation() -> None:
+    """The check itself, on the text of a module of the analyses (and one of the readers, which
+    may use its own package's private modules)."""
+    text = (
+        "from gpuscope.analyses.timeline import _hidden, steady\n"
+        "from gpuscope.readers import _scan, _io\n"
+        "from . import _replay\n"
+        "from gpuscope import units\n"
+        "units._secret, units.duration, _replay._private\n"
+    )
+    assert private_uses_in(text, "gpuscope.analyses.probe", "gpuscope.analyses") == [
+        "gpuscope.analyses.probe:1 imports _hidden from gpuscope.analyses.timeline",
+        "gpuscope.analyses.probe:2 imports the private module gpuscope.readers._scan",
+        "gpuscope.analyses.probe:2 imports the private module gpuscope.readers._io",
+        "gpuscope.analyses.probe:5 uses units._secret",
+        "gpuscope.analyses.probe:5 uses _replay._private",
+    ]
+    inside = "from gpuscope.readers import _scan\n_scan.scan_limit()\n"
+    assert private_uses_in(inside, "gpuscope.readers.kineto", "gpuscope.readers.kineto") == []

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from click.testing import CliRunner
 
 from corpus import corpus

@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -182,7 +182,7 @@ class NvmlSampler:
 def _nvml_sample(nvml: Any, handles: Sequence[Any]) -> dict[str, Any]:
     now_ns = time.time_ns()
     sample: dict[str, Any] = {
-        "time": datetime.fromtimestamp(now_ns / 1e9, timezone.utc).isoformat(),
+        "time": datetime.fromtimestamp(now_ns / 1e9, UTC).isoformat(),
         "time_ns": now_ns,
     }
     for i, handle in enumerate(handles):

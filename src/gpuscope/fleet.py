@@ -36,7 +36,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import NoneType
 from typing import TYPE_CHECKING, Any, get_args
@@ -276,7 +276,7 @@ def _date(epoch: tuple[int, str] | None, mtime: int | None) -> tuple[str | None,
         if mtime is None:
             return None, None
         epoch = (mtime, "mtime")
-    stamp = datetime.fromtimestamp(epoch[0] / 1e9, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(epoch[0] / 1e9, tz=UTC)
     return stamp.isoformat(timespec="seconds"), epoch[1]
 
 

@@ -33,7 +33,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
@@ -205,7 +205,7 @@ class History:
         created_at: datetime | None = None,
     ) -> int:
         """Store one run; returns its id."""
-        when = (created_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
+        when = (created_at or datetime.now(UTC)).isoformat(timespec="seconds")
         metrics = msgspec.json.encode(summary).decode()
         findings = msgspec.json.encode(summary.findings).decode()
         try:

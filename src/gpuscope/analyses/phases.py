@@ -40,7 +40,7 @@ from):
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from functools import cache, lru_cache
 
 import msgspec
@@ -85,7 +85,7 @@ EXCLUDED_STARTUP_SHARE = 0.5
 EXCLUDED_MIN_SPAN_SHARE = 0.1
 
 
-class WarmupKind(str, Enum):
+class WarmupKind(StrEnum):
     CONTEXT_INIT = "context_init"
     MODULE_LOAD = "module_load"
     LIBRARY_INIT = "library_init"

@@ -98,7 +98,7 @@ def _copy_groups(e: DeviceEvidence) -> dict[str, NDArray[np.bool_]]:
     return groups
 
 
-def _copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
+def copy_stats(evidence: list[DeviceEvidence]) -> dict[str, CopyStat]:
     """Per copy group, summed over devices. The saving is what overlap and bandwidth can give
     back: the exposed time could hide under the device's other work, and a copy slower than the
     link could run at its peak; a copy already at link speed with nothing to hide under is the

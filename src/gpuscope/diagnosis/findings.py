@@ -38,7 +38,7 @@ from gpuscope.diagnosis import money
 from gpuscope.diagnosis.copies import (
     COPY_GROUPS,
     CopyStat,
-    _copy_stats,
+    copy_stats,
     exposed_transfers,
     exposed_transfers_by_group,
     fault_notes,
@@ -162,7 +162,7 @@ def findings(
     """Every finding of the job, ranked: idle causes, copies, exposed communication (less what
     the rank analysis attributes to late peers), the rank findings, then the compute-side
     savings; each priced and given its fix."""
-    copies = _copy_stats(evidence)
+    copies = copy_stats(evidence)
     raw = _idle_raw(evidence, copies) + _copy_raw(copies) + _communication_raw(evidence, ranks)
     raw += ranks.raw if ranks is not None else []
     raw += _compute_raw(evidence)
@@ -533,6 +533,43 @@ def verdict(
     nothing else running (the rank analysis's exposed wait): a collective kernel that waits keeps
     the GPU "busy" while it does no work, so that time counts as waiting in the busy figure (and
     as communication in the bound, with the summary saying it is waiting)."""
+    w = _window(evidence)
+    shares = w.shares_pct
+    idle_pct = 100.0 * w.idle_ns / w.span_ns
+    waiting_pct = 100.0 * min(peer_wait_ns, w.busy_ns[Bound.COMMUNICATION]) / w.span_ns
+    key = _bound(shares, 100.0 - idle_pct - waiting_pct)
+    # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
+    # the findings' dollars added up, as their fixes overlap.
+    wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
+    transfers = _transfer_split(evidence)
+    first = next((f for f in found if worth_pct(f) > 0.0), None)
+    return Verdict(
+        bound=key,
+        summary=_summary(
+            key, shares, (idle_pct, waiting_pct), found, first, wasted, transfers, w.span_ns
+        ),
+        shares_pct=shares,
+        idle_pct=idle_pct,
+        wasted_usd_per_gpu_hour=wasted,
+        gpu_hour_usd=gpu_hour_usd,
+        price_source=price_source,
+        world_size=gpus,
+        figures=_figures(evidence, w, waiting_pct, transfers, first),
+    )
+
+
+class _Window(msgspec.Struct, frozen=True):
+    """The devices' windows added up, and the partition of them the verdict's shares are."""
+
+    span_ns: int  # 1 for an empty window, so that shares divide by it
+    idle_ns: int
+    peer_idle_ns: int  # idle time waiting for peers (PEER_CAUSES)
+    host_idle_ns: int  # idle time of the host causes (HOST_CAUSES)
+    busy_ns: dict[Bound, int]  # busy time by what bounds its work
+    shares_pct: dict[str, float]  # BOUND_WORDS' keys; they add up to 100
+
+
+def _window(evidence: list[DeviceEvidence]) -> _Window:
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
     comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
@@ -552,46 +589,40 @@ def verdict(
         "latency": 100.0 * busy[Bound.LATENCY] / span,
         "device": 100.0 * busy[Bound.UNCLASSIFIED] / span,
     }
-    idle_pct = 100.0 * idle / span
-    waiting_pct = 100.0 * min(peer_wait_ns, busy[Bound.COMMUNICATION]) / span
-    key = _bound(shares, 100.0 - idle_pct - waiting_pct)
-    # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
-    # the findings' dollars added up, as their fixes overlap.
-    wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
-    transfers = _transfer_split(evidence)
-    first = next((f for f in found if worth_pct(f) > 0.0), None)
-    return Verdict(
-        bound=key,
-        summary=_summary(
-            key, shares, (idle_pct, waiting_pct), found, first, wasted, transfers, span
-        ),
-        shares_pct=shares,
-        idle_pct=idle_pct,
-        wasted_usd_per_gpu_hour=wasted,
-        gpu_hour_usd=gpu_hour_usd,
-        price_source=price_source,
-        world_size=gpus,
-        figures={
-            "busy_pct": 100.0 - idle_pct - waiting_pct,
-            "waiting_for_peers_pct": waiting_pct,
-            "idle_host_pct": 100.0 * host_causes / span,
-            "idle_unexplained_pct": 100.0 * (idle - comm_wait - host_causes) / span,
-            "idle_input_pct": shares["input"],
-            "latency_bound_kernels_pct": shares["latency"],
-            "unclassified_kernels_pct": shares["device"],
-            "exposed_transfer_pct": shares["transfer"],
-            "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
-            "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
-            "exposed_p2p_pct": 100.0 * transfers["p2p"] / span,
-            "exposed_page_migration_pct": 100.0 * transfers["um"] / span,
-            "exposed_communication_pct": shares["communication"],
-            "memory_bound_pct": shares["memory"],
-            "compute_bound_pct": shares["compute"],
-            "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
-            "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
-            "fix_first_saving_pct": worth_pct(first) if first is not None else None,
-        },
-    )
+    return _Window(span, idle, comm_wait, host_causes, busy, shares)
+
+
+def _figures(
+    evidence: list[DeviceEvidence],
+    w: _Window,
+    waiting_pct: float,
+    transfers: dict[str, int],
+    first: Finding | None,
+) -> dict[str, float | None]:
+    """The verdict's figures (docs/json.md): its shares under their documented names, and the
+    idle, transfer and efficiency figures beside them."""
+    span, shares = w.span_ns, w.shares_pct
+    idle_pct = 100.0 * w.idle_ns / span
+    return {
+        "busy_pct": 100.0 - idle_pct - waiting_pct,
+        "waiting_for_peers_pct": waiting_pct,
+        "idle_host_pct": 100.0 * w.host_idle_ns / span,
+        "idle_unexplained_pct": 100.0 * (w.idle_ns - w.peer_idle_ns - w.host_idle_ns) / span,
+        "idle_input_pct": shares["input"],
+        "latency_bound_kernels_pct": shares["latency"],
+        "unclassified_kernels_pct": shares["device"],
+        "exposed_transfer_pct": shares["transfer"],
+        "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
+        "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
+        "exposed_p2p_pct": 100.0 * transfers["p2p"] / span,
+        "exposed_page_migration_pct": 100.0 * transfers["um"] / span,
+        "exposed_communication_pct": shares["communication"],
+        "memory_bound_pct": shares["memory"],
+        "compute_bound_pct": shares["compute"],
+        "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
+        "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
+        "fix_first_saving_pct": worth_pct(first) if first is not None else None,
+    }
 
 
 def _bound(shares: dict[str, float], busy_pct: float) -> str:

@@ -38,7 +38,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -227,7 +227,7 @@ def _lines(path: Path) -> list[str]:
 
 _NUMBER = re.compile(r"^\d+(?:\.\d*)?$")
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_time_ns(value: Any) -> int | None:
@@ -255,7 +255,7 @@ def parse_time_ns(value: Any) -> int | None:
         except ValueError:
             return None
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
+        stamp = stamp.replace(tzinfo=UTC)
     delta = stamp - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 

@@ -42,6 +42,7 @@ from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
 from gpuscope.names import percentage_change, plural, short_kernel_names
 from gpuscope.render.fit import middle, name_room, number_column
+from gpuscope.units import duration
 
 SCHEMA = "gpuscope/diff-1"
 HISTORY_SCHEMA = "gpuscope/history-1"
@@ -340,7 +341,13 @@ def _findings(d: RunDiff) -> Text:
         for f in items:
             text.append(f"  {heading:<10}", style=f"bold {style}")
             text.append(f" {f.cause}: {f.title}")
-            text.append(f"  ({_per_step(f.before)} → {_per_step(f.after)} per step)\n", style="dim")
+            # The table above gives medians; a finding's figure is its mean over steps.
+            timed = any(
+                x is not None and x.lost_ns_per_step is not None for x in (f.before, f.after)
+            )
+            change = f"{_per_step(f.before)} → {_per_step(f.after)}"
+            shown = f"mean per step: {change}" if timed else f"{change} per step"
+            text.append(f"  ({shown})\n", style="dim")
     return text
 
 
@@ -363,9 +370,10 @@ def _kernels_table(d: RunDiff, width: int) -> Table | Text:
         (
             k.status,
             short[k.name].removeprefix("void "),
-            _value(k.before_ns, "ns"),
-            _value(k.after_ns, "ns"),
-            f"{'+' if k.change_ns >= 0 else ''}{_value(k.change_ns, 'ns')}",
+            # In the unit that reads: a kernel of a few µs is not "0.00 ms", nor its change.
+            duration(k.before_ns),
+            duration(k.after_ns),
+            f"{'+' if k.change_ns >= 0 else ''}{duration(k.change_ns)}",
         )
         for k in d.kernels
     ]

@@ -20,7 +20,14 @@ from gpuscope import __version__
 from gpuscope.fleet import FleetSummary, JobRow, Waste
 from gpuscope.names import plural, short_path
 from gpuscope.render.fit import distinct_tails, middle, name_room, number_column
-from gpuscope.render.html.page import _LAYOUT, _e, _page, _Section, _section_html, plot_text
+from gpuscope.render.html.page import (
+    LAYOUT,
+    Section,
+    assemble_page,
+    escape,
+    plot_text,
+    section_html,
+)
 from gpuscope.units import usd
 
 #: The causes' categories are those of Gao et al., "An Empirical Study on Low GPU Utilization of
@@ -147,25 +154,25 @@ def render_html(s: FleetSummary) -> str:
     ]
     body = "\n".join(
         [
-            f"<h1>gpuscope fleet report</h1><p class='dim'>gpuscope {_e(__version__)}</p>",
-            f"<p class='verdict'>{_e(_headline(s))}</p>",
-            *(_section_html(x) for x in sections),
+            f"<h1>gpuscope fleet report</h1><p class='dim'>gpuscope {escape(__version__)}</p>",
+            f"<p class='verdict'>{escape(_headline(s))}</p>",
+            *(section_html(x) for x in sections),
             _worst_html(s.worst),
             _failed_html(s.failed_jobs),
         ]
     )
-    return _page("gpuscope: fleet report", body, sections)
+    return assemble_page("gpuscope: fleet report", body, sections)
 
 
 def _figure(data: list[go.BaseTraceType], x_title: str, y_title: str) -> go.Figure:
     figure = go.Figure(data=data)
-    figure.update_layout(**_LAYOUT, height=300, xaxis_title=x_title, yaxis_title=y_title)
+    figure.update_layout(**LAYOUT, height=300, xaxis_title=x_title, yaxis_title=y_title)
     return figure
 
 
-def _bar_section(id_: str, title: str, rows: Sequence[Waste]) -> _Section:
+def _bar_section(id_: str, title: str, rows: Sequence[Waste]) -> Section:
     if not rows:
-        return _Section(id_, title, "No finding in the fleet.", None)
+        return Section(id_, title, "No finding in the fleet.", None)
     bar = go.Bar(
         x=[plot_text(w.key, 60) for w in rows],
         y=[w.gpu_hours for w in rows],
@@ -173,13 +180,13 @@ def _bar_section(id_: str, title: str, rows: Sequence[Waste]) -> _Section:
         hovertemplate="%{x}: %{y:.4f} GPU-hours, %{customdata[0]}, %{customdata[1]} jobs"
         "<extra></extra>",
     )
-    return _Section(id_, title, "GPU-hours lost; hover for dollars.", _figure([bar], "", "GPU-h"))
+    return Section(id_, title, "GPU-hours lost; hover for dollars.", _figure([bar], "", "GPU-h"))
 
 
-def _histogram_section(idle_pcts: Sequence[float]) -> _Section:
+def _histogram_section(idle_pcts: Sequence[float]) -> Section:
     id_, title = "fleet-utilisation", "Distribution of utilisation"
     if not idle_pcts:
-        return _Section(id_, title, "No job was analysed.", None)
+        return Section(id_, title, "No job was analysed.", None)
     counts, edges = busy_histogram(idle_pcts)
     bars = go.Bar(
         x=[(a + b) / 2 for a, b in itertools.pairwise(edges)],
@@ -189,7 +196,7 @@ def _histogram_section(idle_pcts: Sequence[float]) -> _Section:
         hovertemplate="%{customdata} busy: %{y} jobs<extra></extra>",
     )
     note = "Jobs by share of their window the GPUs were busy (100 - idle %)."
-    return _Section(id_, title, note, _figure([bars], "busy %", "jobs"))
+    return Section(id_, title, note, _figure([bars], "busy %", "jobs"))
 
 
 #: Width of a utilisation histogram bin, in percent.
@@ -207,21 +214,22 @@ def busy_histogram(idle_pcts: Sequence[float]) -> tuple[list[int], list[float]]:
     return counts, edges
 
 
-def _trend_section(by_day: Sequence[Waste]) -> _Section:
+def _trend_section(by_day: Sequence[Waste]) -> Section:
     id_, title = "fleet-trend", "Trend over time"
     if not by_day:
-        return _Section(id_, title, "No job carries a date.", None)
+        return Section(id_, title, "No job carries a date.", None)
     line = go.Scatter(
         x=[w.key for w in by_day], y=[w.gpu_hours for w in by_day], mode="lines+markers"
     )
-    return _Section(id_, title, "GPU-hours lost per day.", _figure([line], "day", "GPU-h"))
+    return Section(id_, title, "GPU-hours lost per day.", _figure([line], "day", "GPU-h"))
 
 
 def _failed_html(rows: Sequence[JobRow]) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr><td class='mono'>{_path(j.path)}</td><td>{_e(j.error or '')}</td></tr>" for j in rows
+        f"<tr><td class='mono'>{_path(j.path)}</td><td>{escape(j.error or '')}</td></tr>"
+        for j in rows
     )
     head = "<tr><th>job</th><th>why it was not analysed</th></tr>"
     return f"<section><h2>Failed jobs</h2><table>{head}{body}</table></section>"
@@ -229,16 +237,17 @@ def _failed_html(rows: Sequence[JobRow]) -> str:
 
 def _path(path: str) -> str:
     """A job's path cut from the left (its file or folder name stays), whole on hover."""
-    return f"<span title='{_e(path)}'>{_e(short_path(path, 80))}</span>"
+    return f"<span title='{escape(path)}'>{escape(short_path(path, 80))}</span>"
 
 
 def _worst_html(rows: Sequence[JobRow]) -> str:
     body = "".join(
         f"<tr><td class='mono'>{_path(j.path)}</td><td class='num'>"
-        f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td><td>{_e(j.bound or '')}</td>"
-        f"<td>{_e(j.top_cause or '')}</td><td class='num'>{_hours(j.lost_gpu_hours or 0.0)}</td>"
-        f"<td class='num'>{_e(usd(j.lost_usd))}</td>"
-        f"<td class='num'>{_e(usd(j.saving_usd))}</td></tr>"
+        f"{'n/a' if j.idle_pct is None else f'{j.idle_pct:.1f}'}</td>"
+        f"<td>{escape(j.bound or '')}</td><td>{escape(j.top_cause or '')}</td>"
+        f"<td class='num'>{_hours(j.lost_gpu_hours or 0.0)}</td>"
+        f"<td class='num'>{escape(usd(j.lost_usd))}</td>"
+        f"<td class='num'>{escape(usd(j.saving_usd))}</td></tr>"
         for j in rows
     )
     head = (

@@ -24,6 +24,7 @@ from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import plural, short_kernel_names, short_location
 from gpuscope.render import predicted, sanitised
+from gpuscope.render.fit import number_column
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
@@ -391,9 +392,13 @@ def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     columns = ["GPU", "samples", "util", "p50", "p90", "p99"]
     sm = any(g.sm_active for g in gpus)
     dram = any(g.dram_active for g in gpus)
-    columns += ["SM active"] * sm + ["DRAM active"] * dram + ["memory peak", "idle", "gaps"]
-    for column in columns:
-        table.add_column(column, justify="left" if column == "GPU" else "right")
+    # SM and DRAM activity share a column ("12%/3%"), two-word headings take two lines: at 80
+    # columns nothing is cut, and a figure folds onto a second line at worst.
+    active = "/".join(["SM"] * sm + ["DRAM"] * dram)
+    columns += [f"{active}\nactive"] * (sm or dram) + ["memory\npeak", "idle", "gaps"]
+    table.add_column(columns[0], overflow="fold")
+    for column in columns[1:]:
+        number_column(table, column)
     for g in gpus:
         table.add_row(*_samples_row(g, sm, dram))
     return table
@@ -403,7 +408,8 @@ def _samples_row(g: GpuUtilisation, sm: bool, dram: bool) -> list[str | Text]:
     u = g.utilization
     row: list[str | Text] = [Text(f"{g.gpu} {g.name or ''}".strip()), f"{g.samples:,}"]
     row += [_dist(u)] + ["n/a" if u is None else f"{v:.0f}%" for v in _ranks(u)]
-    row += [_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram
+    if sm or dram:
+        row.append("/".join([_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram))
     row += [
         _memory(g),
         f"{len(g.idle)}: {g.idle_ns / 1e9:,.0f} s",

@@ -1,7 +1,7 @@
 """What a finished simulation writes: its ground truth and its Kineto document.
 
-Contract: :func:`_truth` derives the answers from the simulation's own schedule with plain
-interval code; :func:`_document` lays the events out as PyTorch 2.x's profiler does.
+Contract: :func:`ground_truth` derives the answers from the simulation's own schedule with plain
+interval code; :func:`kineto_document` lays the events out as PyTorch 2.x's profiler does.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
-from gpuscope.testing._sim import _BASE_TIME_NS, _T0_NS, _Blame, _GpuRange, _Sim, _Work
-from gpuscope.testing.config import _INJECTED_NAME, JSON, DeviceSpec, GeneratorConfig
+from gpuscope.testing._sim import BASE_TIME_NS, T0_NS, Blame, GpuRange, Sim, Work
+from gpuscope.testing.config import INJECTED_NAME, JSON, DeviceSpec, GeneratorConfig
 from gpuscope.testing.truth import DeviceTruth, Gap, Truth
 
 # --- truth ------------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ def _holes(merged: Sequence[Interval]) -> list[Interval]:
     return [(a[1], b[0]) for a, b in itertools.pairwise(merged) if b[0] > a[1]]
 
 
-def _attribute(holes: Sequence[Interval], blames: Sequence[_Blame]) -> list[Gap]:
+def _attribute(holes: Sequence[Interval], blames: Sequence[Blame]) -> list[Gap]:
     """Split each idle hole among the blamed host blocks overlapping it; slivers go to the
     block before them (the first block also takes the hole's start)."""
     gaps: list[Gap] = []
@@ -73,8 +73,8 @@ def _merge_gaps(gaps: Iterable[Gap]) -> list[Gap]:
     return merged
 
 
-def _device_truth(works: Sequence[_Work]) -> DeviceTruth:
-    def union_of(keep: Iterable[_Work]) -> list[Interval]:
+def _device_truth(works: Sequence[Work]) -> DeviceTruth:
+    def union_of(keep: Iterable[Work]) -> list[Interval]:
         return _union((w.start, w.end) for w in keep)
 
     kernels = [w for w in works if w.kind == "kernel"]
@@ -88,14 +88,14 @@ def _device_truth(works: Sequence[_Work]) -> DeviceTruth:
     )
 
 
-def _truth(sim: _Sim, offset: int) -> Truth:
+def ground_truth(sim: Sim, offset: int) -> Truth:
     holes = _holes(_union((w.start, w.end) for w in sim.works))
     gaps = _attribute(holes, sim.blames) + [g for g in sim.comm_gaps if g.end_ns > g.start_ns]
     gaps = [g._replace(start_ns=g.start_ns + offset, end_ns=g.end_ns + offset) for g in gaps]
     lost: dict[str, int] = {}
     for gap in gaps:
         lost[gap.cause] = lost.get(gap.cause, 0) + gap.dur_ns
-    injected = dict.fromkeys(_INJECTED_NAME[type(i)] for i in sim.cfg.inject)
+    injected = dict.fromkeys(INJECTED_NAME[type(i)] for i in sim.cfg.inject)
     return Truth(
         device=sim.cfg.rank,
         devices={sim.cfg.rank: _device_truth(sim.works)},
@@ -115,7 +115,7 @@ def _us(ns: int) -> float:
     return ns / 1000
 
 
-def _host_events(sim: _Sim, offset: int) -> list[JSON]:
+def _host_events(sim: Sim, offset: int) -> list[JSON]:
     out = []
     for event in sim.host:
         copy = dict(event)
@@ -124,7 +124,7 @@ def _host_events(sim: _Sim, offset: int) -> list[JSON]:
     return out
 
 
-def _device_events(sim: _Sim, offset: int) -> list[JSON]:
+def _device_events(sim: Sim, offset: int) -> list[JSON]:
     out: list[JSON] = []
     device = sim.cfg.rank
     for w in sim.works:
@@ -138,13 +138,13 @@ def _device_events(sim: _Sim, offset: int) -> list[JSON]:
     return out
 
 
-def _gpu_annotations(sim: _Sim, offset: int) -> list[JSON]:
+def _gpu_annotations(sim: Sim, offset: int) -> list[JSON]:
     ranges = list(sim.ranges)
     for step in sim.steps:
         inside = [w for w in sim.works if step.start <= w.launch < step.end]
         if inside:
             start, end = min(w.start for w in inside), max(w.end for w in inside)
-            ranges.append(_GpuRange(step.name, sim.compute, start, end, step.ext))
+            ranges.append(GpuRange(step.name, sim.compute, start, end, step.ext))
     out: list[JSON] = []
     for r in ranges:
         event = {"ph": "X", "cat": "gpu_user_annotation", "name": r.name, "pid": sim.cfg.rank}
@@ -162,7 +162,7 @@ def _number_events(events: Sequence[JSON]) -> None:
         event["args"]["Ev Idx"] = index
 
 
-def _metadata(sim: _Sim, window: int) -> list[JSON]:
+def _metadata(sim: Sim, window: int) -> list[JSON]:
     ts = _us(window)
     out: list[JSON] = []
 
@@ -234,12 +234,12 @@ def _distributed_info(cfg: GeneratorConfig) -> JSON:
     return info
 
 
-def _document(sim: _Sim, offset: int) -> JSON:
+def kineto_document(sim: Sim, offset: int) -> JSON:
     cfg = sim.cfg
     events = _host_events(sim, offset) + _device_events(sim, offset) + _gpu_annotations(sim, offset)
     events.sort(key=lambda e: e["ts"])
     _number_events(events)
-    window = _T0_NS + offset
+    window = T0_NS + offset
     end = max([w.end for w in sim.works] + [sim.now]) + offset + 50_000
     events += _metadata(sim, window) + _window_events(window, end)
     doc: JSON = {
@@ -251,7 +251,7 @@ def _document(sim: _Sim, offset: int) -> JSON:
     doc.update({"record_shapes": 1} if cfg.record_shapes else {})
     doc.update({"with_stack": 1} if cfg.with_stack else {})
     doc["trace_id"] = f"{sim.rng.getrandbits(128):032X}"
-    doc.update(displayTimeUnit="ms", baseTimeNanoseconds=_BASE_TIME_NS + cfg.seed % 1000 * 10**9)
+    doc.update(displayTimeUnit="ms", baseTimeNanoseconds=BASE_TIME_NS + cfg.seed % 1000 * 10**9)
     doc["traceEvents"] = events
-    doc["traceName"] = f"./log/node0_{sim.pid}.{(_BASE_TIME_NS + end) // 10**6}.pt.trace.json"
+    doc["traceName"] = f"./log/node0_{sim.pid}.{(BASE_TIME_NS + end) // 10**6}.pt.trace.json"
     return doc

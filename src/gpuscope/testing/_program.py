@@ -1,6 +1,6 @@
 """The simulated program: one training (or inference) loop, and each injection's shape in it.
 
-Contract: :func:`_run_program` drives a :class:`~gpuscope.testing._sim._Sim` through the loop the
+Contract: :func:`run_program` drives a :class:`~gpuscope.testing._sim.Sim` through the loop the
 config describes; each injection blames the device idleness it causes on its cause and line.
 """
 
@@ -11,55 +11,55 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuscope.testing._sim import (
-    _ADAM,
-    _ARGMAX,
-    _BF16,
-    _BUS_GBPS,
-    _CALL_IMPL,
-    _CLASSES,
-    _COPY_LINE,
-    _DTOH_GBPS,
-    _FLASH_BWD,
-    _FLASH_DOT,
-    _FLASH_FWD,
-    _FP32_SLOWDOWN,
-    _FUNCTORS,
-    _GEMM_DGRAD,
-    _GEMM_SM80,
-    _GEMM_SM90,
-    _GEMM_WGRAD,
-    _HEAD_DIM,
-    _ITEMSIZE,
-    _LAYER_NORM,
-    _LAYER_NORM_BWD,
-    _LOADER,
-    _LOOP_LINE,
-    _MODULE_LINE,
-    _NCCL_ALLREDUCE,
-    _NCCL_FIXED_NS,
-    _NLL,
-    _NLL_BWD,
-    _NONE,
-    _PINNED_GBPS,
-    _SGEMM,
-    _SGEMM_WGRAD,
-    _SOFTMAX,
-    _SOFTMAX_BWD,
-    _STEP_LINE,
-    _SUM,
-    _Arg,
-    _elementwise_name,
-    _GpuRange,
-    _HostStep,
-    _Kernel,
-    _launch_args,
-    _numel,
-    _s,
-    _Sim,
-    _straggler_extra_ns,
-    _t,
-    _tensors,
+    ADAM,
+    ARGMAX,
+    BF16,
+    BUS_GBPS,
+    CALL_IMPL,
+    CLASSES,
+    COPY_LINE,
+    DTOH_GBPS,
+    FLASH_BWD,
+    FLASH_DOT,
+    FLASH_FWD,
+    FP32_SLOWDOWN,
+    FUNCTORS,
+    GEMM_DGRAD,
+    GEMM_SM80,
+    GEMM_SM90,
+    GEMM_WGRAD,
+    HEAD_DIM,
+    ITEMSIZE,
+    LAYER_NORM,
+    LAYER_NORM_BWD,
+    LOADER,
+    LOOP_LINE,
+    MODULE_LINE,
+    NCCL_ALLREDUCE,
+    NCCL_FIXED_NS,
+    NLL,
+    NLL_BWD,
+    NO_ARG,
+    PINNED_GBPS,
+    SGEMM,
+    SGEMM_WGRAD,
+    SOFTMAX,
+    SOFTMAX_BWD,
+    STEP_LINE,
+    SUM,
+    Arg,
+    GpuRange,
+    HostStep,
+    Kernel,
+    Sim,
+    element_count,
+    elementwise_name,
+    launch_args,
+    scalar_arg,
+    straggler_extra_ns,
     straggling,
+    tensor_arg,
+    tensor_list_arg,
 )
 from gpuscope.testing.config import (
     JSON,
@@ -78,48 +78,46 @@ from gpuscope.testing.config import (
 # --- kernels of the model ---------------------------------------------------------------------
 
 
-def _gemm(sim: _Sim, role: str, m: int, k: int, n: int, *, fp32: bool) -> _Kernel:
+def _gemm(sim: Sim, role: str, m: int, k: int, n: int, *, fp32: bool) -> Kernel:
     """A GEMM of [m x k] @ [k x n]; ``role`` is fwd, dgrad or wgrad."""
     cfg = sim.cfg
     ratio = m * k * n / (sim.tokens * cfg.hidden * cfg.hidden)
-    us = cfg.gemm_us * ratio * sim.batch_scale * (_FP32_SLOWDOWN if fp32 else 1.0)
+    us = cfg.gemm_us * ratio * sim.batch_scale * (FP32_SLOWDOWN if fp32 else 1.0)
     dur = sim.kernel_ns(us) + sim.gemm_extra_ns
     tiles = (math.ceil(n / 128), math.ceil(m / 128), 1)
     if fp32:
-        name = _SGEMM.get(role, _SGEMM_WGRAD)
-        return _Kernel(
+        name = SGEMM.get(role, SGEMM_WGRAD)
+        return Kernel(
             name, dur, (math.ceil(n / 64), math.ceil(m / 128), 1), (128, 1, 1), 122, 12544
         )
     if role == "fwd" and sim.spec.major >= 9:
-        return _Kernel(_GEMM_SM90, dur, (sim.spec.num_sms, 1, 1), (384, 1, 1), 168, 231_424)
-    name = {"fwd": _GEMM_SM80, "dgrad": _GEMM_DGRAD}.get(role, _GEMM_WGRAD)
-    return _Kernel(name, dur, tiles, (256, 1, 1), 238, 81_920)
+        return Kernel(GEMM_SM90, dur, (sim.spec.num_sms, 1, 1), (384, 1, 1), 168, 231_424)
+    name = {"fwd": GEMM_SM80, "dgrad": GEMM_DGRAD}.get(role, GEMM_WGRAD)
+    return Kernel(name, dur, tiles, (256, 1, 1), 238, 81_920)
 
 
-def _elementwise(
-    sim: _Sim, kind: str, numel: int, nbytes: float, us: float | None = None
-) -> _Kernel:
+def _elementwise(sim: Sim, kind: str, numel: int, nbytes: float, us: float | None = None) -> Kernel:
     dur = sim.kernel_ns(us) if us is not None else sim.memory_ns(nbytes)
     grid = (max(1, min(math.ceil(numel / 512), 2**31 - 1)), 1, 1)
-    return _Kernel(_elementwise_name(kind), dur, grid, (128, 1, 1), 24, 0)
+    return Kernel(elementwise_name(kind), dur, grid, (128, 1, 1), 24, 0)
 
 
-def _row_kernel(sim: _Sim, name: str, rows: int, nbytes: float) -> _Kernel:
-    return _Kernel(name, sim.memory_ns(nbytes), (rows, 1, 1), (32, 4, 1), 40, 24)
+def _row_kernel(sim: Sim, name: str, rows: int, nbytes: float) -> Kernel:
+    return Kernel(name, sim.memory_ns(nbytes), (rows, 1, 1), (32, 4, 1), 40, 24)
 
 
-def _flash(sim: _Sim, name: str, scale: float) -> _Kernel:
+def _flash(sim: Sim, name: str, scale: float) -> Kernel:
     cfg = sim.cfg
-    grid = (math.ceil(cfg.seq_len / 128), cfg.hidden // _HEAD_DIM, cfg.batch_size)
+    grid = (math.ceil(cfg.seq_len / 128), cfg.hidden // HEAD_DIM, cfg.batch_size)
     dur = sim.kernel_ns(cfg.attention_us * scale * sim.batch_scale)
-    return _Kernel(name, dur, grid, (128, 1, 1), 255, 49_152)
+    return Kernel(name, dur, grid, (128, 1, 1), 255, 49_152)
 
 
 # --- the program: one training (or inference) loop -------------------------------------------
 
 
-def _run_program(sim: _Sim) -> None:
-    with sim.frame(sim.user_frame(_MODULE_LINE, "<module>")):
+def run_program(sim: Sim) -> None:
+    with sim.frame(sim.user_frame(MODULE_LINE, "<module>")):
         sim.tick(20.0)
         for startup in sim.all(Startup):
             _startup(sim, startup)
@@ -128,17 +126,17 @@ def _run_program(sim: _Sim) -> None:
         sim.tick(15.0)
 
 
-def _loop_function(sim: _Sim) -> str:
+def _loop_function(sim: Sim) -> str:
     return "train" if sim.cfg.mode == "train" else "evaluate"
 
 
-def _step(sim: _Sim, index: int) -> None:
+def _step(sim: Sim, index: int) -> None:
     name = f"ProfilerStep#{index}"
     start = sim.now
     if sim.cfg.step_noise_pct:
         noise = sim.rng.gauss(1.0, sim.cfg.step_noise_pct / 100.0)
         sim.step_speed = sim.cfg.kernel_scale * max(noise, 0.5)
-    sim.gemm_extra_ns = _straggler_extra_ns(sim.cfg, index)
+    sim.gemm_extra_ns = straggler_extra_ns(sim.cfg, index)
     with sim.annotation(name) as ext:
         _load_batch(sim)
         _copy_batch(sim)
@@ -148,7 +146,7 @@ def _step(sim: _Sim, index: int) -> None:
                     sim.tick(late.extra_ms * 1000, spread=0.03)
         for tiny in sim.all(TinyKernels):
             _tiny_kernels(sim, tiny)
-        with sim.frame(sim.user_frame(_STEP_LINE, _loop_function(sim))):
+        with sim.frame(sim.user_frame(STEP_LINE, _loop_function(sim))):
             if sim.cfg.mode == "train":
                 _train_step(sim)
             else:
@@ -161,16 +159,16 @@ def _step(sim: _Sim, index: int) -> None:
         for checkpoint in sim.all(Checkpoint):
             if index % checkpoint.every_n_steps == checkpoint.every_n_steps - 1:
                 _checkpoint(sim, checkpoint)
-    sim.steps.append(_HostStep(name, start, sim.now, ext))
+    sim.steps.append(HostStep(name, start, sim.now, ext))
 
 
-def _load_batch(sim: _Sim) -> None:
+def _load_batch(sim: Sim) -> None:
     slow = sim.first(SlowDataLoader)
     us = slow.ms * 1000 if slow is not None else sim.cfg.dataloader_us
     with (
-        sim.frame(sim.user_frame(_LOOP_LINE, _loop_function(sim))),
+        sim.frame(sim.user_frame(LOOP_LINE, _loop_function(sim))),
         sim.frame("torch/utils/data/dataloader.py(708): __next__"),
-        sim.annotation(_LOADER),
+        sim.annotation(LOADER),
         sim.blame_if(slow is not None, "data_loader"),
         sim.frame("torch/utils/data/dataloader.py(764): _next_data"),
         sim.frame("torch/utils/data/_utils/fetch.py(49): fetch"),
@@ -178,9 +176,9 @@ def _load_batch(sim: _Sim) -> None:
         sim.tick(us, spread=0.03)
 
 
-def _copy_batch(sim: _Sim) -> None:
+def _copy_batch(sim: Sim) -> None:
     pageable = sim.first(PageableH2DCopy)
-    line = pageable.line if pageable is not None else _COPY_LINE
+    line = pageable.line if pageable is not None else COPY_LINE
     with (
         sim.frame(sim.user_frame(line, _loop_function(sim))),
         sim.frame("<built-in method to of Tensor object at 0x7f3a2c1b9e40>"),
@@ -194,25 +192,25 @@ def _copy_batch(sim: _Sim) -> None:
             _to_device(sim, dims, "float", pageable=not pageable.fixed)
 
 
-def _to_device(sim: _Sim, dims: list[int], dtype: str, pageable: bool) -> None:
-    src = _t(dims, dtype)
-    nbytes = _numel(dims) * _ITEMSIZE[dtype]
+def _to_device(sim: Sim, dims: list[int], dtype: str, pageable: bool) -> None:
+    src = tensor_arg(dims, dtype)
+    nbytes = element_count(dims) * ITEMSIZE[dtype]
     flag = "False" if pageable else "True"
     with (
-        sim.op("aten::to", [src, _NONE, _NONE, _s(flag), _s("False"), _NONE]),
-        sim.op("aten::_to_copy", [src, _NONE, _NONE, _NONE, _NONE, _s(flag), _NONE]),
+        sim.op("aten::to", [src, NO_ARG, NO_ARG, scalar_arg(flag), scalar_arg("False"), NO_ARG]),
+        sim.op("aten::_to_copy", [src, NO_ARG, NO_ARG, NO_ARG, NO_ARG, scalar_arg(flag), NO_ARG]),
     ):
-        with sim.op("aten::empty_strided", [_NONE, _NONE, _NONE, _NONE, _NONE, _NONE], 2.0):
+        with sim.op("aten::empty_strided", [NO_ARG, NO_ARG, NO_ARG, NO_ARG, NO_ARG, NO_ARG], 2.0):
             pass
-        with sim.op("aten::copy_", [_t(dims, dtype), src, _s(flag)]):
+        with sim.op("aten::copy_", [tensor_arg(dims, dtype), src, scalar_arg(flag)]):
             if pageable:
                 sim.pageable_h2d(nbytes)
             else:
-                dur = 1_500 + round(nbytes / _PINNED_GBPS)
+                dur = 1_500 + round(nbytes / PINNED_GBPS)
                 sim.copy("Memcpy HtoD (Pinned -> Device)", nbytes, dur)
 
 
-def _tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
+def _tiny_kernels(sim: Sim, tiny: TinyKernels) -> None:
     dims = [sim.cfg.batch_size, 64]
     cost = max(0.5, tiny.host_us_per_op - sim.cfg.launch_us)
     if tiny.fixed:
@@ -221,11 +219,11 @@ def _tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
     with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))), sim.blame("launch_overhead"):
         for index in range(tiny.count):
             op, kind = (("aten::add", "add_f32"), ("aten::mul", "mul_f32"))[index % 2]
-            with sim.op(op, [_t(dims, "float"), _t(dims, "float")], cost_us=cost):
-                sim.launch(_elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us))
+            with sim.op(op, [tensor_arg(dims, "float"), tensor_arg(dims, "float")], cost_us=cost):
+                sim.launch(_elementwise(sim, kind, element_count(dims), 0, us=tiny.kernel_us))
 
 
-def _graphed_tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
+def _graphed_tiny_kernels(sim: Sim, tiny: TinyKernels) -> None:
     """The same kernels replayed from a CUDA graph: one launch call, then back to back."""
     dims = [sim.cfg.batch_size, 64]
     with sim.frame(sim.user_frame(tiny.line, _loop_function(sim))):
@@ -233,9 +231,9 @@ def _graphed_tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
         ready = start + round(sim.cfg.launch_latency_us * 1000)
         for index in range(tiny.count):
             kind = ("add_f32", "mul_f32")[index % 2]
-            kernel = _elementwise(sim, kind, _numel(dims), 0, us=tiny.kernel_us)
+            kernel = _elementwise(sim, kind, element_count(dims), 0, us=tiny.kernel_us)
             args = sim._device_args(sim.compute, corr, kernel=True)
-            args.update(_launch_args(sim.spec, kernel))
+            args.update(launch_args(sim.spec, kernel))
             sim.enqueue(
                 "kernel",
                 kernel.name,
@@ -247,7 +245,7 @@ def _graphed_tiny_kernels(sim: _Sim, tiny: TinyKernels) -> None:
             )
 
 
-def _train_step(sim: _Sim) -> None:
+def _train_step(sim: Sim) -> None:
     with sim.frame(sim.user_frame(36, "train_step")):
         _forward(sim)
     with sim.frame(sim.user_frame(37, "train_step")):
@@ -263,7 +261,7 @@ def _train_step(sim: _Sim) -> None:
         _zero_grad(sim)
 
 
-def _infer_step(sim: _Sim) -> None:
+def _infer_step(sim: Sim) -> None:
     with sim.frame(sim.user_frame(36, "infer_step")):
         _forward(sim)
     with sim.frame(sim.user_frame(37, "infer_step")):
@@ -277,12 +275,12 @@ def _infer_step(sim: _Sim) -> None:
 
 
 @contextmanager
-def _module(sim: _Sim, forward: str) -> Iterator[None]:
-    with sim.frame(_CALL_IMPL), sim.frame(forward):
+def _module(sim: Sim, forward: str) -> Iterator[None]:
+    with sim.frame(CALL_IMPL), sim.frame(forward):
         yield
 
 
-def _forward(sim: _Sim) -> None:
+def _forward(sim: Sim) -> None:
     cfg = sim.cfg
     inference = cfg.mode == "inference"
     slots = _slots(cfg.layers + 1, cfg.collectives if inference else 0)
@@ -293,10 +291,10 @@ def _forward(sim: _Sim) -> None:
             _bucket_collectives(sim, slots[layer])
         for chain in sim.all(MemoryBoundChain):
             _memory_chain(sim, chain)
-        _linear(sim, 4 * cfg.layers, cfg.hidden, _CLASSES)
+        _linear(sim, 4 * cfg.layers, cfg.hidden, CLASSES)
 
 
-def _block_forward(sim: _Sim, layer: int) -> None:
+def _block_forward(sim: Sim, layer: int) -> None:
     hidden = sim.cfg.hidden
     _layer_norm(sim)
     _linear(sim, 4 * layer, hidden, 3 * hidden)
@@ -310,11 +308,11 @@ def _block_forward(sim: _Sim, layer: int) -> None:
     _add(sim, hidden)
 
 
-def _activation(sim: _Sim, width: int) -> list[int]:
+def _activation(sim: Sim, width: int) -> list[int]:
     return [sim.cfg.batch_size, sim.cfg.seq_len, width]
 
 
-def _linear(sim: _Sim, index: int, d_in: int, d_out: int) -> None:
+def _linear(sim: Sim, index: int, d_in: int, d_out: int) -> None:
     with (
         _module(sim, "torch/nn/modules/linear.py(125): forward"),
         sim.frame("<built-in function linear>"),
@@ -325,109 +323,132 @@ def _linear(sim: _Sim, index: int, d_in: int, d_out: int) -> None:
             _linear_bf16(sim, d_in, d_out)
 
 
-def _linear_bf16(sim: _Sim, d_in: int, d_out: int) -> None:
-    x, tokens = _t(_activation(sim, d_in)), sim.tokens
-    weight_t = _t([d_in, d_out], strides=[1, d_in])
+def _linear_bf16(sim: Sim, d_in: int, d_out: int) -> None:
+    x, tokens = tensor_arg(_activation(sim, d_in)), sim.tokens
+    weight_t = tensor_arg([d_in, d_out], strides=[1, d_in])
     with (
-        sim.op("aten::linear", [x, _t([d_out, d_in]), _t([d_out])]),
-        sim.op("aten::addmm", [_t([d_out]), _t([tokens, d_in]), weight_t, _s(1), _s(1)]),
+        sim.op("aten::linear", [x, tensor_arg([d_out, d_in]), tensor_arg([d_out])]),
+        sim.op(
+            "aten::addmm",
+            [
+                tensor_arg([d_out]),
+                tensor_arg([tokens, d_in]),
+                weight_t,
+                scalar_arg(1),
+                scalar_arg(1),
+            ],
+        ),
     ):
         sim.launch(_gemm(sim, "fwd", tokens, d_in, d_out, fp32=False))
 
 
-def _linear_fp32(sim: _Sim, d_in: int, d_out: int) -> None:
-    x, tokens = _t(_activation(sim, d_in), "float"), sim.tokens
-    weight_t = _t([d_in, d_out], "float", strides=[1, d_in])
+def _linear_fp32(sim: Sim, d_in: int, d_out: int) -> None:
+    x, tokens = tensor_arg(_activation(sim, d_in), "float"), sim.tokens
+    weight_t = tensor_arg([d_in, d_out], "float", strides=[1, d_in])
     with (
-        sim.op("aten::linear", [x, _t([d_out, d_in], "float"), _NONE]),
+        sim.op("aten::linear", [x, tensor_arg([d_out, d_in], "float"), NO_ARG]),
         sim.op("aten::matmul", [x, weight_t]),
-        sim.op("aten::mm", [_t([tokens, d_in], "float"), weight_t]),
+        sim.op("aten::mm", [tensor_arg([tokens, d_in], "float"), weight_t]),
     ):
         sim.launch(_gemm(sim, "fwd", tokens, d_in, d_out, fp32=True))
 
 
-def _layer_norm(sim: _Sim) -> None:
+def _layer_norm(sim: Sim) -> None:
     hidden = sim.cfg.hidden
-    x, w = _t(_activation(sim, hidden)), _t([hidden])
-    inputs = [x, _Arg([], "ScalarList", [], f"[{hidden}]"), w, w, _s("1.0000000000000001e-05")]
+    x, w = tensor_arg(_activation(sim, hidden)), tensor_arg([hidden])
+    inputs = [
+        x,
+        Arg([], "ScalarList", [], f"[{hidden}]"),
+        w,
+        w,
+        scalar_arg("1.0000000000000001e-05"),
+    ]
     with (
         _module(sim, "torch/nn/modules/normalization.py(217): forward"),
-        sim.op("aten::layer_norm", [*inputs, _s("True")]),
+        sim.op("aten::layer_norm", [*inputs, scalar_arg("True")]),
         sim.op("aten::native_layer_norm", inputs),
     ):
-        sim.launch(_row_kernel(sim, _LAYER_NORM, sim.tokens, 2 * sim.tokens * hidden * 2))
+        sim.launch(_row_kernel(sim, LAYER_NORM, sim.tokens, 2 * sim.tokens * hidden * 2))
 
 
-def _attention(sim: _Sim) -> None:
+def _attention(sim: Sim) -> None:
     cfg = sim.cfg
-    q = _t([cfg.batch_size, cfg.hidden // _HEAD_DIM, cfg.seq_len, _HEAD_DIM])
-    scale = _s(f"{_HEAD_DIM**-0.5:g}")
+    q = tensor_arg([cfg.batch_size, cfg.hidden // HEAD_DIM, cfg.seq_len, HEAD_DIM])
+    scale = scalar_arg(f"{HEAD_DIM**-0.5:g}")
     with (
         sim.frame("<built-in function scaled_dot_product_attention>"),
-        sim.op("aten::scaled_dot_product_attention", [q, q, q, _NONE, _s("0."), _s("True"), scale]),
-        sim.op("aten::_scaled_dot_product_flash_attention", [q, q, q, _s("0."), _s("True")]),
+        sim.op(
+            "aten::scaled_dot_product_attention",
+            [q, q, q, NO_ARG, scalar_arg("0."), scalar_arg("True"), scale],
+        ),
+        sim.op(
+            "aten::_scaled_dot_product_flash_attention",
+            [q, q, q, scalar_arg("0."), scalar_arg("True")],
+        ),
     ):
-        sim.launch(_flash(sim, _FLASH_FWD, 1.0))
+        sim.launch(_flash(sim, FLASH_FWD, 1.0))
 
 
-def _add(sim: _Sim, width: int) -> None:
-    x = _t(_activation(sim, width))
-    with sim.op("aten::add", [x, x, _s(1)]):
+def _add(sim: Sim, width: int) -> None:
+    x = tensor_arg(_activation(sim, width))
+    with sim.op("aten::add", [x, x, scalar_arg(1)]):
         numel = sim.tokens * width
         sim.launch(_elementwise(sim, "add", numel, 3 * numel * 2))
 
 
-def _gelu(sim: _Sim) -> None:
+def _gelu(sim: Sim) -> None:
     width = 4 * sim.cfg.hidden
     with (
         _module(sim, "torch/nn/modules/activation.py(734): forward"),
-        sim.op("aten::gelu", [_t(_activation(sim, width)), _NONE]),
+        sim.op("aten::gelu", [tensor_arg(_activation(sim, width)), NO_ARG]),
     ):
         numel = sim.tokens * width
         sim.launch(_elementwise(sim, "gelu", numel, 2 * numel * 2))
 
 
-def _memory_chain(sim: _Sim, chain: MemoryBoundChain) -> None:
+def _memory_chain(sim: Sim, chain: MemoryBoundChain) -> None:
     """Large bf16 elementwise ops; Input Dims give the bytes, durations follow from them."""
     rows = max(1, round(chain.mb_per_op * 2**20 / 2 / 1024))
-    x = _t([rows, 1024])
+    x = tensor_arg([rows, 1024])
     numel = rows * 1024
     for index in range(chain.ops):
         kind = ("add", "mul", "gelu")[index % 3]
-        inputs = {"add": [x, x, _s(1)], "mul": [x, x], "gelu": [x, _NONE]}[kind]
+        inputs = {"add": [x, x, scalar_arg(1)], "mul": [x, x], "gelu": [x, NO_ARG]}[kind]
         with sim.op(f"aten::{kind}", inputs):
-            sim.launch(_elementwise(sim, kind, numel, _FUNCTORS[kind][1] * numel * 2))
+            sim.launch(_elementwise(sim, kind, numel, FUNCTORS[kind][1] * numel * 2))
 
 
-def _loss(sim: _Sim) -> None:
-    logits, target = _t([sim.tokens, _CLASSES]), _t([sim.tokens], "long")
-    reduction = [_s(1), _s(-100)]
+def _loss(sim: Sim) -> None:
+    logits, target = tensor_arg([sim.tokens, CLASSES]), tensor_arg([sim.tokens], "long")
+    reduction = [scalar_arg(1), scalar_arg(-100)]
     with (
         sim.frame("torch/nn/functional.py(3462): cross_entropy"),
-        sim.op("aten::cross_entropy_loss", [logits, target, _NONE, *reduction, _s("0.")]),
+        sim.op("aten::cross_entropy_loss", [logits, target, NO_ARG, *reduction, scalar_arg("0.")]),
     ):
         with (
-            sim.op("aten::log_softmax", [logits, _s(1), _NONE]),
-            sim.op("aten::_log_softmax", [logits, _s(1), _s("False")]),
+            sim.op("aten::log_softmax", [logits, scalar_arg(1), NO_ARG]),
+            sim.op("aten::_log_softmax", [logits, scalar_arg(1), scalar_arg("False")]),
         ):
-            nbytes = sim.tokens * _CLASSES * (2 + 4)
-            sim.launch(_row_kernel(sim, _SOFTMAX, sim.tokens, nbytes))
+            nbytes = sim.tokens * CLASSES * (2 + 4)
+            sim.launch(_row_kernel(sim, SOFTMAX, sim.tokens, nbytes))
         with (
-            sim.op("aten::nll_loss_nd", [_t([sim.tokens, _CLASSES], "float"), target, _NONE]),
-            sim.op("aten::nll_loss_forward", [_t([sim.tokens, _CLASSES], "float"), target]),
+            sim.op(
+                "aten::nll_loss_nd", [tensor_arg([sim.tokens, CLASSES], "float"), target, NO_ARG]
+            ),
+            sim.op("aten::nll_loss_forward", [tensor_arg([sim.tokens, CLASSES], "float"), target]),
         ):
-            sim.launch(_Kernel(_NLL, sim.kernel_ns(8.0), (1, 1, 1), (32, 1, 1), 32, 0))
+            sim.launch(Kernel(NLL, sim.kernel_ns(8.0), (1, 1, 1), (32, 1, 1), 32, 0))
 
 
-def _argmax(sim: _Sim) -> None:
-    logits = _t([sim.tokens, _CLASSES])
+def _argmax(sim: Sim) -> None:
+    logits = tensor_arg([sim.tokens, CLASSES])
     with (
         sim.frame("<built-in method argmax of Tensor object at 0x7f3a2c1ba2f0>"),
-        sim.op("aten::argmax", [logits, _s(-1), _s("False")]),
+        sim.op("aten::argmax", [logits, scalar_arg(-1), scalar_arg("False")]),
     ):
-        kernel = _Kernel(
-            _ARGMAX,
-            sim.memory_ns(sim.tokens * _CLASSES * 2),
+        kernel = Kernel(
+            ARGMAX,
+            sim.memory_ns(sim.tokens * CLASSES * 2),
             (sim.tokens // 4, 1, 1),
             (32, 16, 1),
             32,
@@ -440,7 +461,7 @@ def _argmax(sim: _Sim) -> None:
 
 
 @contextmanager
-def _autograd(sim: _Sim, function: str) -> Iterator[None]:
+def _autograd(sim: Sim, function: str) -> Iterator[None]:
     with (
         sim.op(f"autograd::engine::evaluate_function: {function}", cost_us=2.0),
         sim.op(function, cost_us=2.0),
@@ -456,7 +477,7 @@ _BACKWARD_FRAMES = (
 )
 
 
-def _backward(sim: _Sim) -> None:
+def _backward(sim: Sim) -> None:
     cfg = sim.cfg
     slots = _slots(cfg.layers + 1, cfg.collectives)
     with (
@@ -474,13 +495,13 @@ def _backward(sim: _Sim) -> None:
             sim.stream_wait(sim.compute, sim.comm, sim.location())  # DDP finalize_backward
 
 
-def _loss_backward(sim: _Sim) -> None:
+def _loss_backward(sim: Sim) -> None:
     tokens = sim.tokens
     with _autograd(sim, "NllLossBackward0"), sim.op("aten::nll_loss_backward"):
         sim.launch(
-            _Kernel(
-                _NLL_BWD,
-                sim.memory_ns(tokens * _CLASSES * 4),
+            Kernel(
+                NLL_BWD,
+                sim.memory_ns(tokens * CLASSES * 4),
                 (tokens // 128, 1, 1),
                 (128, 1, 1),
                 32,
@@ -488,11 +509,11 @@ def _loss_backward(sim: _Sim) -> None:
             )
         )
     with _autograd(sim, "LogSoftmaxBackward0"), sim.op("aten::_log_softmax_backward_data"):
-        sim.launch(_row_kernel(sim, _SOFTMAX_BWD, tokens, tokens * _CLASSES * 10))
-    _linear_backward(sim, 4 * sim.cfg.layers, sim.cfg.hidden, _CLASSES, bias_sum=True)
+        sim.launch(_row_kernel(sim, SOFTMAX_BWD, tokens, tokens * CLASSES * 10))
+    _linear_backward(sim, 4 * sim.cfg.layers, sim.cfg.hidden, CLASSES, bias_sum=True)
 
 
-def _block_backward(sim: _Sim, layer: int) -> None:
+def _block_backward(sim: Sim, layer: int) -> None:
     hidden = sim.cfg.hidden
     _linear_backward(sim, 4 * layer + 3, 4 * hidden, hidden)
     with _autograd(sim, "GeluBackward0"), sim.op("aten::gelu_backward"):
@@ -506,40 +527,44 @@ def _block_backward(sim: _Sim, layer: int) -> None:
         sim.op("aten::_scaled_dot_product_flash_attention_backward"),
         sim.op("aten::_flash_attention_backward"),
     ):
-        sim.launch(_flash(sim, _FLASH_DOT, 0.1))
-        sim.launch(_flash(sim, _FLASH_BWD, 2.4))
+        sim.launch(_flash(sim, FLASH_DOT, 0.1))
+        sim.launch(_flash(sim, FLASH_BWD, 2.4))
     _linear_backward(sim, 4 * layer, hidden, 3 * hidden, memset=True)
     _layer_norm_backward(sim)
 
 
-def _layer_norm_backward(sim: _Sim) -> None:
+def _layer_norm_backward(sim: Sim) -> None:
     nbytes = 3 * sim.tokens * sim.cfg.hidden * 2
     with _autograd(sim, "NativeLayerNormBackward0"), sim.op("aten::native_layer_norm_backward"):
-        sim.launch(_row_kernel(sim, _LAYER_NORM_BWD, sim.tokens, nbytes))
+        sim.launch(_row_kernel(sim, LAYER_NORM_BWD, sim.tokens, nbytes))
 
 
 def _linear_backward(
-    sim: _Sim, index: int, d_in: int, d_out: int, *, memset: bool = False, bias_sum: bool = False
+    sim: Sim, index: int, d_in: int, d_out: int, *, memset: bool = False, bias_sum: bool = False
 ) -> None:
     fp32 = sim.fp32(index)
-    dtype, tokens = ("float" if fp32 else _BF16), sim.tokens
+    dtype, tokens = ("float" if fp32 else BF16), sim.tokens
     with _autograd(sim, "MmBackward0" if fp32 else "AddmmBackward0"):
-        with sim.op("aten::mm", [_t([tokens, d_out], dtype), _t([d_out, d_in], dtype)]):
+        with sim.op(
+            "aten::mm", [tensor_arg([tokens, d_out], dtype), tensor_arg([d_out, d_in], dtype)]
+        ):
             sim.launch(_gemm(sim, "dgrad", tokens, d_out, d_in, fp32=fp32))
-        grad_t = _t([d_out, tokens], dtype, strides=[1, d_out])
-        with sim.op("aten::mm", [grad_t, _t([tokens, d_in], dtype)]):
+        grad_t = tensor_arg([d_out, tokens], dtype, strides=[1, d_out])
+        with sim.op("aten::mm", [grad_t, tensor_arg([tokens, d_in], dtype)]):
             if memset:
                 sim.memset(4096)
             sim.launch(_gemm(sim, "wgrad", d_out, tokens, d_in, fp32=fp32))
         if bias_sum and not fp32:
-            with sim.op("aten::sum", [_t([tokens, d_out]), _Arg([], "ScalarList", [], "[0]")]):
+            with sim.op(
+                "aten::sum", [tensor_arg([tokens, d_out]), Arg([], "ScalarList", [], "[0]")]
+            ):
                 grid = (math.ceil(d_out / 32), 1, 1)
                 sim.launch(
-                    _Kernel(_SUM, sim.memory_ns(tokens * d_out * 2), grid, (32, 16, 1), 32, 16)
+                    Kernel(SUM, sim.memory_ns(tokens * d_out * 2), grid, (32, 16, 1), 32, 16)
                 )
 
 
-def _optimizer_step(sim: _Sim) -> None:
+def _optimizer_step(sim: Sim) -> None:
     params = _parameter_shapes(sim.cfg)
     with (
         sim.frame("torch/optim/optimizer.py(485): wrapper"),
@@ -548,8 +573,8 @@ def _optimizer_step(sim: _Sim) -> None:
         sim.frame("torch/optim/adam.py(213): step"),
         sim.frame("torch/optim/adam.py(540): _multi_tensor_adam"),
     ):
-        nbytes = 4 * sum(_numel(p) for p in params)
-        lists = _tensors(params)
+        nbytes = 4 * sum(element_count(p) for p in params)
+        lists = tensor_list_arg(params)
         for op, lists_used, functor, binary in (
             ("aten::_foreach_lerp_", 3, "TernaryOpScalarFunctor", "at::native::LerpFunctor<float>"),
             ("aten::_foreach_mul_", 1, "BinaryOpScalarFunctor", "std::multiplies<float>"),
@@ -558,13 +583,13 @@ def _optimizer_step(sim: _Sim) -> None:
             ("aten::_foreach_div_", 2, "BinaryOpListAlphaFunctor", "std::divides<float>"),
             ("aten::_foreach_add_", 2, "BinaryOpListAlphaFunctor", "std::plus<float>"),
         ):
-            with sim.op(op, [lists] * min(lists_used, 2) + [_s(1)]):
-                name = _ADAM.format(n=lists_used, functor=functor, op=binary)
+            with sim.op(op, [lists] * min(lists_used, 2) + [scalar_arg(1)]):
+                name = ADAM.format(n=lists_used, functor=functor, op=binary)
                 dur = sim.memory_ns(nbytes * (lists_used + 1))
-                sim.launch(_Kernel(name, dur, (4 * sim.spec.num_sms, 1, 1), (512, 1, 1), 32, 0))
+                sim.launch(Kernel(name, dur, (4 * sim.spec.num_sms, 1, 1), (512, 1, 1), 32, 0))
 
 
-def _zero_grad(sim: _Sim) -> None:
+def _zero_grad(sim: Sim) -> None:
     with (
         sim.frame("torch/optim/optimizer.py(1009): zero_grad"),
         sim.annotation("Optimizer.zero_grad#AdamW.zero_grad"),
@@ -588,7 +613,7 @@ def _parameter_shapes(cfg: GeneratorConfig) -> list[list[int]]:
         [h, 4 * h],
         [h],
     ]
-    return block * cfg.layers + [[_CLASSES, h], [_CLASSES]]
+    return block * cfg.layers + [[CLASSES, h], [CLASSES]]
 
 
 # collectives
@@ -602,20 +627,22 @@ def _slots(units: int, count: int) -> list[int]:
     return per
 
 
-def _bucket_collectives(sim: _Sim, count: int) -> None:
+def _bucket_collectives(sim: Sim, count: int) -> None:
     if count == 0:
         return
-    nelems = sum(_numel(p) for p in _parameter_shapes(sim.cfg)) // max(1, sim.cfg.collectives)
+    nelems = sum(element_count(p) for p in _parameter_shapes(sim.cfg)) // max(
+        1, sim.cfg.collectives
+    )
     for _ in range(count):
         _collective(sim, nelems, _nccl_ns(sim.cfg.world_size, nelems * 2))
 
 
 def _nccl_ns(world_size: int, nbytes: int) -> int:
     factor = 2 * (world_size - 1) / world_size if world_size > 1 else 0.1
-    return _NCCL_FIXED_NS + round(factor * nbytes / _BUS_GBPS)
+    return NCCL_FIXED_NS + round(factor * nbytes / BUS_GBPS)
 
 
-def _collective(sim: _Sim, nelems: int, base_ns: int, after_compute: bool = True) -> None:
+def _collective(sim: Sim, nelems: int, base_ns: int, after_compute: bool = True) -> None:
     coll = len(sim.coll_base)
     sim.coll_base.append(base_ns)
     collective = _collective_args(sim.cfg, nelems)
@@ -623,9 +650,9 @@ def _collective(sim: _Sim, nelems: int, base_ns: int, after_compute: bool = True
         if after_compute:
             sim.stream_wait(sim.comm, sim.compute, None)
         with sim.annotation("nccl:all_reduce") as ext:
-            kernel = _Kernel(_NCCL_ALLREDUCE, base_ns, (16, 1, 1), (512, 1, 1), 96, 103_808)
+            kernel = Kernel(NCCL_ALLREDUCE, base_ns, (16, 1, 1), (512, 1, 1), 96, 103_808)
             work = sim.launch(kernel, sim.comm, "cudaLaunchKernelExC", collective, coll)
-            sim.ranges.append(_GpuRange("nccl:all_reduce", sim.comm, work.start, work.end, ext))
+            sim.ranges.append(GpuRange("nccl:all_reduce", sim.comm, work.start, work.end, ext))
 
 
 def _collective_args(cfg: GeneratorConfig, nelems: int) -> JSON:
@@ -652,7 +679,7 @@ def _param_comms_args(c: JSON) -> JSON:
     return {key: c.get(key, fixed.get(key)) for key in keys + more + tail}
 
 
-def _exposed_collective(sim: _Sim, exposed: ExposedCollective) -> None:
+def _exposed_collective(sim: Sim, exposed: ExposedCollective) -> None:
     with (
         sim.frame("torch/distributed/c10d_logger.py(81): wrapper"),
         sim.frame("torch/distributed/distributed_c10d.py(2806): all_reduce"),
@@ -665,8 +692,8 @@ def _exposed_collective(sim: _Sim, exposed: ExposedCollective) -> None:
 # injected statements of the loop
 
 
-def _host_sync(sim: _Sim, sync: HostSync) -> None:
-    scalar = _t([], "float")
+def _host_sync(sim: Sim, sync: HostSync) -> None:
+    scalar = tensor_arg([], "float")
     with (
         sim.frame(sim.user_frame(sync.line, _loop_function(sim))),
         sim.blame_if(not sync.fixed, "host_sync"),
@@ -682,7 +709,7 @@ def _host_sync(sim: _Sim, sync: HostSync) -> None:
         _python_work(sim, sync.host_work_us)
 
 
-def _python_work(sim: _Sim, us: float) -> None:
+def _python_work(sim: Sim, us: float) -> None:
     with (
         sim.frame("logging/__init__.py(1517): info"),
         sim.frame("logging/__init__.py(1664): _log"),
@@ -691,9 +718,9 @@ def _python_work(sim: _Sim, us: float) -> None:
         sim.tick(us, spread=0.03)
 
 
-def _checkpoint(sim: _Sim, checkpoint: Checkpoint) -> None:
+def _checkpoint(sim: Sim, checkpoint: Checkpoint) -> None:
     dims = [4096, 4096]
-    state = _t(dims)
+    state = tensor_arg(dims)
     with (
         sim.frame(sim.user_frame(checkpoint.line, _loop_function(sim))),
         sim.blame("checkpoint"),
@@ -701,26 +728,32 @@ def _checkpoint(sim: _Sim, checkpoint: Checkpoint) -> None:
         sim.frame("torch/serialization.py(1190): _save"),
     ):
         with (
-            sim.op("aten::to", [state, _NONE, _NONE, _s("False"), _s("False"), _NONE]),
-            sim.op("aten::_to_copy", [state, _NONE, _NONE, _NONE, _NONE, _s("False"), _NONE]),
-            sim.op("aten::copy_", [_t(dims), state, _s("False")]),
+            sim.op(
+                "aten::to",
+                [state, NO_ARG, NO_ARG, scalar_arg("False"), scalar_arg("False"), NO_ARG],
+            ),
+            sim.op(
+                "aten::_to_copy",
+                [state, NO_ARG, NO_ARG, NO_ARG, NO_ARG, scalar_arg("False"), NO_ARG],
+            ),
+            sim.op("aten::copy_", [tensor_arg(dims), state, scalar_arg("False")]),
         ):
-            nbytes = _numel(dims) * 2
-            sim.copy("Memcpy DtoH (Device -> Pageable)", nbytes, round(nbytes / _DTOH_GBPS))
+            nbytes = element_count(dims) * 2
+            sim.copy("Memcpy DtoH (Device -> Pageable)", nbytes, round(nbytes / DTOH_GBPS))
             sim.stream_sync(sim.compute)  # copy_ to pageable memory is not non_blocking
         with sim.frame("<built-in method write_record of PyCapsule object at 0x7f3a2d0c1e70>"):
             sim.tick(checkpoint.ms * 1000, spread=0.03)
 
 
-def _startup(sim: _Sim, startup: Startup) -> None:
+def _startup(sim: Sim, startup: Startup) -> None:
     """A warm-up call of the model: a first small kernel (so the device's span begins), the
     start-up of ``startup.kind``, then the first GEMM."""
     cfg = sim.cfg
     tokens, hidden = sim.tokens, cfg.hidden
-    x = _t([tokens, hidden])
+    x = tensor_arg([tokens, hidden])
     us = startup.ms * 1000
     with sim.frame(sim.user_frame(startup.line, "warmup")), sim.blame("warmup"):
-        with sim.op("aten::zeros", [_s(str([tokens, hidden]))]), sim.op("aten::fill_", [x]):
+        with sim.op("aten::zeros", [scalar_arg(str([tokens, hidden]))]), sim.op("aten::fill_", [x]):
             sim.launch(_elementwise(sim, "fill", tokens * hidden, tokens * hidden * 2))
         sim.tick(30.0)
         if startup.kind == "compile":
@@ -733,12 +766,12 @@ def _startup(sim: _Sim, startup: Startup) -> None:
             with sim.frame("torch/cuda/graphs.py(186): __enter__"):
                 sim.runtime("cudaStreamBeginCapture", 3.0)
             for _ in range(8):  # captured launches record into the graph and run no kernels
-                with sim.op("aten::mm", [x, _t([hidden, hidden])]):
+                with sim.op("aten::mm", [x, tensor_arg([hidden, hidden])]):
                     sim.runtime("cudaLaunchKernel", cfg.launch_us)
             with sim.frame("torch/cuda/graphs.py(192): __exit__"):
                 sim.runtime("cudaStreamEndCapture", 3.0)
                 sim.runtime("cudaGraphInstantiate", us * 0.99)
-        weight = _t([hidden, hidden])
+        weight = tensor_arg([hidden, hidden])
         with sim.op("aten::mm", [x, weight]):
             if startup.kind == "context_init":
                 sim.runtime("cudaFree", us, after=sim.stream_end())
@@ -747,9 +780,9 @@ def _startup(sim: _Sim, startup: Startup) -> None:
         sim.tick(30.0)
 
 
-def _allocator_churn(sim: _Sim, churn: AllocatorChurn) -> None:
+def _allocator_churn(sim: Sim, churn: AllocatorChurn) -> None:
     dims = [sim.cfg.batch_size, sim.cfg.seq_len, 4 * sim.cfg.hidden]
-    sizes = [_s(str(dims)), _s(6), _NONE, _s(0), _NONE, _NONE]
+    sizes = [scalar_arg(str(dims)), scalar_arg(6), NO_ARG, scalar_arg(0), NO_ARG, NO_ARG]
     with (
         sim.frame(sim.user_frame(churn.line, _loop_function(sim))),
         sim.blame_if(not churn.fixed, "allocator"),
@@ -762,6 +795,6 @@ def _allocator_churn(sim: _Sim, churn: AllocatorChurn) -> None:
                 if not churn.fixed:
                     sim.runtime("cudaFree", churn.free_us, after=sim.stream_end())
                     sim.runtime("cudaMalloc", churn.malloc_us)
-            with sim.op("aten::fill_", [_t(dims, "float"), _s("0.")]):
-                numel = _numel(dims)
+            with sim.op("aten::fill_", [tensor_arg(dims, "float"), scalar_arg("0.")]):
+                numel = element_count(dims)
                 sim.launch(_elementwise(sim, "fill", numel, numel * 4))

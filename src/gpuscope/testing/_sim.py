@@ -1,6 +1,6 @@
 """One rank's discrete-event simulation: host thread, device streams, the model's constants.
 
-Contract: :class:`_Sim` records host events and device work in integer ns; the program
+Contract: :class:`Sim` records host events and device work in integer ns; the program
 (:mod:`gpuscope.testing._program`) drives it, :mod:`gpuscope.testing._output` reads it back.
 """
 
@@ -19,27 +19,27 @@ from gpuscope.testing.truth import Gap
 
 # --- constants of the model -------------------------------------------------------------------
 
-_T0_NS = 4_200_000_000_000  # the trace clock's origin: ts ~ 4.2e9 µs keeps 3 decimals exact
-_BASE_TIME_NS = 1_735_689_600_000_000_000  # 2025-01-01T00:00:00Z
+T0_NS = 4_200_000_000_000  # the trace clock's origin: ts ~ 4.2e9 µs keeps 3 decimals exact
+BASE_TIME_NS = 1_735_689_600_000_000_000  # 2025-01-01T00:00:00Z
 _REF_BATCH = 8
-_CLASSES = 4096  # output width of the head
-_HEAD_DIM = 128
+CLASSES = 4096  # output width of the head
+HEAD_DIM = 128
 _DRAM_EFFICIENCY = 0.85
-_FP32_SLOWDOWN = 8.0  # SIMT FP32 vs bf16 tensor cores, achieved
-_PINNED_GBPS = 24.0
+FP32_SLOWDOWN = 8.0  # SIMT FP32 vs bf16 tensor cores, achieved
+PINNED_GBPS = 24.0
 _STAGE_GBPS = 6.0  # host memcpy into the driver's pinned staging buffer
 _PAGEABLE_DMA_GBPS = 12.0
-_DTOH_GBPS = 10.0
-_BUS_GBPS = 360.0  # NCCL ring bus bandwidth (NVLink)
-_NCCL_FIXED_NS = 8_000
-_BF16 = "c10::BFloat16"
-_ITEMSIZE = {_BF16: 2, "float": 4, "long": 8}
-_MODULE_LINE = 118
-_LOOP_LINE = 48
-_COPY_LINE = 49
-_STEP_LINE = 50
-_CALL_IMPL = "torch/nn/modules/module.py(1773): _call_impl"
-_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+DTOH_GBPS = 10.0
+BUS_GBPS = 360.0  # NCCL ring bus bandwidth (NVLink)
+NCCL_FIXED_NS = 8_000
+BF16 = "c10::BFloat16"
+ITEMSIZE = {BF16: 2, "float": 4, "long": 8}
+MODULE_LINE = 118
+LOOP_LINE = 48
+COPY_LINE = 49
+STEP_LINE = 50
+CALL_IMPL = "torch/nn/modules/module.py(1773): _call_impl"
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 _CBID = {
     "cudaLaunchKernel": 211,
     "cudaLaunchKernelExC": 430,
@@ -62,7 +62,7 @@ RUNTIME_NAMES = tuple(_CBID)
 # --- kernels ----------------------------------------------------------------------------------
 
 
-class _Kernel(msgspec.Struct, frozen=True):
+class Kernel(msgspec.Struct, frozen=True):
     name: str
     dur_ns: int
     grid: tuple[int, int, int]
@@ -71,86 +71,86 @@ class _Kernel(msgspec.Struct, frozen=True):
     smem: int
 
 
-_GEMM_SM90 = (
+GEMM_SM90 = (
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
     "_execute_segment_k_off_kernel__5x_cublas"
 )
-_GEMM_SM80 = (
+GEMM_SM80 = (
     "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1"
     "_tensor16x8x16_kernel"
 )
-_GEMM_DGRAD = (
+GEMM_DGRAD = (
     "sm80_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x32_stage4_warpsize2x2x1"
     "_tensor16x8x16_kernel"
 )
-_GEMM_WGRAD = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn"
-_SGEMM = {"fwd": "ampere_sgemm_128x64_tn", "dgrad": "ampere_sgemm_128x64_nn"}
-_SGEMM_WGRAD = "volta_sgemm_128x64_nn"
-_FLASH_FWD = (
+GEMM_WGRAD = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn"
+SGEMM = {"fwd": "ampere_sgemm_128x64_tn", "dgrad": "ampere_sgemm_128x64_nn"}
+SGEMM_WGRAD = "volta_sgemm_128x64_nn"
+FLASH_FWD = (
     "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4,"
     " false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4,"
     " cutlass::bfloat16_t> >, false, true, false, false, false, true, false>"
     "(pytorch_flash::Flash_fwd_params)"
 )
-_FLASH_BWD = (
+FLASH_BWD = (
     "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<pytorch_flash::"
     "Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t,"
     " pytorch_flash::Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, false, false,"
     " false, false, false, false, false, false>(pytorch_flash::Flash_bwd_params)"
 )
-_FLASH_DOT = (
+FLASH_DOT = (
     "void pytorch_flash::flash_bwd_dot_do_o_kernel<true, pytorch_flash::Flash_bwd_kernel_traits"
     "<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, pytorch_flash::"
     "Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> > >(pytorch_flash::Flash_bwd_params)"
 )
-_LAYER_NORM = (
+LAYER_NORM = (
     "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>"
     "(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*,"
     " float*, c10::BFloat16*)"
 )
-_LAYER_NORM_BWD = (
+LAYER_NORM_BWD = (
     "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized"
     "<c10::BFloat16, float>(c10::BFloat16 const*, c10::BFloat16 const*, float const*,"
     " float const*, c10::BFloat16 const*, c10::BFloat16*, int)"
 )
-_SOFTMAX = (
+SOFTMAX = (
     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, float,"
     " at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::BFloat16 const*,"
     " int)"
 )
-_SOFTMAX_BWD = (
+SOFTMAX_BWD = (
     "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float,"
     " at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*,"
     " float const*, int)"
 )
-_NLL = (
+NLL = (
     "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float,"
     " long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"
 )
-_NLL_BWD = (
+NLL_BWD = (
     "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>"
     "(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"
 )
-_SUM = (
+SUM = (
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t"
     "<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::"
     "{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float,"
     " at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()"
     "(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)"
 )
-_ARGMAX = (
+ARGMAX = (
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::"
     "ArgMaxOps<c10::BFloat16>, unsigned int, long, 4> >(at::native::ReduceOp<c10::BFloat16,"
     " at::native::ArgMaxOps<c10::BFloat16>, unsigned int, long, 4>)"
 )
-_ADAM = (
+ADAM = (
     "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous"
     " namespace)::TensorListMetadata<{n}>, at::native::(anonymous namespace)::{functor}<float,"
     " {n}, {n}, 0>, {op}, float>(at::native::(anonymous namespace)::TensorListMetadata<{n}>,"
     " at::native::(anonymous namespace)::{functor}<float, {n}, {n}, 0>, {op}, float)"
 )
-_NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-_FUNCTORS = {
+NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+FUNCTORS = {
     "add": ("at::native::CUDAFunctor_add<c10::BFloat16>", 3),
     "mul": (
         "at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16,"
@@ -179,8 +179,8 @@ _FUNCTORS = {
 }
 
 
-def _elementwise_name(kind: str) -> str:
-    functor, arity = _FUNCTORS[kind]
+def elementwise_name(kind: str) -> str:
+    functor, arity = FUNCTORS[kind]
     array = f"std::array<char*, {arity}ul>"
     return (
         f"void at::native::vectorized_elementwise_kernel<4, {functor}, {array} >"
@@ -188,7 +188,7 @@ def _elementwise_name(kind: str) -> str:
     )
 
 
-def _launch_args(spec: DeviceSpec, kernel: _Kernel) -> JSON:
+def launch_args(spec: DeviceSpec, kernel: Kernel) -> JSON:
     """The launch-configuration args Kineto derives from CUPTI, for ``kernel`` on ``spec``."""
     blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
     threads = kernel.block[0] * kernel.block[1] * kernel.block[2]
@@ -215,7 +215,7 @@ def _launch_args(spec: DeviceSpec, kernel: _Kernel) -> JSON:
 # --- recorded shapes --------------------------------------------------------------------------
 
 
-class _Arg(NamedTuple):
+class Arg(NamedTuple):
     dims: list[Any]
     type: str
     strides: list[Any]
@@ -231,23 +231,23 @@ def _contiguous(dims: Sequence[int]) -> list[int]:
     return strides
 
 
-def _t(dims: Sequence[int], dtype: str = _BF16, strides: Sequence[int] | None = None) -> _Arg:
+def tensor_arg(dims: Sequence[int], dtype: str = BF16, strides: Sequence[int] | None = None) -> Arg:
     given = list(strides) if strides is not None else _contiguous(dims)
-    return _Arg(list(dims), dtype, given, "")
+    return Arg(list(dims), dtype, given, "")
 
 
-def _s(value: object) -> _Arg:
-    return _Arg([], "Scalar", [], str(value))
+def scalar_arg(value: object) -> Arg:
+    return Arg([], "Scalar", [], str(value))
 
 
-def _tensors(shapes: Sequence[Sequence[int]]) -> _Arg:
-    return _Arg([list(s) for s in shapes], "TensorList", [_contiguous(s) for s in shapes], "")
+def tensor_list_arg(shapes: Sequence[Sequence[int]]) -> Arg:
+    return Arg([list(s) for s in shapes], "TensorList", [_contiguous(s) for s in shapes], "")
 
 
-_NONE = _Arg([], "", [], "")
+NO_ARG = Arg([], "", [], "")
 
 
-def _shape_args(inputs: Sequence[_Arg]) -> JSON:
+def _shape_args(inputs: Sequence[Arg]) -> JSON:
     return {
         "Concrete Inputs": [a.concrete for a in inputs],
         "Input type": [a.type for a in inputs],
@@ -256,14 +256,14 @@ def _shape_args(inputs: Sequence[_Arg]) -> JSON:
     }
 
 
-def _numel(dims: Sequence[int]) -> int:
+def element_count(dims: Sequence[int]) -> int:
     return math.prod(dims)
 
 
 # --- the simulation ---------------------------------------------------------------------------
 
 
-class _Work(msgspec.Struct, frozen=True):
+class Work(msgspec.Struct, frozen=True):
     kind: str  # "kernel", "gpu_memcpy", "gpu_memset"
     name: str
     stream: int
@@ -281,14 +281,14 @@ class _Wait(msgspec.Struct, frozen=True):
     location: str | None  # a gap location when compute waits for communication
 
 
-class _Blame(msgspec.Struct, frozen=True):
+class Blame(msgspec.Struct, frozen=True):
     start: int
     end: int
     cause: str
     location: str
 
 
-class _GpuRange(msgspec.Struct, frozen=True):
+class GpuRange(msgspec.Struct, frozen=True):
     name: str
     stream: int
     start: int
@@ -296,7 +296,7 @@ class _GpuRange(msgspec.Struct, frozen=True):
     ext: int
 
 
-class _HostStep(msgspec.Struct, frozen=True):
+class HostStep(msgspec.Struct, frozen=True):
     name: str
     start: int
     end: int
@@ -306,7 +306,7 @@ class _HostStep(msgspec.Struct, frozen=True):
 _I = TypeVar("_I")
 
 
-class _Sim:
+class Sim:
     """Host thread and device streams of one rank; events are recorded in ns."""
 
     def __init__(self, cfg: GeneratorConfig, coll_end: Mapping[int, int]) -> None:
@@ -314,22 +314,22 @@ class _Sim:
         self.rng = random.Random(cfg.seed * 1_000_003 + cfg.rank)
         self.spec = DEVICES[cfg.device]
         self.pid = 20_000 + 37 * (cfg.seed % 500) + cfg.rank
-        self.now = _T0_NS + 40_000
+        self.now = T0_NS + 40_000
         self.host: list[JSON] = []
-        self.works: list[_Work] = []
+        self.works: list[Work] = []
         self.ready: dict[int, int] = {}
         self.last_start: dict[int, int] = {}
         self.waits: dict[int, _Wait] = {}
         self.py_stack: list[tuple[int, str]] = []
         self.ops: list[int] = []
-        self.blames: list[_Blame] = []
+        self.blames: list[Blame] = []
         self.comm_gaps: list[Gap] = []
-        self.ranges: list[_GpuRange] = []
-        self.steps: list[_HostStep] = []
+        self.ranges: list[GpuRange] = []
+        self.steps: list[HostStep] = []
         self.coll_end = coll_end
         self.coll_starts: list[int] = []
         self.coll_base: list[int] = []
-        self.gemm_extra_ns = _straggler_extra_ns(cfg, 0)
+        self.gemm_extra_ns = straggler_extra_ns(cfg, 0)
         self.step_speed = cfg.kernel_scale  # times as long as nominal, this step
         self._next_py = 0
         self._next_ext = 0
@@ -409,7 +409,7 @@ class _Sim:
     def op(
         self,
         name: str,
-        inputs: Sequence[_Arg] = (),
+        inputs: Sequence[Arg] = (),
         cost_us: float | None = None,
         extra: JSON | None = None,
     ) -> Iterator[None]:
@@ -442,7 +442,7 @@ class _Sim:
         """Device idleness while the host is inside this block is caused by ``cause``."""
         start, where = self.now, self.location()
         yield
-        self.blames.append(_Blame(start, self.now, cause, where))
+        self.blames.append(Blame(start, self.now, cause, where))
 
     def blame_if(self, condition: bool, cause: str) -> AbstractContextManager[None]:
         return self.blame(cause) if condition else nullcontext()
@@ -479,13 +479,13 @@ class _Sim:
         dur: int,
         args: JSON,
         coll: int | None = None,
-    ) -> _Work:
+    ) -> Work:
         start = self._after_wait(stream, max(ready, self.ready.get(stream, 0)))
         if coll is not None:
             self.coll_starts.append(start)
             dur = max(dur, self.coll_end.get(coll, 0) - start)
         corr, comm = args["correlation"], coll is not None
-        work = _Work(kind, name, stream, start, start + dur, launch, corr, args, comm)
+        work = Work(kind, name, stream, start, start + dur, launch, corr, args, comm)
         self.ready[stream] = work.end
         self.last_start[stream] = start
         self.works.append(work)
@@ -502,17 +502,17 @@ class _Sim:
 
     def launch(
         self,
-        kernel: _Kernel,
+        kernel: Kernel,
         stream: int | None = None,
         api: str = "cudaLaunchKernel",
         extra: JSON | None = None,
         coll: int | None = None,
         call_us: float | None = None,
-    ) -> _Work:
+    ) -> Work:
         target = self.compute if stream is None else stream
         start, corr = self.runtime(api, self.cfg.launch_us if call_us is None else call_us)
         args = self._device_args(target, corr, kernel=True)
-        args.update(_launch_args(self.spec, kernel))
+        args.update(launch_args(self.spec, kernel))
         args.update(extra or {})
         ready = start + round(self.cfg.launch_latency_us * 1000)
         return self.enqueue(
@@ -526,7 +526,7 @@ class _Sim:
             coll=coll,
         )
 
-    def copy(self, name: str, nbytes: int, dur: int, call_us: float = 7.0) -> _Work:
+    def copy(self, name: str, nbytes: int, dur: int, call_us: float = 7.0) -> Work:
         """``cudaMemcpyAsync`` that only enqueues (pinned or device memory)."""
         start, corr = self.runtime("cudaMemcpyAsync", call_us)
         ready = start + round(self.cfg.launch_latency_us * 1000)
@@ -535,7 +535,7 @@ class _Sim:
             "gpu_memcpy", name, self.compute, launch=start, ready=ready, dur=dur, args=args
         )
 
-    def pageable_h2d(self, nbytes: int) -> _Work:
+    def pageable_h2d(self, nbytes: int) -> Work:
         """Pageable HtoD: the call syncs the stream, stages the bytes, and the DMA ends it."""
         drain = self.stream_end(self.compute)
         start, corr = self.runtime("cudaMemcpyAsync", nbytes / _STAGE_GBPS / 1000, after=drain)
@@ -547,7 +547,7 @@ class _Sim:
             "gpu_memcpy", name, self.compute, launch=start, ready=ready, dur=dma, args=args
         )
 
-    def memset(self, nbytes: int) -> _Work:
+    def memset(self, nbytes: int) -> Work:
         start, corr = self.runtime("cudaMemsetAsync", 4.0)
         ready = start + round(self.cfg.launch_latency_us * 1000)
         dur = self.kernel_ns(1.5)
@@ -598,7 +598,7 @@ def _copy_args(args: JSON, nbytes: int, dur: int) -> JSON:
     return args
 
 
-def _straggler_extra_ns(cfg: GeneratorConfig, step: int) -> int:
+def straggler_extra_ns(cfg: GeneratorConfig, step: int) -> int:
     """Each GEMM's extra time on a straggler whose GEMMs run slow in ``step``."""
     gemms = (4 * cfg.layers + 1) * (3 if cfg.mode == "train" else 1)
     extra = sum(s.extra_ms for s in straggling(cfg, step) if not s.on_host)

@@ -152,7 +152,7 @@ CAUSES = (
     "warmup",
 )
 
-_INJECTED_NAME: dict[type, str] = {
+INJECTED_NAME: dict[type, str] = {
     HostSync: "host_sync",
     SlowDataLoader: "data_loader",
     PageableH2DCopy: "h2d_copy",
@@ -256,7 +256,7 @@ def _config_problems(cfg: GeneratorConfig) -> list[str]:
         (cfg.compute_stream != cfg.comm_stream, "compute and comm streams must differ"),
         ((cfg.collectives_per_step or 0) >= 0, "collectives_per_step must be >= 0"),
         (cfg.kernel_scale > 0 and cfg.step_noise_pct >= 0, "kernel_scale > 0, step_noise_pct >= 0"),
-        (all(isinstance(i, tuple(_INJECTED_NAME)) for i in cfg.inject), "unknown injection"),
+        (all(isinstance(i, tuple(INJECTED_NAME)) for i in cfg.inject), "unknown injection"),
         (
             all(i.kind in STARTUP_KINDS for i in cfg.inject if isinstance(i, Startup)),
             f"Startup.kind must be one of {', '.join(STARTUP_KINDS)}",

@@ -37,9 +37,9 @@ from pathlib import Path
 import msgspec
 from msgspec.structs import replace
 
-from gpuscope.testing._output import Interval, _document, _truth
-from gpuscope.testing._program import _run_program
-from gpuscope.testing._sim import RUNTIME_NAMES, _Sim
+from gpuscope.testing._output import Interval, ground_truth, kineto_document
+from gpuscope.testing._program import run_program
+from gpuscope.testing._sim import RUNTIME_NAMES, Sim
 from gpuscope.testing.config import (
     CAUSES,
     DEVICES,
@@ -110,15 +110,15 @@ def _clock_offset_ns(rank: int) -> int:
     return rank * 2_750 + (rank % 3) * 410
 
 
-def _simulate(cfg: GeneratorConfig, coll_end: Mapping[int, int]) -> _Sim:
-    sim = _Sim(cfg, coll_end)
-    _run_program(sim)
+def _simulate(cfg: GeneratorConfig, coll_end: Mapping[int, int]) -> Sim:
+    sim = Sim(cfg, coll_end)
+    run_program(sim)
     return sim
 
 
-def _package(sim: _Sim) -> GeneratedTrace:
+def _package(sim: Sim) -> GeneratedTrace:
     offset = _clock_offset_ns(sim.cfg.rank)
-    return GeneratedTrace(document=_document(sim, offset), truth=_truth(sim, offset))
+    return GeneratedTrace(document=kineto_document(sim, offset), truth=ground_truth(sim, offset))
 
 
 def generate(config: GeneratorConfig) -> GeneratedTrace:

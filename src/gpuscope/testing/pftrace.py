@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from gpuscope.readers._io import read_bytes
-from gpuscope.readers.kineto._values import _to_ns
+from gpuscope.readers.kineto._values import to_ns
 from gpuscope.readers.pftrace import _schema as pb
 
 __all__ = ["carried_only", "to_pftrace", "write_pftrace"]
@@ -144,8 +144,8 @@ class _Writer:
                 elif e.get("name") == "thread_name":
                     self.thread_names[(e.get("pid"), e.get("tid"))] = str(args.get("name", ""))
         complete = [e for e in events if e.get("ph") == "X" and e.get("cat") not in _SKIPPED]
-        times = _to_ns([e.get("ts", 0) for e in complete]) if complete else np.zeros(0, np.int64)
-        durs = _to_ns([e.get("dur", 0) for e in complete]) if complete else np.zeros(0, np.int64)
+        times = to_ns([e.get("ts", 0) for e in complete]) if complete else np.zeros(0, np.int64)
+        durs = to_ns([e.get("dur", 0) for e in complete]) if complete else np.zeros(0, np.int64)
         rows = [
             (e, self.base_ns + int(t), self.base_ns + int(t) + max(int(d), 0))
             for e, t, d in zip(complete, times.tolist(), durs.tolist(), strict=True)
@@ -390,7 +390,7 @@ class _Writer:
                 self.counter_names.append(name)
             iid = self.counter_iids.setdefault(gpu, len(self.counter_iids) + 1)
             packet = pb.TracePacket(
-                timestamp=self.base_ns + int(_to_ns([e.get("ts", 0)])[0]),
+                timestamp=self.base_ns + int(to_ns([e.get("ts", 0)])[0]),
                 trusted_packet_sequence_id=1,
                 sequence_flags=pb.SEQ_NEEDS_INCREMENTAL_STATE,
             )

@@ -14,21 +14,21 @@ import numpy as np
 from gpuscope.analyses.intervals import Intervals
 from gpuscope.analyses.ranks.collectives import I64, CollectiveTable, Participant, collectives
 from gpuscope.analyses.ranks.matching import (
-    _clock_offsets,
-    _exposed_wait,
-    _group_waits,
-    _match,
-    _presence,
-    _waits,
+    clock_offsets,
+    exposed_wait_of,
+    group_waits,
+    match_groups,
+    presence,
+    wait_times,
 )
 from gpuscope.analyses.ranks.results import RankAnalysis, RankStat, StragglerDetail
-from gpuscope.analyses.ranks.stragglers import _stragglers
+from gpuscope.analyses.ranks.stragglers import find_stragglers
 from gpuscope.analyses.ranks.summary import (
     RankSummary,
     straggler_detail,
     summarise,
 )
-from gpuscope.analyses.ranks.traffic import _bandwidth, _exposure
+from gpuscope.analyses.ranks.traffic import collective_bandwidth, step_exposure
 
 Describe = Callable[[int, Intervals, Intervals], StragglerDetail]
 """What the summary at a position did in a straggler's windows and before its arrivals."""
@@ -48,14 +48,14 @@ def analyse_summaries(summaries: list[RankSummary], describe: Describe | None) -
     """Who waits for whom, from per-rank summaries alone; ``describe`` tells what a named
     straggler did in its windows (None: not asked, the detail stays empty)."""
     tables = [s.table() for s in summaries]
-    groups, group_stats, notes = _match([s.rank for s in summaries], tables)
-    offsets = _clock_offsets(len(summaries), groups)
-    waits, contested, last_counts, late = _waits(len(summaries), tables, groups, offsets)
+    groups, group_stats, notes = match_groups([s.rank for s in summaries], tables)
+    offsets = clock_offsets(len(summaries), groups)
+    waits, contested, last_counts, late = wait_times(len(summaries), tables, groups, offsets)
     exposed_waits = [
-        _exposed_wait(s.compute_intervals(), t, w)
+        exposed_wait_of(s.compute_intervals(), t, w)
         for s, t, w in zip(summaries, tables, waits, strict=True)
     ]
-    stragglers = _stragglers(
+    stragglers = find_stragglers(
         summaries, groups, waits, exposed_waits, contested, late, describe or _no_detail
     )
     straggler_exposed = sum(s.caused_exposed_wait_ns for s in stragglers)
@@ -66,8 +66,8 @@ def analyse_summaries(summaries: list[RankSummary], describe: Describe | None) -
         _rank_stat(s, t, offsets[i], waits[i] if multi else None, exposed_waits[i], last_counts[i])
         for i, (s, t) in enumerate(zip(summaries, tables, strict=True))
     ]
-    present, missing, presence_notes = _presence(summaries)
-    bandwidth, bandwidth_note = _bandwidth(summaries, tables, groups)
+    present, missing, presence_notes = presence(summaries)
+    bandwidth, bandwidth_note = collective_bandwidth(summaries, tables, groups)
     return RankAnalysis(
         world_size=max((s.world_size or 0 for s in summaries), default=0) or None,
         present=present,
@@ -83,7 +83,7 @@ def analyse_summaries(summaries: list[RankSummary], describe: Describe | None) -
         stragglers=stragglers,
         bandwidth=bandwidth,
         bandwidth_note=bandwidth_note,
-        exposure=_exposure(summaries, tables, ranks, exposed_waits),
+        exposure=step_exposure(summaries, tables, ranks, exposed_waits),
     )
 
 
@@ -138,15 +138,15 @@ def collective_waits(participants: list[Participant], stragglers: list[int]) -> 
     straggler, a rank that waited ``w`` would have waited ``max(w - margin, 0)`` had the
     straggler arrived ``margin`` earlier, with the next-to-last rank (its own wait: none)."""
     tables = [collectives(p.work) for p in participants]
-    groups, _, _ = _match([p.rank for p in participants], tables)
-    offsets = _clock_offsets(len(participants), groups)
+    groups, _, _ = match_groups([p.rank for p in participants], tables)
+    offsets = clock_offsets(len(participants), groups)
     waits = [np.zeros(len(t), dtype=np.int64) for t in tables]
     cuts = [np.zeros(len(t), dtype=np.int64) for t in tables]
     late = set(stragglers)
     for g in groups:
         if len(g.members) < 2 or g.count == 0:
             continue
-        last, wait, margin, contested = _group_waits(g, offsets)
+        last, wait, margin, contested = group_waits(g, offsets)
         by_straggler = contested & np.isin(np.array(g.members)[last], list(late))
         for k, m in enumerate(g.members):
             waits[m][g.positions[k]] = wait[k]

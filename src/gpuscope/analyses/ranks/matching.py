@@ -20,7 +20,7 @@ from gpuscope.analyses.ranks.summary import RankSummary
 # --- the analysis -------------------------------------------------------------------------------
 
 
-class _Group(msgspec.Struct):
+class MatchedGroup(msgspec.Struct):
     name: str
     members: list[int]  # participant positions
     count: int
@@ -29,7 +29,7 @@ class _Group(msgspec.Struct):
     end_ns: I64
 
 
-def _presence(summaries: list[RankSummary]) -> tuple[list[int], list[int], list[str]]:
+def presence(summaries: list[RankSummary]) -> tuple[list[int], list[int], list[str]]:
     present = sorted({s.rank for s in summaries})
     world = max((s.world_size or 0 for s in summaries), default=0)
     missing = [r for r in range(world) if r not in set(present)] if world else []
@@ -45,13 +45,13 @@ def _presence(summaries: list[RankSummary]) -> tuple[list[int], list[int], list[
     return present, missing, notes
 
 
-def _match(
+def match_groups(
     rank_of: list[int], tables: list[CollectiveTable]
-) -> tuple[list[_Group], list[GroupStat], list[str]]:
+) -> tuple[list[MatchedGroup], list[GroupStat], list[str]]:
     """The n-th collective of each group, matched across the participants that have the group
     (``rank_of``: each participant's rank)."""
     names = list(dict.fromkeys(g for t in tables for g in t.group))
-    groups: list[_Group] = []
+    groups: list[MatchedGroup] = []
     stats: list[GroupStat] = []
     notes: list[str] = []
     for name in names:
@@ -68,7 +68,7 @@ def _match(
             {tables[m].kind[j] for m, p in zip(members, positions, strict=True) for j in p.tolist()}
         )
         groups.append(
-            _Group(
+            MatchedGroup(
                 name,
                 members,
                 count,
@@ -87,7 +87,7 @@ def _match(
     return groups, stats, notes
 
 
-def _clock_offsets(n: int, groups: list[_Group]) -> list[int | None]:
+def clock_offsets(n: int, groups: list[MatchedGroup]) -> list[int | None]:
     """Each participant's clock minus participant 0's: the median gap of matched collective ends.
 
     A participant that shares no collective with participant 0 is aligned through any participant
@@ -114,15 +114,15 @@ def _clock_offsets(n: int, groups: list[_Group]) -> list[int | None]:
     return offsets
 
 
-def _aligned_starts(g: _Group, offsets: list[int | None]) -> I64:
+def _aligned_starts(g: MatchedGroup, offsets: list[int | None]) -> I64:
     shift = np.array([offsets[m] or 0 for m in g.members], dtype=np.int64)
     return g.start_ns - shift[:, None]
 
 
-def _waits(
+def wait_times(
     n: int,
     tables: list[CollectiveTable],
-    groups: list[_Group],
+    groups: list[MatchedGroup],
     offsets: list[int | None],
 ) -> tuple[list[I64], list[int], list[int], list[list[tuple[int, int, int]]]]:
     """Per participant: wait per collective (table order), contested collectives it took part
@@ -137,7 +137,7 @@ def _waits(
     for gi, g in enumerate(groups):
         if len(g.members) < 2 or g.count == 0:
             continue
-        last, wait, margin, counted = _group_waits(g, offsets)
+        last, wait, margin, counted = group_waits(g, offsets)
         for k, m in enumerate(g.members):
             waits[m][g.positions[k]] = wait[k]
             contested[m] += int(counted.sum())
@@ -147,7 +147,9 @@ def _waits(
     return waits, contested, last_counts, late
 
 
-def _group_waits(g: _Group, offsets: list[int | None]) -> tuple[I64, I64, I64, NDArray[np.bool_]]:
+def group_waits(
+    g: MatchedGroup, offsets: list[int | None]
+) -> tuple[I64, I64, I64, NDArray[np.bool_]]:
     """Per collective of a matched group: which member arrived last, each member's wait (its
     duration beyond the last arrival's), the last arrival's margin over the next-to-last, and
     whether the collective was contested (some member waited ``CONTESTED_WAIT_NS`` or more)."""
@@ -160,7 +162,7 @@ def _group_waits(g: _Group, offsets: list[int | None]) -> tuple[I64, I64, I64, N
     return last, wait, margin, wait.max(axis=0) >= CONTESTED_WAIT_NS
 
 
-def _exposed_wait(compute: Intervals, table: CollectiveTable, wait: I64) -> I64:
+def exposed_wait_of(compute: Intervals, table: CollectiveTable, wait: I64) -> I64:
     """Per collective, the part of its wait with no compute alongside; sums to the exact union.
     ``compute``: the rank's compute intervals (those inside its collectives suffice)."""
     if len(table) == 0:

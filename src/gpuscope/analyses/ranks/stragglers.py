@@ -17,16 +17,16 @@ from gpuscope.analyses.ranks.collectives import (
     STRAGGLER_MIN_CAUSED_SHARE,
     STRAGGLER_MIN_LATE_NS,
 )
-from gpuscope.analyses.ranks.matching import _Group
+from gpuscope.analyses.ranks.matching import MatchedGroup
 from gpuscope.analyses.ranks.results import StragglerDetail, StragglerStat
 from gpuscope.analyses.ranks.summary import RankSummary
 
 # --- stragglers ---------------------------------------------------------------------------------
 
 
-def _stragglers(
+def find_stragglers(
     summaries: list[RankSummary],
-    groups: list[_Group],
+    groups: list[MatchedGroup],
     waits: list[I64],
     exposed: list[I64],
     shared: list[int],
@@ -79,7 +79,7 @@ def _stragglers(
 def _caused(
     i: int,
     arrivals: list[tuple[int, int, int]],
-    groups: list[_Group],
+    groups: list[MatchedGroup],
     waits: list[I64],
     exposed: list[I64],
 ) -> tuple[int, int, Intervals]:
@@ -101,7 +101,7 @@ def _caused(
     return caused, caused_exposed, windows
 
 
-def _before(i: int, arrivals: list[tuple[int, int, int]], groups: list[_Group]) -> Intervals:
+def _before(i: int, arrivals: list[tuple[int, int, int]], groups: list[MatchedGroup]) -> Intervals:
     """On participant ``i``'s own clock, from the end of its previous collective of the group (its
     first collective: the group's first start less one period) to each late arrival: what its
     host and device did before it came."""
@@ -122,7 +122,7 @@ def _before(i: int, arrivals: list[tuple[int, int, int]], groups: list[_Group]) 
 
 
 def _unlikely_by_chance(
-    groups: list[_Group], i: int, last: int, shared: int, named: list[int], questioned: int
+    groups: list[MatchedGroup], i: int, last: int, shared: int, named: list[int], questioned: int
 ) -> bool:
     """Last at ``last`` of the ``shared`` collectives no named rank came last at: too often to be
     the luck of the draw among the ``questioned`` ranks not yet named (a Bonferroni bound: each

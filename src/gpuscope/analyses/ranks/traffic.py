@@ -15,7 +15,7 @@ from gpuscope.analyses.ranks.collectives import (
     CollectiveTable,
     bus_factor,
 )
-from gpuscope.analyses.ranks.matching import _Group
+from gpuscope.analyses.ranks.matching import MatchedGroup
 from gpuscope.analyses.ranks.results import (
     BandwidthStat,
     ExposureSummary,
@@ -27,8 +27,8 @@ from gpuscope.analyses.ranks.summary import LOCATED_COLLECTIVES, RankSummary
 # --- bandwidth ----------------------------------------------------------------------------------
 
 
-def _bandwidth(
-    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[_Group]
+def collective_bandwidth(
+    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[MatchedGroup]
 ) -> tuple[list[BandwidthStat], str | None]:
     """Per kind: recorded message bytes over the transfer time (the last arrival's duration)."""
     totals, unsized = _bandwidth_totals(summaries, tables, groups)
@@ -53,7 +53,7 @@ def _bandwidth(
 
 
 def _bandwidth_totals(
-    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[_Group]
+    summaries: list[RankSummary], tables: list[CollectiveTable], groups: list[MatchedGroup]
 ) -> tuple[dict[tuple[str, int, bool], list[int]], int]:
     """(kind, ranks, one rank only) -> [collectives, bytes, transfer ns]; and how many collectives
     had no recorded size."""
@@ -88,7 +88,7 @@ def _bandwidth_totals(
 # --- exposure -----------------------------------------------------------------------------------
 
 
-def _exposure(
+def step_exposure(
     summaries: list[RankSummary],
     tables: list[CollectiveTable],
     ranks: list[RankStat],

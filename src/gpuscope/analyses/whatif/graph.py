@@ -22,7 +22,7 @@ B = NDArray[np.bool_]
 #: "No constraint": far below any time of a window (times are relative to the window's start).
 NEG = -(1 << 42)
 #: Offset between chains in the segmented scan: above any span of a window (about 4.9 hours).
-_SEG = 1 << 44
+SEGMENT = 1 << 44
 #: A blocking call returns at most this long before the end of the work it waited for (clocks
 #: of host and device agree to a few µs).
 RETURN_TOLERANCE_NS = 2_000
@@ -261,7 +261,7 @@ def _host_chains(trace: Trace, runtime: I64, origin: int) -> tuple[I64, I64, B, 
     # Running max of previous ends within a thread: a call that starts before it is nested.
     prev_end = np.full(hrows.size, NEG, dtype=np.int64)
     if hrows.size:
-        seg = thread_id * _SEG
+        seg = thread_id * SEGMENT
         running = np.maximum.accumulate(hend + seg) - seg
         prev_end[1:] = running[:-1]
         prev_end[new_thread] = NEG

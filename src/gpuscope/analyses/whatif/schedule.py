@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscope._native import current
-from gpuscope.analyses.whatif.graph import _SEG, NEG, Edit, Graph
+from gpuscope.analyses.whatif.graph import NEG, SEGMENT, Edit, Graph
 
 #: The solver source this replay follows (``REPLAY_VERSION`` in ``_replay.c``); a build of older
 #: source is not used (:mod:`gpuscope._native`).
@@ -81,7 +81,7 @@ def replay(g: Graph, edit: Edit, *, python: bool = False) -> tuple[I64, I64, boo
         )
         if solved:
             return s_out, e_out, True
-    seg = g.chain * _SEG
+    seg = g.chain * SEGMENT
     a = gap + dur
     a = np.where(g.first, 0, a)
     acc = np.cumsum(a)

@@ -11,7 +11,7 @@ import numpy as np
 
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.compare.diff.memory import MemoryDiff, memory_diff
-from gpuscope.compare.diff.stats import Comparison, _left_out_note, compare, typical_steps
+from gpuscope.compare.diff.stats import Comparison, compare, left_out_note, typical_steps
 from gpuscope.compare.diff.summary import (
     COST,
     EXPOSED_COMMUNICATION,
@@ -200,7 +200,7 @@ def _metric_diffs(
             typical_b, typical_a, left_b, left_a = typical_steps(b, a)
             if left_b or left_a:
                 comparison = msgspec.structs.replace(
-                    compare(typical_b, typical_a), note=_left_out_note(left_b, left_a)
+                    compare(typical_b, typical_a), note=left_out_note(left_b, left_a)
                 )
         if (not b or not a) and name in before.window and name in after.window:
             comparison = _compare_windows(before.window[name], after.window[name])

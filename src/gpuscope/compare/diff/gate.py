@@ -14,7 +14,7 @@ from gpuscope.compare.diff.changes import RunDiff
 from gpuscope.compare.diff.stats import (
     CONFIDENCE,
     MAX_STEPS_TO_SETTLE,
-    _left_out_note,
+    left_out_note,
     robust_sd,
     shift_differences,
     shift_interval,
@@ -186,7 +186,7 @@ def regression_line(r: Regression) -> str:
         f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {r.after_steps} and"
         f" {r.before_steps} steps"
     )
-    left_out = _left_out_note(r.before_left_out, r.after_left_out)
+    left_out = left_out_note(r.before_left_out, r.after_left_out)
     if left_out:
         line += f", {left_out.replace(' before', ' baseline').replace(' after', ' run')}"
     if r.verdict == "within" and r.upper_pct is not None:

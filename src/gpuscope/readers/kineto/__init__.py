@@ -33,7 +33,7 @@ from gpuscope.model import Trace
 from gpuscope.readers import _scan
 from gpuscope.readers._io import memory_budget, read_bytes
 from gpuscope.readers._scan import NotScannableError, Scan, TextState, looks_like_kineto
-from gpuscope.readers.kineto._columns import _Columns, memory_in, memory_of
+from gpuscope.readers.kineto._columns import Columns, memory_in, memory_of
 from gpuscope.readers.kineto._pieces import (
     JSON_STRING,
     EventText,
@@ -119,7 +119,7 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
         raise UnknownFormatError(path, "JSON without a 'traceEvents' list: not a Chrome trace")
     if not events:
         raise EmptyTraceError(path, "the trace holds no events")
-    columns = _Columns(lenient=isinstance(document, LenientDocument))
+    columns = Columns(lenient=isinstance(document, LenientDocument))
     columns.add(events, lambda: flows_of(data))
     columns.add_memory(memory_of(data))
     return columns.finish(path, document, lost_tail=lost_tail)
@@ -127,7 +127,7 @@ def _read(path: Path, data: bytes, truncated_stream: bool) -> Trace:
 
 def _read_streamed(path: Path) -> Trace:
     limit = _scan.scan_limit()
-    columns = _Columns(lenient=False)
+    columns = Columns(lenient=False)
     stream = EventText(path, lambda: limit - columns.nbytes)
     for chunk in stream.chunks():
         body = b"[" + chunk + b"]"
@@ -147,7 +147,7 @@ def _read_streamed(path: Path) -> Trace:
 
 def _read_scanned(path: Path, scan: Scan) -> Trace:
     """The columns the C scanner read, piece by piece, into the model (see ``_scan``)."""
-    columns = _Columns(lenient=False)
+    columns = Columns(lenient=False)
     try:
         columns.add_scanned(scan.result())
     except UnicodeDecodeError:
@@ -155,7 +155,7 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
     return _finish(path, columns, scan.state, NotScannableError)
 
 
-def _finish(path: Path, columns: _Columns, state: TextState, declined: type[Exception]) -> Trace:
+def _finish(path: Path, columns: Columns, state: TextState, declined: type[Exception]) -> Trace:
     """The end both piece-by-piece paths share: a file cut before its first whole event is
     corrupt; the metadata around the events is decoded; events that were not the top-level
     ``traceEvents`` list raise ``declined``, and the caller reads the file another way."""

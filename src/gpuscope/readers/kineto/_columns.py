@@ -30,7 +30,6 @@ from gpuscope.model import (
 from gpuscope.readers._links import join_launches, link_launches
 from gpuscope.readers.kineto._counters import counter_series, events_in
 from gpuscope.readers.kineto._shape import (
-    _SKIP,
     CATEGORY,
     DEVICE_KINDS,
     DUR,
@@ -45,6 +44,7 @@ from gpuscope.readers.kineto._shape import (
     MEMORY_ARGS_DECODER,
     MEMORY_DOCUMENT_DECODER,
     OCCUPANCY,
+    SKIP,
     STEP_NAME,
     TID,
     TS,
@@ -56,16 +56,15 @@ from gpuscope.readers.kineto._values import (
     MAX_NAME_CHARS,
     NEGATIVE_DURATION,
     NOT_A_STRING,
-    _coerce_args,
-    _extras_of,
-    _to_ns,
     arg_column,
     bad_times,
     between_gpus,
+    coerce_args,
     count_skipped,
     decode_args,
     dims_product,
     extra_args,
+    extras_of,
     id_column,
     int_id,
     joined_columns,
@@ -76,6 +75,7 @@ from gpuscope.readers.kineto._values import (
     opt_int,
     raw_string,
     scatter,
+    to_ns,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _ints(block: Any, rows: int) -> np.ndarray:
     return values
 
 
-class _Columns:
+class Columns:
     """Events turned into columns piece by piece, then assembled into one sorted table."""
 
     def __init__(self, *, lenient: bool) -> None:
@@ -167,7 +167,7 @@ class _Columns:
         codes = np.fromiter(
             map(self.kind_of.__getitem__, categories), dtype=np.uint8, count=len(categories)
         )
-        keep = codes != _SKIP
+        keep = codes != SKIP
         rows = list(compress(complete, keep.tolist()))
         if not rows:
             return
@@ -211,7 +211,7 @@ class _Columns:
         codes_of_cat = np.array([self._kind_code(c) for c in cats], dtype=np.uint8)
         cat = np.frombuffer(memoryview(raw.pop("cat")), dtype=np.int32)
         codes = codes_of_cat[cat]
-        keep = codes != _SKIP
+        keep = codes != SKIP
         # The scanner hands over any time that is not a number in range; a negative duration
         # is skipped and counted here as the msgspec reader does (see bad_times).
         negative = keep & (_ints(raw["dur_ns"], n) < 0)
@@ -243,18 +243,7 @@ class _Columns:
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
-            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
-            # The scanner interns the kept arguments: each distinct text is decoded once (all
-            # of them, used or not, as msgspec would decode them) and its dict shared.
-            ids, texts = extras
-            shared = [self._shared(_extras_of(decode_args(text))) for text in texts]
-            value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
-            text_ids = np.frombuffer(ids, dtype=np.int32)
-            used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
-            new_row = np.cumsum(keep) - 1
-            self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
-            self.extra_ids.append(value_id[text_ids[used]])
-            self.nbytes += 12 * int(used.sum())
+            self._add_scanned_extras(extra_rows, extras, keep)
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
@@ -271,6 +260,21 @@ class _Columns:
             text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
             self.flows.extend(FLOWS_DECODER.decode(text))
         self.rows += len(kept)
+
+    def _add_scanned_extras(self, extra_rows: bytes, extras: Any, keep: np.ndarray) -> None:
+        """The extra arguments of the scanned events ``keep`` keeps. The scanner interns them:
+        each distinct text is decoded once (all of them, used or not, as msgspec would decode
+        them) and its dict shared."""
+        rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
+        ids, texts = extras
+        shared = [self._shared(extras_of(decode_args(text))) for text in texts]
+        value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
+        text_ids = np.frombuffer(ids, dtype=np.int32)
+        used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
+        new_row = np.cumsum(keep) - 1
+        self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
+        self.extra_ids.append(value_id[text_ids[used]])
+        self.nbytes += 12 * int(used.sum())
 
     def add_memory(self, candidates: list[Any]) -> None:
         """Keep the ``[memory]`` instant events among ``candidates`` (any events, their
@@ -314,7 +318,7 @@ class _Columns:
             for _, t, a in events
             if a.device_type != 0 and a.device >= 0
         ]
-        self._keep_columns(_to_ns(times), np.array(rows, dtype=np.int64).reshape(-1, 7))
+        self._keep_columns(to_ns(times), np.array(rows, dtype=np.int64).reshape(-1, 7))
 
     def _keep_columns(self, time_ns: np.ndarray, table: np.ndarray) -> None:
         if not len(table):
@@ -347,17 +351,17 @@ class _Columns:
         return mapped
 
     def _kind_code(self, cat: Any) -> int:
-        """The kind code of an event category (``_SKIP``: not one the model keeps)."""
+        """The kind code of an event category (``SKIP``: not one the model keeps)."""
         if cat not in self.kind_of:
             kind = KIND_OF_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
-            self.kind_of[cat] = _SKIP if kind is None else int(kind)
+            self.kind_of[cat] = SKIP if kind is None else int(kind)
             self.old_schema |= cat in ("Kernel", "Runtime", "Operator")
         return self.kind_of[cat]
 
     def _columns(self, rows: list[Any], kinds: np.ndarray, lenient: bool) -> dict[str, np.ndarray]:
         args = [e.args or EMPTY_ARGS for e in rows]
         if lenient:
-            args = [_coerce_args(a) for a in args]
+            args = [coerce_args(a) for a in args]
             ts = [num(e.ts) for e in rows]
             dur = [num(e.dur) for e in rows]
             self.float_ts |= any(isinstance(e.ts, float) for e in rows)
@@ -382,8 +386,8 @@ class _Columns:
         return {
             "kind": kinds,
             "name_id": self._intern(list(map(EVENT_NAME, rows))),
-            "start_ns": _to_ns(ts_us),
-            "dur_ns": _to_ns(dur),
+            "start_ns": to_ns(ts_us),
+            "dur_ns": to_ns(dur),
             **self._arg_columns(
                 kinds, id_column(list(map(EVENT_PID, rows))), id_column(list(map(TID, rows))), arg
             ),
@@ -546,7 +550,7 @@ def _link_by_flows(table: Events, flows: list[Any]) -> None:
         for e in flows
         if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.lower() in FLOW_CATEGORIES
     ]
-    ts_ns = _to_ns([num(e.ts) for e in flows]).tolist()
+    ts_ns = to_ns([num(e.ts) for e in flows]).tolist()
     starts: dict[Any, tuple[int, int, int]] = {}
     finishes: dict[Any, tuple[int, int, int]] = {}
     for e, t_ns in zip(flows, ts_ns, strict=True):

@@ -24,7 +24,7 @@ import numpy as np
 
 from gpuscope.model import CounterSeries
 from gpuscope.readers.kineto._shape import CounterEvent
-from gpuscope.readers.kineto._values import _to_ns
+from gpuscope.readers.kineto._values import to_ns
 
 _GPU_COUNTERS = re.compile(r"^GPU (\d+) Counters$")
 
@@ -86,7 +86,7 @@ def counter_series(events: list[CounterEvent], source: str = "kineto") -> list[C
             values.append(number)
     series = []
     for (gpu, name), (times, values) in sorted(samples.items()):
-        time_ns = _to_ns(times).astype(np.int64)
+        time_ns = to_ns(times).astype(np.int64)
         order = np.argsort(time_ns, kind="stable")
         series.append(
             CounterSeries(

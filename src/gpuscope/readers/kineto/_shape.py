@@ -20,7 +20,7 @@ ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 # --- the decoded shape -----------------------------------------------------------------------
 
 
-class _Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False):
     correlation: int = -1
     stream: int = -1
     device: int = -1
@@ -50,11 +50,11 @@ class _Args(msgspec.Struct, gc=False):
     to_device: int | None = msgspec.field(default=None, name="toDevice")
 
 
-# The same fields as _Args, any JSON type: the fallback when a writer put odd types in ``args``.
-_LenientArgs = msgspec.defstruct(
-    "_LenientArgs",
-    [(f.name, Any, None) for f in msgspec.structs.fields(_Args)],
-    rename={f.name: f.encode_name for f in msgspec.structs.fields(_Args)},
+# The same fields as Args, any JSON type: the fallback when a writer put odd types in ``args``.
+LenientArgs = msgspec.defstruct(
+    "LenientArgs",
+    [(f.name, Any, None) for f in msgspec.structs.fields(Args)],
+    rename={f.name: f.encode_name for f in msgspec.structs.fields(Args)},
     gc=False,
 )
 
@@ -68,7 +68,7 @@ class Event(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     tid: Any = None
     ts: int | float = 0
     dur: int | float = 0
-    args: _Args | None = None
+    args: Args | None = None
 
 
 def _skipped_phase(phase: str) -> type:
@@ -141,10 +141,10 @@ class _LenientEvent(msgspec.Struct, gc=False):
     dur: Any = 0.0
     id: Any = None
     bp: Any = ""
-    args: _LenientArgs | None = None  # type: ignore[valid-type]
+    args: LenientArgs | None = None  # type: ignore[valid-type]
 
 
-class _Document(msgspec.Struct):
+class Document(msgspec.Struct):
     traceEvents: list[_AnyEvent] | None = None  # type: ignore[valid-type]  # noqa: N815 - the format's own key
     deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
     computeProperties: list[dict[str, Any]] | None = None  # noqa: N815
@@ -166,7 +166,7 @@ class LenientDocument(msgspec.Struct):
     hip_runtime_version: Any = None
 
 
-DOCUMENT_DECODER = msgspec.json.Decoder(_Document)
+DOCUMENT_DECODER = msgspec.json.Decoder(Document)
 EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])  # type: ignore[valid-type]
 FLOWS_DECODER = msgspec.json.Decoder(list[_Flow])
 META_DECODER = DOCUMENT_DECODER  # the document without its events
@@ -181,11 +181,11 @@ TID = attrgetter("tid")
 TS = attrgetter("ts")
 DUR = attrgetter("dur")
 OCCUPANCY = attrgetter("occupancy_pct")
-_SKIP = 255
+SKIP = 255
 # float_hook: a number beyond a double (``1e400``) is valid JSON; it decodes as infinity and is
 # then refused as a value (see bad_times), rather than failing the whole document.
 LENIENT_DECODER = msgspec.json.Decoder(LenientDocument, float_hook=float)
-EMPTY_ARGS = _Args()
+EMPTY_ARGS = Args()
 LENIENT_EVENTS_DECODER = msgspec.json.Decoder(list[_LenientEvent], float_hook=float)
 
 # Categories, matched case-insensitively (2021 traces capitalise them).

@@ -20,8 +20,8 @@ from gpuscope.model import CopyDirection, Extras, Kind, narrow
 from gpuscope.readers.kineto._shape import (
     EMPTY_ARGS,
     MEMCPY_DIRECTION,
-    _Args,
-    _LenientArgs,
+    Args,
+    LenientArgs,
 )
 
 
@@ -76,7 +76,7 @@ def id_column(values: list[Any]) -> np.ndarray:
     return np.array([int_id(v) for v in values], dtype=np.int64)
 
 
-def _to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
+def to_ns(values_us: list[Any] | np.ndarray) -> np.ndarray:
     """Microseconds as written (ints, or floats with a fraction) to exact integer nanoseconds.
 
     Integers are scaled exactly; floats are split into whole and fractional microseconds first,
@@ -197,10 +197,10 @@ def opt_int(value: Any) -> int | None:
     return number if number is None or _INT64_MIN <= number <= _INT64_MAX else None
 
 
-def _coerce_args(a: Any) -> Any:
+def coerce_args(a: Any) -> Any:
     """Turn lenient args into the typed shape, dropping values of the wrong type."""
-    typed = _Args()
-    for field_name in _Args.__struct_fields__:
+    typed = Args()
+    for field_name in Args.__struct_fields__:
         value = getattr(a, field_name)
         if field_name in {"grid", "block"}:
             value = (
@@ -289,14 +289,14 @@ def extra_args(args: list[Any]) -> dict[int, dict[str, Any]]:
         | np.array(has_stack, dtype=bool)
         | np.array(has_peer, dtype=bool)
     )
-    return {row: _extras_of(args[row]) for row in rows.tolist()}
+    return {row: extras_of(args[row]) for row in rows.tolist()}
 
 
 _EXTRA_VALUES = attrgetter(*(f for f, _ in _EXTRA_FIELDS))
 _EXTRA_KEYS = tuple(key for _, key in _EXTRA_FIELDS)
 
 
-def _extras_of(a: Any) -> dict[str, Any]:
+def extras_of(a: Any) -> dict[str, Any]:
     """The arguments kept per event (shapes, collective sizes, 2021 call stacks, a copy's source
     and destination GPUs), by their model names."""
     if (
@@ -312,8 +312,8 @@ def _extras_of(a: Any) -> dict[str, Any]:
 
 
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
-_ARGS_DECODER = msgspec.json.Decoder(_Args)
-_LENIENT_ARGS_DECODER = msgspec.json.Decoder(_LenientArgs, float_hook=float)
+_ARGS_DECODER = msgspec.json.Decoder(Args)
+_LENIENT_ARGS_DECODER = msgspec.json.Decoder(LenientArgs, float_hook=float)
 
 
 def decode_args(text: Any) -> Any:
@@ -321,7 +321,7 @@ def decode_args(text: Any) -> Any:
     try:
         return _ARGS_DECODER.decode(text)
     except msgspec.ValidationError:
-        return _coerce_args(_LENIENT_ARGS_DECODER.decode(text))
+        return coerce_args(_LENIENT_ARGS_DECODER.decode(text))
 
 
 def raw_string(raw: bytes) -> str:

@@ -40,7 +40,7 @@ Speed: a C walker (``_pfscan.c``, see :mod:`._columns`) reads the slices and ren
 straight from the wire format into columns, and numpy pairs and joins them; only the few other
 packets (clock, tracks, interned data, counters) go through protobuf. Where the walker is not
 built, or does not follow a file, protobuf decodes every packet and Python reads each in turn
-(``_decode._Reader``: the same trace, several times slower). benchmarks/pftrace_read.py
+(``_decode.PacketReader``: the same trace, several times slower). benchmarks/pftrace_read.py
 measures it against the same run's JSON.
 """
 

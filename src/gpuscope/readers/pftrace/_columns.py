@@ -1,5 +1,5 @@
 """The fast path: a ``.pftrace`` walked by the C extension (``_pfscan.c``) into columns, and the
-columns turned into the same rows as :class:`~gpuscope.readers.pftrace._decode._Reader`, its
+columns turned into the same rows as :class:`~gpuscope.readers.pftrace._decode.PacketReader`, its
 pure-Python twin, makes packet by packet with protobuf.
 
 Contract: :func:`read_columns` returns the :class:`Decoded` trace, or None when the extension is
@@ -20,21 +20,21 @@ import numpy as np
 
 from gpuscope._native import current
 from gpuscope.errors import EmptyTraceError
-from gpuscope.readers.kineto._columns import _Columns
-from gpuscope.readers.kineto._shape import _SKIP
+from gpuscope.readers.kineto._columns import Columns
+from gpuscope.readers.kineto._shape import SKIP
 from gpuscope.readers.pftrace import _schema as pb
 from gpuscope.readers.pftrace._decode import (
-    _EXTRA_KEYS,
-    _STAGE_CATEGORY,
-    _STREAM,
-    _WANTED,
+    EXTRA_KEYS,
     ID_NAMES,
     NO_PROFILER_EVENTS,
+    STAGE_CATEGORY,
+    STREAM_NAME,
+    WANTED_KEYS,
     Decoded,
-    _annotations,
-    _int,
-    _Reader,
-    _text,
+    PacketReader,
+    annotation_values,
+    as_int,
+    as_text,
     extras_key,
     guess,
     table,
@@ -60,16 +60,16 @@ F_CAT_IID, F_CAT_TEXT, F_LAUNCH, F_FLOW = 1, 2, 4, 8
  S_NAME_AT, S_NAME_LEN, S_HAS_LAUNCH, S_GX, S_GY, S_GZ, S_BX, S_BY, S_BZ, S_BYTES_AT,
  S_BYTES_LEN) = range(20)  # fmt: skip
 
-_WANTED_BYTES = tuple(sorted(name.encode() for name in _WANTED))
+_WANTED_BYTES = tuple(sorted(name.encode() for name in WANTED_KEYS))
 _ID_BYTES = tuple(name.encode() for name in ID_NAMES)
 _ID = {name: i for i, name in enumerate(ID_NAMES)}
-#: The annotations read from each slice (as ``_Reader`` reads them from its args).
+#: The annotations read from each slice (as ``PacketReader`` reads them from its args).
 _ARG_NAMES = ("correlation", "External id", "bytes", "Python id", "Python parent id", "cbid",
               "device", "stream")  # fmt: skip
 
 
 class _Arg:
-    """One annotation across the slices: present, an integer (``_int``), its value."""
+    """One annotation across the slices: present, an integer (``as_int``), its value."""
 
     def __init__(self, n: int) -> None:
         self.present = np.zeros(n, dtype=bool)
@@ -89,7 +89,7 @@ def read_columns(path: Path, data: bytes, *, lost_tail: bool) -> Decoded | None:
     slices = np.frombuffer(slices_raw, dtype=np.int64).reshape(-1, _pfscan.EVENT_COLUMNS)
     stages = np.frombuffer(stages_raw, dtype=np.int64).reshape(-1, _pfscan.STAGE_COLUMNS)
     others = np.frombuffer(others_raw, dtype=np.int64).reshape(-1, 3)
-    reader = _Reader(path)
+    reader = PacketReader(path)
     if not _other_packets(reader, data, others, marks, stages):
         return None
     builder = _Builder(reader, data, keys)
@@ -100,7 +100,7 @@ def read_columns(path: Path, data: bytes, *, lost_tail: bool) -> Decoded | None:
 
 
 def _other_packets(
-    reader: _Reader, data: bytes, others: np.ndarray, events: np.ndarray, stages: np.ndarray
+    reader: PacketReader, data: bytes, others: np.ndarray, events: np.ndarray, stages: np.ndarray
 ) -> bool:
     """Decode the packets the walker left alone, in order; False (declined) for one protobuf
     does not read, or for interned data or a track after the first event (the packet-by-packet
@@ -124,14 +124,16 @@ def _other_packets(
 
 
 class _Builder:
-    """The rows of one trace from the walker's columns (the twin of ``_Reader.track_event``,
+    """The rows of one trace from the walker's columns (the twin of ``PacketReader.track_event``,
     ``render_stage`` and ``finish``, in numpy)."""
 
-    def __init__(self, reader: _Reader, data: bytes, keys: list[bytes]) -> None:
+    def __init__(self, reader: PacketReader, data: bytes, keys: list[bytes]) -> None:
         self.reader = reader
         self.data = data
-        self.key_args = [_annotations(pb.TrackEvent.FromString(k).debug_annotations, reader.nested)
-                         for k in keys]  # fmt: skip
+        self.key_args = [
+            annotation_values(pb.TrackEvent.FromString(k).debug_annotations, reader.nested)
+            for k in keys
+        ]
 
     # --- slices ----------------------------------------------------------------------------------
 
@@ -147,7 +149,7 @@ class _Builder:
         uuids = begin[:, E_UUID].view(np.uint64)
         pid, tid, device, stream = self._where(uuids, keys, args)
         correlation = np.where(args["correlation"].present, args["correlation"].value, -1)
-        correlation[correlation == 0] = -1  # `_int(...) or -1`
+        correlation[correlation == 0] = -1  # `as_int(...) or -1`
         flags = begin[:, E_FLAGS]
         launches = np.flatnonzero(((flags & F_LAUNCH) != 0) & (begin[:, E_LAUNCHED] > 0))
         flows = np.flatnonzero(((flags & F_LAUNCH) == 0) & ((flags & F_FLOW) != 0))
@@ -179,7 +181,7 @@ class _Builder:
         for k, values in enumerate(self.key_args):
             if name in values:
                 per_key.present[k] = True
-                number = _int(values[name])
+                number = as_int(values[name])
                 if number is not None:
                     per_key.valid[k], per_key.value[k] = True, number
         if per_key.present.any():
@@ -200,7 +202,7 @@ class _Builder:
     def _where(
         self, uuids: np.ndarray, keys: np.ndarray, args: dict[str, _Arg]
     ) -> tuple[np.ndarray, ...]:
-        """pid, tid, device and stream of each slice (``_Reader.where``, once per track and
+        """pid, tid, device and stream of each slice (``PacketReader.where``, once per track and
         distinct annotations)."""
         tracks = self.reader.tracks
         _, track = _factor(uuids)
@@ -227,7 +229,7 @@ class _Builder:
         for row in np.flatnonzero(~by_iid & ((flags & F_CAT_TEXT) != 0)).tolist():
             at, length = int(begin[row, E_CAT_AT]), int(begin[row, E_CAT_LEN])
             index[row] = len(table)
-            table.append(_text(self.data[at : at + length]))
+            table.append(as_text(self.data[at : at + length]))
         return table, index
 
     def _names(self, begin: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -238,13 +240,13 @@ class _Builder:
         for row in np.flatnonzero((iids == 0) & (begin[:, E_NAME_AT] >= 0)).tolist():
             at, length = int(begin[row, E_NAME_AT]), int(begin[row, E_NAME_LEN])
             index[row] = len(table)
-            table.append(_text(self.data[at : at + length]))
+            table.append(as_text(self.data[at : at + length]))
         return table, index
 
     # --- render stages --------------------------------------------------------------------------
 
     def stages(self, stages: np.ndarray) -> None:
-        """The GPU work (``_Reader.render_stage``, a plain loop over integers)."""
+        """The GPU work (``PacketReader.render_stage``, a plain loop over integers)."""
         reader, data = self.reader, self.data
         specs, names, kernels = reader.stages, reader.names, reader.kernels
         kept: list[int] = []
@@ -255,13 +257,13 @@ class _Builder:
         lanes: dict[int, int] = {}
         for i, row in enumerate(stages.view(np.uint64).tolist()):
             stage_name = specs.get(row[S_STAGE_IID], "")
-            category = _STAGE_CATEGORY.get(stage_name)
+            category = STAGE_CATEGORY.get(stage_name)
             if category is None:
                 continue
             queue = row[S_QUEUE_IID]
             stream = lanes.get(queue)
             if stream is None:
-                match = _STREAM.search(specs.get(queue, ""))
+                match = STREAM_NAME.search(specs.get(queue, ""))
                 stream = lanes[queue] = int(match.group(1)) if match else queue
             if row[S_NAME_IID]:
                 name = names.get(row[S_NAME_IID], stage_name)
@@ -269,13 +271,13 @@ class _Builder:
                 name = kernels.get(row[S_KERNEL_IID], stage_name)
             elif row[S_NAME_AT] != 2**64 - 1:
                 at = row[S_NAME_AT]
-                name = _text(data[at : at + row[S_NAME_LEN]]) or stage_name
+                name = as_text(data[at : at + row[S_NAME_LEN]]) or stage_name
             else:
                 name = stage_name
             count = -1
             if category in ("gpu_memcpy", "gpu_memset") and row[S_BYTES_AT] != 2**64 - 1:
                 at = row[S_BYTES_AT]
-                count = _int(_text(data[at : at + row[S_BYTES_LEN]])) or -1
+                count = as_int(as_text(data[at : at + row[S_BYTES_LEN]])) or -1
             kept.append(i)
             categories.append(category)
             row_names.append(name)
@@ -305,7 +307,7 @@ class _Builder:
     # --- the model ------------------------------------------------------------------------------
 
     def finish(self, lost_tail: bool) -> Any:
-        """``_Reader.finish`` over the columns."""
+        """``PacketReader.finish`` over the columns."""
         reader = self.reader
         name_table, name_index = self.names
         category_table, category_index = self.categories
@@ -324,11 +326,11 @@ class _Builder:
         ).astype(np.int64)
         seq = np.concatenate([self.begin[:, E_SEQ], self.stage_rows[:, S_SEQ]])
         order = np.argsort(seq, kind="stable")
-        columns = _Columns(lenient=False)
+        columns = Columns(lenient=False)
         columns.events = nb + ns
         code_of = np.array([columns._kind_code(c) for c in category_table], dtype=np.uint8)
         codes = code_of[category_index]
-        keep = order[codes[order] != _SKIP]
+        keep = order[codes[order] != SKIP]
         if keep.size == 0:
             raise EmptyTraceError(reader.path, NO_PROFILER_EVENTS)
         name_table = name_table + self.stage_names
@@ -386,7 +388,7 @@ class _Builder:
         return index
 
     def _correlate(self, correlation: np.ndarray, nb: int) -> None:
-        """``_Reader._correlate``: a launch and the GPU work it names share its correlation
+        """``PacketReader._correlate``: a launch and the GPU work it names share its correlation
         argument, or a number of its own; a flow id is the correlation of its slice."""
         launches = self.launches
         argument = self.args["correlation"]
@@ -415,10 +417,10 @@ class _Builder:
             low = correlation <= -2
             correlation[low] = top - correlation[low]
 
-    def _extras(self, columns: _Columns, keep: np.ndarray, nb: int) -> tuple[list[int], list[int]]:
-        """``_Reader._extras``: rows whose arguments hold shapes, collectives or call stacks,
+    def _extras(self, columns: Columns, keep: np.ndarray, nb: int) -> tuple[list[int], list[int]]:
+        """``PacketReader._extras``: rows whose arguments hold shapes, collectives or call stacks,
         worked out once per distinct set, in the order each set first appears."""
-        with_extras = [k for k, v in enumerate(self.key_args) if not _EXTRA_KEYS.isdisjoint(v)]
+        with_extras = [k for k, v in enumerate(self.key_args) if not EXTRA_KEYS.isdisjoint(v)]
         if not with_extras:
             return [], []
         row_keys = np.full(keep.size, -1, dtype=np.int64)
@@ -440,7 +442,7 @@ class _Builder:
             group = extras_key(values)
             value_id = done.get(group)
             if value_id is None:
-                value_id = done[group] = _Reader._extra_id(columns, values)
+                value_id = done[group] = PacketReader._extra_id(columns, values)
             value_of_key[key] = value_id
         ids = np.array([value_of_key[k] for k in keys.tolist()], dtype=np.int64)
         chosen = ids >= 0
@@ -455,7 +457,7 @@ def _factor(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse
 
 
-def _interned(columns: _Columns, table: list[str], index: np.ndarray) -> np.ndarray:
+def _interned(columns: Columns, table: list[str], index: np.ndarray) -> np.ndarray:
     """``columns._intern`` of ``[table[i] for i in index]``, calling it with each distinct
     index once, in order of first use (the ids it gives follow that order)."""
     used, first = np.unique(index, return_index=True)

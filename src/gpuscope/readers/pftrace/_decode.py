@@ -3,7 +3,7 @@
 The C walker's columns are read by :mod:`._columns` where it is built; else (and wherever the
 walker declines a file) the packets are decoded by protobuf and walked once here, collecting plain
 lists, the walker's pure-Python twin. Either way the Kineto reader's column builder
-(:class:`~gpuscope.readers.kineto._columns._Columns`) then makes the table, the launch links, the
+(:class:`~gpuscope.readers.kineto._columns.Columns`) then makes the table, the launch links, the
 steps and the devices exactly as it does for the same run's JSON, so that the two diagnose alike.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 
 from gpuscope.errors import CorruptInputError, EmptyTraceError
 from gpuscope.model import CounterSeries, Kind, Trace
-from gpuscope.readers.kineto._columns import _Columns
-from gpuscope.readers.kineto._shape import _SKIP, _Args, _Document, _LenientArgs
-from gpuscope.readers.kineto._values import _coerce_args, _extras_of
+from gpuscope.readers.kineto._columns import Columns
+from gpuscope.readers.kineto._shape import SKIP, Args, Document, LenientArgs
+from gpuscope.readers.kineto._values import coerce_args, extras_of
 from gpuscope.readers.pftrace import _schema as pb
 
 #: What a ``.pftrace`` does not carry, so what no finding can be made from.
@@ -43,18 +43,18 @@ NOT_CARRIED_WARNING = (
 #: Why a trace whose slices are all of kinds the model does not keep is empty.
 NO_PROFILER_EVENTS = "no profiler events (no CPU ops, kernels or runtime calls)"
 _GPU_PROCESS = re.compile(r"^GPU (\d+)$")
-_STREAM = re.compile(r"stream (-?\d+)\s*$")
+STREAM_NAME = re.compile(r"stream (-?\d+)\s*$")
 _SYNC_NAMES = frozenset(
     {"Unknown", "Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync"}
 )
-_STAGE_CATEGORY = {
+STAGE_CATEGORY = {
     "Kernel": "kernel",
     "Memcpy": "gpu_memcpy",
     "Memset": "gpu_memset",
     "Annotation": "gpu_user_annotation",
 }
 #: Arguments that make a row's extras (shapes, collectives, call stacks, peer copies).
-_EXTRA_KEYS = frozenset({"Input Dims", "Collective name", "Call stack", "fromDevice", "toDevice"})
+EXTRA_KEYS = frozenset({"Input Dims", "Collective name", "Call stack", "fromDevice", "toDevice"})
 _ARGS_OF = msgspec.convert
 #: Arguments that differ from row to row and are not kept as extras (ids, not shapes).
 ID_NAMES = ("External id", "external id", "correlation", "Python id", "Python parent id", "cbid")
@@ -126,14 +126,14 @@ def decode(path: Path, data: bytes, *, lost_tail: bool) -> Decoded:
     if fast is not None:
         return fast
     message = pb.Trace.FromString(data)
-    reader = _Reader(path)  # the packets one by one, whatever their order
+    reader = PacketReader(path)  # the packets one by one, whatever their order
     for packet in message.packet:
         reader.packet(packet)
     del message
     return Decoded(reader.finish(lost_tail), reader.packets, lost_tail)
 
 
-class _Reader:
+class PacketReader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.packets = 0
@@ -178,27 +178,27 @@ class _Reader:
     def track(self, descriptor: Any) -> None:
         if descriptor.HasField("thread"):
             thread = descriptor.thread
-            name = _text(thread.thread_name or descriptor.name)
+            name = as_text(thread.thread_name or descriptor.name)
             self.tracks[descriptor.uuid] = _Track(
                 thread.pid, thread.tid, name, descriptor.parent_uuid
             )
         else:
             process = descriptor.process
-            name = _text(process.process_name or descriptor.name)
+            name = as_text(process.process_name or descriptor.name)
             self.tracks[descriptor.uuid] = _Track(process.pid, -1, name, 0)
 
     def interned(self, data: Any) -> None:
         for entry in data.event_names:
-            self.names[entry.iid] = _text(entry.name)
+            self.names[entry.iid] = as_text(entry.name)
         for entry in data.event_categories:
-            self.categories[entry.iid] = _text(entry.name)
+            self.categories[entry.iid] = as_text(entry.name)
             self.has_categories = True
         for spec in data.gpu_specifications:
-            self.stages[spec.iid] = _text(spec.name)
+            self.stages[spec.iid] = as_text(spec.name)
         for kernel in data.compute_kernels:
-            self.kernels[kernel.iid] = _text(kernel.demangled_name or kernel.name)
+            self.kernels[kernel.iid] = as_text(kernel.demangled_name or kernel.name)
         for counters in data.gpu_counter_descriptors:
-            named = {s.counter_id: _text(s.name) for s in counters.counter_descriptor.specs}
+            named = {s.counter_id: as_text(s.name) for s in counters.counter_descriptor.specs}
             self.counter_names[counters.iid] = (counters.gpu_id, named)
 
     def track_event(self, timestamp: int, event: Any) -> None:
@@ -213,14 +213,14 @@ class _Reader:
             return
         if kind != pb.SLICE_BEGIN:
             return
-        name = self.names.get(event.name_iid, "") if event.name_iid else _text(event.name)
+        name = self.names.get(event.name_iid, "") if event.name_iid else as_text(event.name)
         category = None
         if event.category_iids:
             category = self.categories.get(event.category_iids[0])
         elif event.categories:
-            category = _text(event.categories[0])
+            category = as_text(event.categories[0])
         annotations = event.debug_annotations
-        args = _annotations(annotations, self.nested) if annotations else None
+        args = annotation_values(annotations, self.nested) if annotations else None
         track = self.tracks.get(uuid)
         where = self.where(track, args)
         row = self.rows.add(category, name, timestamp, timestamp, where, args)
@@ -229,7 +229,7 @@ class _Reader:
             queue = self.open[uuid] = deque()
         queue.append(row)
         if args is not None and "correlation" in args:
-            self.rows.correlation[row] = _int(args["correlation"]) or -1
+            self.rows.correlation[row] = as_int(args["correlation"]) or -1
         if event.HasField("gpu_correlation"):
             ids = list(event.gpu_correlation.render_stage_submission_event_ids)
             if ids:
@@ -239,24 +239,24 @@ class _Reader:
 
     def where(self, track: _Track | None, args: dict[str, Any] | None) -> tuple[int, int, int, int]:
         """pid, tid, device and stream of a slice on ``track``."""
-        device = _int(args.get("device")) if args else None
-        lane = _int(args.get("stream")) if args else None
+        device = as_int(args.get("device")) if args else None
+        lane = as_int(args.get("stream")) if args else None
         return where(self.tracks, track, device, lane)
 
     def render_stage(self, timestamp: int, stage: Any) -> None:
         stage_name = self.stages.get(stage.stage_iid, "")
-        category = _STAGE_CATEGORY.get(stage_name)
+        category = STAGE_CATEGORY.get(stage_name)
         if category is None:
             return  # graph event-record and host-callback nodes: no device work
         lane = self.stages.get(stage.hw_queue_iid, "")
-        match = _STREAM.search(lane)
+        match = STREAM_NAME.search(lane)
         stream = int(match.group(1)) if match else int(stage.hw_queue_iid)
         if stage.name_iid:
             name = self.names.get(stage.name_iid, stage_name)
         elif stage.kernel_iid:
             name = self.kernels.get(stage.kernel_iid, stage_name)
         else:
-            name = _text(stage.name) or stage_name
+            name = as_text(stage.name) or stage_name
         device = stage.gpu_id
         rows = self.rows
         row = rows.add(
@@ -275,12 +275,12 @@ class _Reader:
         elif category in ("gpu_memcpy", "gpu_memset"):
             for extra in stage.extra_data:
                 if extra.name == "bytes":
-                    rows.bytes[row] = _int(extra.value) or -1
+                    rows.bytes[row] = as_int(extra.value) or -1
 
     def counter(self, timestamp: int, event: Any) -> None:
         gpu, named = self.counter_names.get(event.counter_descriptor_iid, (event.gpu_id, {}))
         if event.HasField("counter_descriptor"):
-            named = {s.counter_id: _text(s.name) for s in event.counter_descriptor.specs}
+            named = {s.counter_id: as_text(s.name) for s in event.counter_descriptor.specs}
         for counter in event.counters:
             value = getattr(counter, counter.WhichOneof("value") or "double_value")
             name = named.get(counter.counter_id, f"counter {counter.counter_id}")
@@ -300,10 +300,10 @@ class _Reader:
         base = self.base_ns or 0
         self._correlate()
         categories = [c if c is not None else self._guess(i) for i, c in enumerate(rows.category)]
-        columns = _Columns(lenient=False)
+        columns = Columns(lenient=False)
         columns.events = len(categories)
         codes = np.array([columns._kind_code(c) for c in categories], dtype=np.uint8)
-        keep = np.flatnonzero(codes != _SKIP)
+        keep = np.flatnonzero(codes != SKIP)
         if keep.size == 0:
             raise EmptyTraceError(self.path, NO_PROFILER_EVENTS)
         args = [rows.args[i] for i in keep.tolist()]
@@ -330,7 +330,7 @@ class _Reader:
 
     def model(
         self,
-        columns: _Columns,
+        columns: Columns,
         piece: dict[str, np.ndarray],
         extra_rows: list[int],
         extra_ids: list[int],
@@ -344,7 +344,7 @@ class _Reader:
             columns.extra_ids.append(np.array(extra_ids, dtype=np.int32))
         columns.rows = int(piece["kind"].size)
         trace = columns.finish(
-            self.path, _Document(baseTimeNanoseconds=self.base_ns), lost_tail=False
+            self.path, Document(baseTimeNanoseconds=self.base_ns), lost_tail=False
         )
         trace.format = "pftrace"
         trace.schema = "pftrace-cuspy" if self.has_categories else "pftrace-monitor"
@@ -363,7 +363,7 @@ class _Reader:
         rows = self.rows
         fresh = -2
         for row, ids in self.launches:
-            key = _int((rows.args[row] or {}).get("correlation"))
+            key = as_int((rows.args[row] or {}).get("correlation"))
             if key is None:
                 key, fresh = fresh, fresh - 1
             rows.correlation[row] = key
@@ -384,15 +384,15 @@ class _Reader:
         return guess(rows.name[row], rows.device[row], runtime, "Python id" in args)
 
     def _extras(
-        self, columns: _Columns, args: list[dict[str, Any] | None]
+        self, columns: Columns, args: list[dict[str, Any] | None]
     ) -> tuple[list[int], list[int]]:
         """The kept arguments (shapes, collectives, ...) of each row, as the Kineto reader keeps
-        them; worked out once per distinct set (nested values are shared, see _annotations)."""
+        them; worked out once per distinct set (nested values are shared, see annotation_values)."""
         rows: list[int] = []
         ids: list[int] = []
         done: dict[tuple[Any, ...], int] = {}
         for row, values in enumerate(args):
-            if not values or _EXTRA_KEYS.isdisjoint(values):
+            if not values or EXTRA_KEYS.isdisjoint(values):
                 continue
             key = extras_key(values)
             value_id = done.get(key)
@@ -404,12 +404,12 @@ class _Reader:
         return rows, ids
 
     @staticmethod
-    def _extra_id(columns: _Columns, values: dict[str, Any]) -> int:
+    def _extra_id(columns: Columns, values: dict[str, Any]) -> int:
         try:
-            typed = _ARGS_OF(values, _Args)
+            typed = _ARGS_OF(values, Args)
         except msgspec.ValidationError:
-            typed = _coerce_args(_ARGS_OF(values, _LenientArgs))
-        kept = _extras_of(typed)
+            typed = coerce_args(_ARGS_OF(values, LenientArgs))
+        kept = extras_of(typed)
         return columns._value_id(columns._shared(kept)) if kept else -1
 
     def _series(self, base: int) -> list[CounterSeries]:
@@ -451,7 +451,7 @@ def guess(name: str, device: int, runtime: bool, python: bool) -> str:
 
 def extras_key(values: dict[str, Any]) -> tuple[Any, ...]:
     """What decides a row's kept arguments: its arguments other than ids (a nested value by
-    identity: equal encodings share one, see _annotations)."""
+    identity: equal encodings share one, see annotation_values)."""
     return tuple(
         (k, id(v) if isinstance(v, (list, dict)) else v)
         for k, v in values.items()
@@ -460,7 +460,7 @@ def extras_key(values: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def table(
-    columns: _Columns,
+    columns: Columns,
     kinds: np.ndarray,
     name_id: np.ndarray,
     kept: dict[str, np.ndarray],
@@ -508,7 +508,7 @@ def where(
     gpu = _GPU_PROCESS.match(parent.name) if parent is not None else None
     if gpu is None:
         return track.pid, track.tid, -1, -1
-    stream = _STREAM.search(track.name)
+    stream = STREAM_NAME.search(track.name)
     return (
         track.pid,
         track.tid,
@@ -519,16 +519,16 @@ def where(
 
 #: The arguments the model reads (the Kineto reader's, and a runtime call's ``cbid``): the
 #: others (strides, sequence numbers, ...) are not decoded at all.
-_WANTED = frozenset(f.encode_name for f in msgspec.structs.fields(_Args)) | {"cbid"}
+WANTED_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(Args)) | {"cbid"}
 
 
-def _annotations(annotations: Any, nested: dict[bytes, Any]) -> dict[str, Any]:
+def annotation_values(annotations: Any, nested: dict[bytes, Any]) -> dict[str, Any]:
     """The wanted arguments of a slice. A list or dict value (shapes, types) is decoded once per
     distinct encoding (``nested``): the same shapes recur at every step."""
     args = {}
     for a in annotations:
         name = a.name
-        if name in _WANTED:
+        if name in WANTED_KEYS:
             which = a.WhichOneof("value")
             if which is not None:
                 args[name] = getattr(a, which)
@@ -561,18 +561,18 @@ def _arg_columns(args: list[dict[str, Any] | None], keys: tuple[str, ...]) -> di
         for key in keys:
             value = values.get(key)
             if value is not None:
-                number = _int(value)
+                number = as_int(value)
                 if number is not None:
                     columns[key][row] = number
     return columns
 
 
-def _text(value: str | bytes) -> str:
+def as_text(value: str | bytes) -> str:
     """A string field: protobuf hands over bytes for one that is not UTF-8 (a damaged file)."""
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -19,14 +19,14 @@ from gpuscope.analyses.drawn import (
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.facts import NO_TENSOR_CORES
 from gpuscope.render.html.page import (
-    _CAUSE_NAMES,
-    _LAYOUT,
     CAUSE_COLOURS,
+    CAUSE_NAMES,
     KIND_COLOURS,
+    LAYOUT,
     HtmlOptions,
-    _device_label,
-    _is_multi,
-    _Section,
+    Section,
+    device_label,
+    is_multi,
     plot_text,
 )
 from gpuscope.units import ms_or_s
@@ -34,7 +34,7 @@ from gpuscope.units import ms_or_s
 I64 = NDArray[np.int64]
 
 
-def _utilisation_section(d: Diagnosis, prefix: str) -> _Section:
+def utilisation_section(d: Diagnosis, prefix: str) -> Section:
     assert d.drawn is not None  # a diagnosis with devices has its drawn series
     devices = d.devices
     width_ns = max(x.temporal.span_ns for x in devices) / max(UTILISATION_BUCKETS, 1)
@@ -44,12 +44,12 @@ def _utilisation_section(d: Diagnosis, prefix: str) -> _Section:
         note += " One row per GPU: overlapping lines would hide each other."
     else:
         figure = _utilisation_lines(devices, d.drawn)
-    return _Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
+    return Section(f"{prefix}chart-utilisation", "Utilisation over time", note, figure)
 
 
 def _utilisation_lines(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Figure:
     figure = go.Figure()
-    multi = _is_multi(devices)
+    multi = is_multi(devices)
     for d, origin, busy in zip(devices, drawn.origins_ns, drawn.utilisation_pct, strict=True):
         edges = bucket_edges(d.span_start_ns, d.span_end_ns, UTILISATION_BUCKETS)
         middle = (edges[:-1] + edges[1:]) / 2 - origin
@@ -58,13 +58,13 @@ def _utilisation_lines(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Figu
                 x=np.round(middle / 1e6, 6),
                 y=np.round(np.asarray(busy, dtype=np.float64), 2),
                 mode="lines",
-                name=_device_label(d, multi),
+                name=device_label(d, multi),
                 hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra>%{fullData.name}</extra>",
             )
         )
     figure.update_layout(
         height=300,
-        **_LAYOUT,
+        **LAYOUT,
         xaxis={"title": {"text": "time (ms)"}},
         yaxis={"title": {"text": "busy %"}, "range": [0, 102], "automargin": True},
         showlegend=multi,
@@ -89,7 +89,7 @@ def _utilisation_heatmap(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Fi
         go.Heatmap(
             z=rows,
             x=np.round(middle / 1e6, 6).tolist(),
-            y=[_device_label(d, True) for d in devices],
+            y=[device_label(d, True) for d in devices],
             zmin=0,
             zmax=100,
             colorscale="RdYlGn",
@@ -99,7 +99,7 @@ def _utilisation_heatmap(devices: Sequence[DeviceReport], drawn: Drawn) -> go.Fi
     )
     figure.update_layout(
         height=min(max(220, 90 + 22 * len(devices)), 1400),
-        **_LAYOUT,
+        **LAYOUT,
         xaxis={"title": {"text": "time (ms)"}},
         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
     )
@@ -120,7 +120,7 @@ def step_parts(d: DeviceReport) -> tuple[list[str], dict[str, NDArray[np.float64
         "compute": table.compute_ns,
         "communication (exposed)": table.exposed_communication_ns,
         "memcpy / memset": table.memcpy_memset_ns,
-        **{cause: table.lost_ns[cause] for cause in _CAUSE_NAMES},
+        **{cause: table.lost_ns[cause] for cause in CAUSE_NAMES},
         _OUTSIDE: table.outside_ns,
     }
     return [s.name for s in d.steps], {
@@ -128,11 +128,11 @@ def step_parts(d: DeviceReport) -> tuple[list[str], dict[str, NDArray[np.float64
     }
 
 
-def _steps_section(devices: Sequence[DeviceReport], prefix: str) -> _Section:
+def steps_section(devices: Sequence[DeviceReport], prefix: str) -> Section:
     title = "Where each step's time went"
     with_steps = [d for d in devices if d.steps]
     if not with_steps:
-        return _Section(f"{prefix}chart-steps", title, "The trace has no profiler steps.", None)
+        return Section(f"{prefix}chart-steps", title, "The trace has no profiler steps.", None)
     order: list[str] = []
     totals: dict[str, dict[str, float]] = {}
     for d in with_steps:
@@ -146,7 +146,7 @@ def _steps_section(devices: Sequence[DeviceReport], prefix: str) -> _Section:
     figure = _step_figure(order, totals)
     note = "Each step window split into busy work and idle time by cause"
     note += ", summed over every GPU." if len(with_steps) > 1 else "."
-    return _Section(f"{prefix}chart-steps", title, note, figure)
+    return Section(f"{prefix}chart-steps", title, note, figure)
 
 
 def _step_figure(order: list[str], totals: dict[str, dict[str, float]]) -> go.Figure:
@@ -176,7 +176,7 @@ def _step_figure(order: list[str], totals: dict[str, dict[str, float]]) -> go.Fi
     figure.update_layout(
         barmode="stack",
         height=340,
-        **_LAYOUT,
+        **LAYOUT,
         yaxis={"title": {"text": "ms"}, "automargin": True},
         xaxis={"automargin": True},
     )
@@ -186,9 +186,9 @@ def _step_figure(order: list[str], totals: dict[str, dict[str, float]]) -> go.Fi
 # --- ranks heatmap -----------------------------------------------------------------------------
 
 
-def _heatmap_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+def heatmap_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> Section:
     title = "Busy % by rank and step"
-    labels = [_device_label(d, True) for d in devices]
+    labels = [device_label(d, True) for d in devices]
     if any(d.steps for d in devices):
         columns, z = _step_matrix(devices)
         note = "Share of each step in which each GPU ran any work."
@@ -210,11 +210,11 @@ def _heatmap_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: st
     )
     figure.update_layout(
         height=min(max(220, 80 + 24 * len(devices)), 1400),
-        **_LAYOUT,
+        **LAYOUT,
         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
         xaxis={"type": "category", "automargin": True},
     )
-    return _Section(f"{prefix}chart-heatmap", title, note, figure)
+    return Section(f"{prefix}chart-heatmap", title, note, figure)
 
 
 def _step_matrix(devices: Sequence[DeviceReport]) -> tuple[list[str], list[list[float | None]]]:
@@ -239,24 +239,24 @@ def _time_matrix(devices: Sequence[DeviceReport]) -> tuple[list[str], list[list[
 # --- roofline ----------------------------------------------------------------------------------
 
 
-def _roofline_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> _Section:
+def roofline_section(devices: Sequence[DeviceReport], o: HtmlOptions, prefix: str) -> Section:
     title = "Roofline"
     busiest = max(devices, key=lambda d: d.temporal.busy_ns)
     points = [p for p in busiest.series.roofline_kernels if p.flops and p.bytes]
-    label = _device_label(busiest, _is_multi(devices))
+    label = device_label(busiest, is_multi(devices))
     if not points:
         note = (
             f"No kernel of {label} has recorded shapes to estimate its FLOPs and bytes from "
             "(profile with record_shapes=True)."
         )
-        return _Section(f"{prefix}chart-roofline", title, note, None)
+        return Section(f"{prefix}chart-roofline", title, note, None)
     figure = _roofline_figure(busiest, points, o)
     note = (
         f"Kernels of {label} (the busiest GPU) with recorded shapes: achieved TFLOP/s against "
         "arithmetic intensity, each point sized by its time"
     )
     note += "." if busiest.facts else "; the device is not in the facts table, so no roofs."
-    return _Section(f"{prefix}chart-roofline", title, note, figure)
+    return Section(f"{prefix}chart-roofline", title, note, figure)
 
 
 def _roofline_figure(d: DeviceReport, points: list[RooflinePoint], o: HtmlOptions) -> go.Figure:
@@ -283,7 +283,7 @@ def _roofline_figure(d: DeviceReport, points: list[RooflinePoint], o: HtmlOption
     )
     figure.update_layout(
         height=420,
-        **_LAYOUT,
+        **LAYOUT,
         hovermode="closest",
         xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
         yaxis={"type": "log", "title": {"text": "achieved TFLOP/s"}, "automargin": True},

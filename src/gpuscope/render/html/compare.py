@@ -25,21 +25,21 @@ from gpuscope.names import (
 )
 from gpuscope.render import diff as diff_words
 from gpuscope.render.html.page import (
-    _LAYOUT,
+    LAYOUT,
     HtmlOptions,
-    _e,
-    _name,
-    _page,
-    _Section,
-    _section_html,
+    Section,
+    assemble_page,
+    escape,
+    name_cell,
+    section_html,
 )
-from gpuscope.render.html.report import _sections
+from gpuscope.render.html.report import report_sections
 from gpuscope.render.html.sections import (
-    _code_spans,
-    _findings,
-    _header,
-    _inputs,
-    _verdict,
+    code_spans,
+    findings_html,
+    header_html,
+    inputs_html,
+    verdict_html,
 )
 from gpuscope.units import duration
 
@@ -56,8 +56,8 @@ def render_diff(
     kernel changes, then each one's verdict, findings and charts in two columns."""
     options = options or HtmlOptions()
     comparison = [_step_comparison(change), _cause_comparison(change, before, after)]
-    left = _sections(before, options, prefix="before-")
-    right = _sections(after, options, prefix="after-")
+    left = report_sections(before, options, prefix="before-")
+    right = report_sections(after, options, prefix="after-")
     body = "\n".join(
         [
             "<h1>gpuscope: before and after</h1>",
@@ -65,28 +65,28 @@ def render_diff(
             _metric_table(change),
             _finding_changes(change),
             _prediction_checks(change),
-            *(_section_html(s) for s in comparison),
+            *(section_html(s) for s in comparison),
             _kernel_changes(change),
             _columns(_side(before, "Before"), _side(after, "After")),
             *(_columns(a, b) for a, b in _paired(left, right)),
         ]
     )
     title = f"gpuscope: {before.source} vs {after.source}"
-    return _page(title, body, [*comparison, *left, *right])
+    return assemble_page(title, body, [*comparison, *left, *right])
 
 
-def _paired(left: list[_Section], right: list[_Section]) -> list[tuple[str, str]]:
+def _paired(left: list[Section], right: list[Section]) -> list[tuple[str, str]]:
     """The two runs' sections side by side, matched by heading in the order they come: a run
     with sections the other lacks (per-rank charts of an 8-rank job beside a one-GPU run) gets
     them beside an empty column, never a mismatched pair."""
-    waiting: dict[str, list[_Section]] = {}
+    waiting: dict[str, list[Section]] = {}
     for b in right:
         waiting.setdefault(b.title, []).append(b)
     pairs = []
     for a in left:
         same = waiting.get(a.title)
-        pairs.append((_section_html(a), _section_html(same.pop(0)) if same else ""))
-    pairs += [("", _section_html(b)) for rest in waiting.values() for b in rest]
+        pairs.append((section_html(a), section_html(same.pop(0)) if same else ""))
+    pairs += [("", section_html(b)) for rest in waiting.values() for b in rest]
     return pairs
 
 
@@ -95,15 +95,15 @@ def _columns(left: str, right: str) -> str:
 
 
 def _side(d: Diagnosis, title: str) -> str:
-    found = _findings(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
-    return f"{_header(d, title)}{_verdict(d.verdict)}{_inputs(d)}{found}"
+    found = findings_html(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
+    return f"{header_html(d, title)}{verdict_html(d.verdict)}{inputs_html(d)}{found}"
 
 
 def _diff_notes(change: RunDiff) -> str:
-    notes = "".join(f"<p class='warning'>{_e(n)}</p>" for n in change.notes)
+    notes = "".join(f"<p class='warning'>{escape(n)}</p>" for n in change.notes)
     return (
-        f"<p class='dim'>before: <span class='mono'>{_e(change.before.source)}</span> · after: "
-        f"<span class='mono'>{_e(change.after.source)}</span></p>{notes}"
+        f"<p class='dim'>before: <span class='mono'>{escape(change.before.source)}</span> · after: "
+        f"<span class='mono'>{escape(change.after.source)}</span></p>{notes}"
     )
 
 
@@ -145,14 +145,14 @@ def _metric_row(m: MetricDiff) -> str:
     )
     outcome = m.outcome
     colour = _OUTCOME_COLOURS.get(outcome, "#8a5300")
-    note = f" <span class='dim'>({_e(c.note)})</span>" if c.note else ""
+    note = f" <span class='dim'>({escape(c.note)})</span>" if c.note else ""
     return (
-        f"<tr><td>{_e(_metric_label(m.name))}</td>"
+        f"<tr><td>{escape(_metric_label(m.name))}</td>"
         f"<td class='num'>{_metric_value(c.before_median, m.unit)}</td>"
         f"<td class='num'>{_metric_value(c.after_median, m.unit)}</td>"
         f"<td class='num'>{change}</td><td class='num'>{interval}</td>"
         f"<td class='num'>{'n/a' if c.p_value is None else f'{c.p_value:.3g}'}</td>"
-        f"<td style='color:{colour}'><b>{_e(outcome)}</b>{note}</td></tr>"
+        f"<td style='color:{colour}'><b>{escape(outcome)}</b>{note}</td></tr>"
     )
 
 
@@ -175,9 +175,9 @@ def _prediction_checks(change: RunDiff) -> str:
     the terminal diff)."""
     if not change.predictions:
         return ""
-    items = "".join(f"<li>{_e(diff_words.prediction_line(c))}</li>" for c in change.predictions)
+    items = "".join(f"<li>{escape(diff_words.prediction_line(c))}</li>" for c in change.predictions)
     note = diff_words.predictions_note(change)
-    tail = f"<p class='note'>{_e(note)}.</p>" if note else ""
+    tail = f"<p class='note'>{escape(note)}.</p>" if note else ""
     return (
         "<section id='prediction-check'><h2>Predicted on before, measured after</h2>"
         f"<ul>{items}</ul>{tail}</section>"
@@ -191,8 +191,8 @@ def _finding_changes(change: RunDiff) -> str:
         ("still there", change.persisting),
     )
     items = "".join(
-        f"<li><b>{_e(label)}</b>: "
-        + (", ".join(f"{_e(f.cause)} ({_code_spans(f.title)})" for f in found) or "none")
+        f"<li><b>{escape(label)}</b>: "
+        + (", ".join(f"{escape(f.cause)} ({code_spans(f.title)})" for f in found) or "none")
         + "</li>"
         for label, found in groups
     )
@@ -204,7 +204,7 @@ def _kernel_changes(change: RunDiff) -> str:
         return ""
     unit = "per step" if change.kernel_unit == "step" else "per second of device span"
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(k.name)}</td><td>{_e(k.status)}</td>"
+        f"<tr><td class='mono kernel'>{name_cell(k.name)}</td><td>{escape(k.status)}</td>"
         f"<td class='num'>{duration(k.before_ns)}</td>"
         f"<td class='num'>{duration(k.after_ns)}</td></tr>"
         for k in change.kernels
@@ -219,12 +219,12 @@ def _kernel_changes(change: RunDiff) -> str:
 _SIDES = (("before", "#9aa5b8"), ("after", "#1f77b4"))
 
 
-def _step_comparison(change: RunDiff) -> _Section:
+def _step_comparison(change: RunDiff) -> Section:
     title = "Step time, step by step"
     step = change.metric(STEP_TIME)
     busy = change.metric(GPU_BUSY)
     if step is None or not (step.before or step.after):
-        return _Section("diff-chart-steps", title, "Neither trace has profiler steps.", None)
+        return Section("diff-chart-steps", title, "Neither trace has profiler steps.", None)
     figure = go.Figure()
     for (label, colour), values, shares in (
         (_SIDES[0], step.before, busy.before if busy else []),
@@ -245,15 +245,15 @@ def _step_comparison(change: RunDiff) -> _Section:
     figure.update_layout(
         barmode="group",
         height=320,
-        **_LAYOUT,
+        **LAYOUT,
         xaxis={"title": {"text": "step (the first recorded step only opens the second)"}},
         yaxis={"title": {"text": "ms"}, "automargin": True},
     )
     note = "Each step on the device, from the end of the previous step's work to its own."
-    return _Section("diff-chart-steps", title, note, figure)
+    return Section("diff-chart-steps", title, note, figure)
 
 
-def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> _Section:
+def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> Section:
     lost = [m for m in change.metrics if m.name.startswith(LOST_PREFIX)]
     if lost and all(m.comparison.before_mean is not None for m in lost):
         keys = [m.name.removeprefix(LOST_PREFIX) for m in lost]
@@ -282,11 +282,11 @@ def _cause_comparison(change: RunDiff, before: Diagnosis, after: Diagnosis) -> _
     figure.update_layout(
         barmode="group",
         height=max(240, 80 + 44 * len(keys)),
-        **_LAYOUT,
+        **LAYOUT,
         xaxis={"title": {"text": unit}},
         yaxis={"autorange": "reversed", "automargin": True},
     )
-    return _Section("diff-chart-causes", "Lost time by cause: before vs after", note, figure)
+    return Section("diff-chart-causes", "Lost time by cause: before vs after", note, figure)
 
 
 def _cause_shares(d: Diagnosis) -> dict[str, float]:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go  # type: ignore[import-untyped]
 from gpuscope.analyses.memory import MemoryReport
 from gpuscope.analyses.memory_sites import CATEGORIES
 from gpuscope.diagnosis import Diagnosis
-from gpuscope.render.html.page import _LAYOUT, _Section, plot_text
+from gpuscope.render.html.page import LAYOUT, Section, plot_text
 
 GIB = float(1 << 30)
 #: One colour per category (CATEGORIES order).
@@ -27,19 +27,19 @@ CATEGORY_COLOURS = dict(
 DRAWN_REPORTS = 4
 
 
-def memory_sections(d: Diagnosis, prefix: str) -> list[_Section]:
-    sections: list[_Section] = []
+def memory_sections(d: Diagnosis, prefix: str) -> list[Section]:
+    sections: list[Section] = []
     for n, report in enumerate(d.memory[:DRAWN_REPORTS]):
         key = f"{prefix}memory-{n}"
         label = f"device {report.device}" + (f" · {report.source}" if len(d.memory) > 1 else "")
         sections += [
-            _Section(
+            Section(
                 f"{key}-timeline",
                 f"Memory over time ({label})",
                 _timeline_note(report),
                 _timeline(report) if report.timeline else None,
             ),
-            _Section(
+            Section(
                 f"{key}-sites",
                 f"Who holds the peak ({label})",
                 f"Peak {report.peak_allocated_bytes / GIB:,.2f} GiB in the {report.peak_phase}"
@@ -47,7 +47,7 @@ def memory_sections(d: Diagnosis, prefix: str) -> list[_Section]:
                 " frames skipped.",
                 _sites(report) if report.sites else None,
             ),
-            _Section(
+            Section(
                 f"{key}-fragmentation",
                 f"Reserved memory ({label})",
                 "Reserved = allocated + cached (the peak's need: harmless) + fragmented"
@@ -99,7 +99,7 @@ def _timeline(r: MemoryReport) -> go.Figure:
         )
     )
     figure.update_layout(
-        **_LAYOUT,
+        **LAYOUT,
         height=320,
         xaxis_title="ms since the first event" if timed else "event",
         yaxis_title="GiB",
@@ -119,7 +119,7 @@ def _sites(r: MemoryReport) -> go.Figure:
             hovertext=[plot_text(" <- ".join(s.chain) or s.location, 200) for s in sites],
         )
     )
-    figure.update_layout(**_LAYOUT, height=60 + 28 * len(sites), xaxis_title="GiB")
+    figure.update_layout(**LAYOUT, height=60 + 28 * len(sites), xaxis_title="GiB")
     return figure
 
 
@@ -135,5 +135,5 @@ def _fragmentation(r: MemoryReport) -> go.Figure:
         ("fragmented", fragmented, "#d62728"),
     ):
         figure.add_trace(go.Bar(x=moments, y=values, name=name, marker={"color": colour}))
-    figure.update_layout(**_LAYOUT, barmode="stack", height=300, yaxis_title="GiB")
+    figure.update_layout(**LAYOUT, barmode="stack", height=300, yaxis_title="GiB")
     return figure

@@ -1,9 +1,10 @@
 """The page: layout options, escaping, colours, and assembling sections into one HTML file.
 
-Contract: :func:`_page` puts a body and its sections' figures into ``report_template.html``; the
-figure JSON is made safe by :func:`script_json`, gzip-compressed and base64-encoded (the browser
-unpacks it), and plotly.js is inlined once (:func:`plotly_block`). :func:`embedded_figures` reads
-the figures back. See :mod:`gpuscope.render.html` for what the report shows.
+Contract: :func:`assemble_page` puts a body and its sections' figures into
+``report_template.html``; the figure JSON is made safe by :func:`script_json`, gzip-compressed and
+base64-encoded (the browser unpacks it), and plotly.js is inlined once (:func:`plotly_block`).
+:func:`embedded_figures` reads the figures back. See :mod:`gpuscope.render.html` for what the
+report shows.
 """
 
 from __future__ import annotations
@@ -56,14 +57,16 @@ def plot_text(text: str, limit: int | None = None) -> str:
     return html.escape(text, quote=False)
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _name(text: str, shown: str | None = None) -> str:
+def name_cell(text: str, shown: str | None = None) -> str:
     """A kernel or frame name for a table cell: ``shown`` (a short form), clipped to a few lines,
     the whole name on hover."""
-    return f"<div class='clip' title='{_e(text)}'>{_e(text if shown is None else shown)}</div>"
+    return (
+        f"<div class='clip' title='{escape(text)}'>{escape(text if shown is None else shown)}</div>"
+    )
 
 
 # --- colours -----------------------------------------------------------------------------------
@@ -80,12 +83,12 @@ KIND_COLOURS = {
     "other": "#aec7e8",
 }
 CAUSE_COLOURS = {cause: colour for cause, (_, colour) in causes.idle_styles().items()}
-_KINDS = [k.name.lower() for k in KernelKind]
-_CAUSE_NAMES = list(CAUSES)
-_MERGED_OPACITY = 0.5
+KINDS = [k.name.lower() for k in KernelKind]
+CAUSE_NAMES = list(CAUSES)
+MERGED_OPACITY = 0.5
 #: Every chart's legend sits in rows under its plot, below the axis title: above it, the mode bar
 #: (zoom, pan, download), which shows in the top right corner on hover, covered its last entries.
-_LAYOUT = {
+LAYOUT = {
     "margin": {"l": 10, "r": 10, "t": 30, "b": 40},
     "legend": {
         "orientation": "h",
@@ -102,7 +105,7 @@ _LAYOUT = {
 # --- the page ----------------------------------------------------------------------------------
 
 
-class _Section(msgspec.Struct, frozen=True):
+class Section(msgspec.Struct, frozen=True):
     """One heading of the page: a chart, or a note saying why there is none."""
 
     id: str
@@ -112,14 +115,14 @@ class _Section(msgspec.Struct, frozen=True):
     after: str = ""  # HTML under the chart (the timeline's full list of lanes)
 
 
-def _page(title: str, body: str, sections: Sequence[_Section]) -> str:
+def assemble_page(title: str, body: str, sections: Sequence[Section]) -> str:
     figures = ",".join(
         f'{{"id":{json.dumps(s.id)},"figure":{pio.to_json(s.figure, validate=False)}}}'
         for s in sections
         if s.figure is not None
     )
     parts = {
-        "title": _e(title),
+        "title": escape(title),
         "body": body,
         "figures": _packed(script_json(f"[{figures}]").encode()),
         "plotly": plotly_block(),
@@ -155,17 +158,17 @@ def embedded_figures(page: str) -> list[dict[str, Any]]:
     return figures
 
 
-def _section_html(s: _Section) -> str:
+def section_html(s: Section) -> str:
     chart = f'<div class="chart" id="{s.id}"></div>' if s.figure is not None else ""
-    note = f'<p class="note">{_e(s.note)}</p>' if s.note else ""
-    return f"<section><h2>{_e(s.title)}</h2>{note}{chart}{s.after}</section>"
+    note = f'<p class="note">{escape(s.note)}</p>' if s.note else ""
+    return f"<section><h2>{escape(s.title)}</h2>{note}{chart}{s.after}</section>"
 
 
 # --- devices and time origin ----------------------------------------------------------------
-def _device_label(d: DeviceReport, multi: bool) -> str:
+def device_label(d: DeviceReport, multi: bool) -> str:
     gpu = f"GPU {d.device}"
     return f"rank {d.rank} · {gpu}" if multi and d.rank is not None else gpu
 
 
-def _is_multi(devices: Sequence[DeviceReport]) -> bool:
+def is_multi(devices: Sequence[DeviceReport]) -> bool:
     return len(devices) > 1

@@ -18,18 +18,18 @@ from gpuscope.names import (
 )
 from gpuscope.render import predicted
 from gpuscope.render.html.page import (
-    _device_label,
-    _e,
-    _name,
+    device_label,
+    escape,
+    name_cell,
 )
 from gpuscope.units import duration, usd_cents
 
 
-def _header(d: Diagnosis, title: str) -> str:
-    """The title and what was read; the inputs come after the verdict (:func:`_inputs`)."""
+def header_html(d: Diagnosis, title: str) -> str:
+    """The title and what was read; the inputs come after the verdict (:func:`inputs_html`)."""
     return (
-        f"<h1>{_e(title)}</h1><p class='dim'>gpuscope {_e(__version__)} · "
-        f"<span class='mono'>{_e(d.source)}</span></p>"
+        f"<h1>{escape(title)}</h1><p class='dim'>gpuscope {escape(__version__)} · "
+        f"<span class='mono'>{escape(d.source)}</span></p>"
     )
 
 
@@ -38,10 +38,10 @@ def _header(d: Diagnosis, title: str) -> str:
 SHOWN_INPUTS = 3
 
 
-def _inputs(d: Diagnosis) -> str:
+def inputs_html(d: Diagnosis) -> str:
     """The inputs read (the first :data:`SHOWN_INPUTS`, the rest a click away) and warnings."""
     items = [
-        f"<li><span class='mono'>{_e(i.path)}</span> <span class='dim'>({_e(i.format)}, "
+        f"<li><span class='mono'>{escape(i.path)}</span> <span class='dim'>({escape(i.format)}, "
         f"{i.events:,} events, {plural(i.steps, 'step')}{_rank(i.rank)})</span></li>"
         for i in d.inputs
     ]
@@ -52,7 +52,7 @@ def _inputs(d: Diagnosis) -> str:
             f"<details class='inputs'><summary class='dim'>and {plural(rest, 'more input')}"
             f"</summary><ul class='dim inputs'>{''.join(items[SHOWN_INPUTS:])}</ul></details>"
         )
-    warnings = "".join(f"<p class='warning'>warning: {_e(w)}</p>" for w in d.warnings)
+    warnings = "".join(f"<p class='warning'>warning: {escape(w)}</p>" for w in d.warnings)
     return f"{listed}{warnings}"
 
 
@@ -60,7 +60,7 @@ def _rank(rank: int | None) -> str:
     return "" if rank is None else f", rank {rank}"
 
 
-def _verdict(v: Verdict) -> str:
+def verdict_html(v: Verdict) -> str:
     figures = [
         ("bound", v.bound),
         # Counters alone (ncu) have no timeline: idle time is not measured, not "nan%".
@@ -72,11 +72,11 @@ def _verdict(v: Verdict) -> str:
     for key, label in (("mfu_pct", "MFU"), ("mbu_pct", "MBU")):
         value = v.figures.get(key)
         figures.append((label, "n/a" if value is None else f"{value:.1f}%"))
-    cells = "".join(f"<div class='figure'>{_e(k)}<b>{_e(x)}</b></div>" for k, x in figures)
+    cells = "".join(f"<div class='figure'>{escape(k)}<b>{escape(x)}</b></div>" for k, x in figures)
     return (
-        f"<div class='verdict bound-{_e(v.bound)}' id='verdict'>{_code_spans(v.summary)}</div>"
+        f"<div class='verdict bound-{escape(v.bound)}' id='verdict'>{code_spans(v.summary)}</div>"
         f"<div class='figures'>{cells}</div>{_shares(v.shares_pct)}"
-        f"<p class='note'>Price: {_e(v.price_source)}.</p>"
+        f"<p class='note'>Price: {escape(v.price_source)}.</p>"
     )
 
 
@@ -97,16 +97,16 @@ def _shares(all_shares: dict[str, float]) -> str:
     shares = {k: x for k, x in all_shares.items() if math.isfinite(x)}
     spans = "".join(
         f"<span style='width:{max(x, 0.0):.2f}%;background:{_BOUND_COLOURS.get(k, '#999')}' "
-        f"title='{_e(k)} {x:.1f}%'></span>"
+        f"title='{escape(k)} {x:.1f}%'></span>"
         for k, x in shares.items()
     )
-    legend = " · ".join(f"{_e(k)} {x:.1f}%" for k, x in shares.items())
+    legend = " · ".join(f"{escape(k)} {x:.1f}%" for k, x in shares.items())
     # Samples split the time only into busy and idle (see gpuscope.diagnosis.sampled).
     whole = "sampled GPU time" if "busy" in shares else "device time by bound"
     return f"<div class='shares'>{spans}</div><p class='note'>{whole}: {legend}</p>"
 
 
-def _findings(
+def findings_html(
     found: Sequence[Finding],
     gpu_hour_usd: float | None = None,
     all_fixes: Prediction | None = None,
@@ -121,10 +121,10 @@ def _findings(
     if all_fixes is not None:
         together = (
             f"<p class='prediction all-fixes'><b>"
-            f"{_e(predicted.headline(all_fixes, gpu_hour_usd, 'All fixes together'))}</b>"
+            f"{escape(predicted.headline(all_fixes, gpu_hour_usd, 'All fixes together'))}</b>"
             " (replayed as one edit set: the findings' savings overlap and are not added up)</p>"
         )
-    tags = f"<p class='note'>{_e(legend(f.pattern for f in found))}</p>"
+    tags = f"<p class='note'>{escape(legend(f.pattern for f in found))}</p>"
     return (
         f"<section id='findings'><h2>{predicted.findings_title(found)}</h2>{together}{items}{tags}"
         "</section>"
@@ -144,11 +144,12 @@ def _finding(
     money = predicted.money(f)
     if money is not None:
         figures.append(money)
-    evidence = "".join(f"<li>{_code_spans(x)}</li>" for x in f.evidence)
+    evidence = "".join(f"<li>{code_spans(x)}</li>" for x in f.evidence)
     if f.prediction is not None:
+        headline = escape(predicted.headline(f.prediction, gpu_hour_usd))
         evidence = (
-            f"<li class='prediction'><b>{_e(predicted.headline(f.prediction, gpu_hour_usd))}</b>;"
-            f" {_code_spans(predicted.details(f.prediction))}</li>{evidence}"
+            f"<li class='prediction'><b>{headline}</b>;"
+            f" {code_spans(predicted.details(f.prediction))}</li>{evidence}"
         )
     rows = "".join(
         f"<tr><td class='mono kernel'>{_linked(loc.location, links or {})}</td>"
@@ -162,30 +163,30 @@ def _finding(
         else ""
     )
     return (
-        f"<article class='finding' data-cause='{_e(f.cause)}'>"
-        f"<h3>{i}. {_code_spans(f.title)} <span class='dim mono'>{_e(f.cause)} · "
-        f"<span title='{_e(PATTERNS.get(f.pattern, ''))}'>[{_e(f.pattern)}]</span></span>"
-        f"</h3><p>{_e(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
-        f"<p class='fix'><b>Fix:</b> {_code_spans(f.fix)}</p></article>"
+        f"<article class='finding' data-cause='{escape(f.cause)}'>"
+        f"<h3>{i}. {code_spans(f.title)} <span class='dim mono'>{escape(f.cause)} · "
+        f"<span title='{escape(PATTERNS.get(f.pattern, ''))}'>[{escape(f.pattern)}]</span></span>"
+        f"</h3><p>{escape(' · '.join(figures))}</p><ul>{evidence}</ul>{where}"
+        f"<p class='fix'><b>Fix:</b> {code_spans(f.fix)}</p></article>"
     )
 
 
 def _linked(location: str, links: dict[str, str]) -> str:
     """A finding's location, linked to its row of the module or operator view when it has one."""
     anchor = links.get(location)
-    name = _name(location, short_location(location, 100))  # the whole location on hover
+    name = name_cell(location, short_location(location, 100))  # the whole location on hover
     if anchor is None:
         return name
-    return f"<a href='{_e(anchor)}'>{name}</a>"
+    return f"<a href='{escape(anchor)}'>{name}</a>"
 
 
-def _code_spans(text: str) -> str:
+def code_spans(text: str) -> str:
     """Escaped text whose `backticked` parts are set as code."""
     parts = text.split("`")
-    return "".join(f"<code>{_e(p)}</code>" if i % 2 else _e(p) for i, p in enumerate(parts))
+    return "".join(f"<code>{escape(p)}</code>" if i % 2 else escape(p) for i, p in enumerate(parts))
 
 
-def _devices(devices: Sequence[DeviceReport]) -> str:
+def devices_html(devices: Sequence[DeviceReport]) -> str:
     if not devices:
         return ""
     rows = "".join(_device_row(d) for d in devices)
@@ -201,8 +202,8 @@ def _devices(devices: Sequence[DeviceReport]) -> str:
 def _device_row(d: DeviceReport) -> str:
     t = d.temporal
     cells = [
-        _e(_device_label(d, True)),
-        _e(d.info.name or "unknown"),
+        escape(device_label(d, True)),
+        escape(d.info.name or "unknown"),
         duration(t.span_ns),
         f"{d.busy_pct:.1f}%",
         *(f"{t.pct(x):.1f}%" for x in (t.idle_ns, t.compute_ns, t.communication_ns, t.memory_ns)),
@@ -222,14 +223,14 @@ def _extremes(devices: Sequence[DeviceReport]) -> list[DeviceReport]:
 def _kernel_table(d: DeviceReport, multi: bool) -> str:
     short = short_kernel_names(k.name for k in d.kernels)
     rows = "".join(
-        f"<tr><td class='mono kernel'>{_name(k.name, short[k.name])}</td>"
-        f"<td>{_e(k.work_class.name.lower())}</td>"
+        f"<tr><td class='mono kernel'>{name_cell(k.name, short[k.name])}</td>"
+        f"<td>{escape(k.work_class.name.lower())}</td>"
         f"<td class='num'>{k.count:,}</td><td class='num'>{duration(k.total_ns)}</td>"
         f"<td class='num'>{k.share_of_busy_pct:.1f}%</td></tr>"
         for k in d.kernels
     )
     return (
-        f"<h3>Top kernels · {_e(_device_label(d, multi))}</h3><table><tr><th>kernel</th>"
+        f"<h3>Top kernels · {escape(device_label(d, multi))}</h3><table><tr><th>kernel</th>"
         "<th>class</th><th class='num'>count</th><th class='num'>total</th>"
         f"<th class='num'>share</th></tr>{rows}</table>"
     )

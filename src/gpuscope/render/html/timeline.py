@@ -28,16 +28,16 @@ from gpuscope.names import (
     short_location,
 )
 from gpuscope.render.html.page import (
-    _CAUSE_NAMES,
-    _KINDS,
-    _LAYOUT,
-    _MERGED_OPACITY,
     CAUSE_COLOURS,
+    CAUSE_NAMES,
     KIND_COLOURS,
+    KINDS,
+    LAYOUT,
+    MERGED_OPACITY,
     HtmlOptions,
-    _device_label,
-    _is_multi,
-    _Section,
+    Section,
+    device_label,
+    is_multi,
     plot_text,
 )
 from gpuscope.units import duration, ms_or_s
@@ -70,7 +70,7 @@ class _Bars(msgspec.Struct):
     text: list[str]
 
 
-def _timeline_section(d: Diagnosis, o: HtmlOptions, prefix: str) -> _Section:
+def timeline_section(d: Diagnosis, o: HtmlOptions, prefix: str) -> Section:
     assert d.drawn is not None  # a diagnosis with devices has its drawn series
     timeline = d.drawn.timeline
     labels = _lane_labels(d.devices, timeline)
@@ -89,7 +89,7 @@ def _timeline_section(d: Diagnosis, o: HtmlOptions, prefix: str) -> _Section:
             " have their own); every lane is listed under the chart."
         )
         after = _lane_list(labels, rows)
-    return _Section(f"{prefix}chart-timeline", "GPU timeline", note, figure, after)
+    return Section(f"{prefix}chart-timeline", "GPU timeline", note, figure, after)
 
 
 def _lane_time(lane: Lane) -> int:
@@ -119,7 +119,7 @@ def _rows(timeline: Timeline, labels: list[str], devices: Sequence[DeviceReport]
                 row_labels.append(labels[i])
         rest = [i for i in lanes if i not in own]
         if rest:
-            device = _device_label(devices[timeline.lanes[rest[0]].device], _is_multi(devices))
+            device = device_label(devices[timeline.lanes[rest[0]].device], is_multi(devices))
             for i in rest:
                 of_lane[i] = len(row_labels)
             row_labels.append(f"{device} · {len(rest)} other streams")
@@ -144,9 +144,9 @@ def _lane_list(labels: list[str], rows: _Rows) -> str:
 
 
 def _lane_labels(devices: Sequence[DeviceReport], timeline: Timeline) -> list[str]:
-    multi = _is_multi(devices)
+    multi = is_multi(devices)
     return [
-        f"{_device_label(devices[lane.device], multi)} · "
+        f"{device_label(devices[lane.device], multi)} · "
         + ("idle" if lane.stream is None else f"stream {lane.stream}")
         for lane in timeline.lanes
     ]
@@ -166,14 +166,14 @@ def _timeline_figure(
         origin_of_row[rows.of_lane[i]] = origins[lane.device]
     merged: dict[tuple[str, int], _Bars] = {}
     single: dict[tuple[str, int], _Bars] = {}
-    multi = _is_multi(devices)
+    multi = is_multi(devices)
     for i, lane in enumerate(timeline.lanes):
-        device = _device_label(devices[lane.device], multi)
+        device = device_label(devices[lane.device], multi)
         y = rows.of_lane[i]
         _add_single(y, lane, labels[i], device, timeline.names, o, single)
         _add_merged(y, lane, labels[i], timeline, merged)
     figure = go.Figure()
-    for bars, opacity in ((merged, _MERGED_OPACITY), (single, 1.0)):
+    for bars, opacity in ((merged, MERGED_OPACITY), (single, 1.0)):
         for key in sorted(bars, key=_legend_order):
             figure.add_trace(_bar_trace(key, bars[key], opacity, origin_of_row, key in single))
     _timeline_layout(figure, rows.labels)
@@ -208,20 +208,20 @@ def _add_single(
         bars.start_ns.append(start)
         bars.end_ns.append(end)
         if family == "idle":
-            text = f"idle: <b>{_CAUSE_NAMES[category]}</b><br>{ms_or_s(end - start)} idle"
+            text = f"idle: <b>{CAUSE_NAMES[category]}</b><br>{ms_or_s(end - start)} idle"
             if name >= 0:
                 text += f"<br>at {plot_text(short_location(names[name], 100))}"
             bars.text.append(f"{text}<br>{plot_text(device)}")
         else:
             shown = plot_text(_short_kernel(names[name]), o.label_chars)
-            bars.text.append(f"{shown}<br>{_KINDS[category]} · {ms_or_s(end - start)}<br>{label}")
+            bars.text.append(f"{shown}<br>{KINDS[category]} · {ms_or_s(end - start)}<br>{label}")
 
 
 def _add_merged(
     y: int, lane: Lane, label: str, timeline: Timeline, into: dict[tuple[str, int], _Bars]
 ) -> None:
     family = "idle" if lane.stream is None else "kernel"
-    names = _CAUSE_NAMES if family == "idle" else _KINDS
+    names = CAUSE_NAMES if family == "idle" else KINDS
     what = "idle gaps" if family == "idle" else "kernels"
     width = timeline.bucket_ns
     for first, last, dominant, count, busy, located in zip(
@@ -256,7 +256,7 @@ def _bar_trace(
     in_legend_elsewhere: bool,
 ) -> go.Bar:
     family, category = key
-    name = _CAUSE_NAMES[category] if family == "idle" else _KINDS[category]
+    name = CAUSE_NAMES[category] if family == "idle" else KINDS[category]
     colour = CAUSE_COLOURS[name] if family == "idle" else KIND_COLOURS[name]
     lanes = np.asarray(bars.lane, dtype=np.int64)
     start = np.asarray(bars.start_ns, dtype=np.int64) - origin_of_row[lanes]
@@ -282,7 +282,7 @@ def _timeline_layout(figure: go.Figure, labels: list[str]) -> None:
     figure.update_layout(
         barmode="overlay",
         height=min(max(220, 90 + 26 * len(labels)), 1800),
-        **_LAYOUT,
+        **LAYOUT,
         hovermode="closest",
         dragmode="zoom",
         xaxis={"title": {"text": "time (ms)"}, "showgrid": True, "zeroline": False},

@@ -1,5 +1,5 @@
-"""How quantities are written for people, once: milliseconds, percentages and dollars in every
-report (the JSON keeps the numbers, with their units in the keys)."""
+"""How quantities are written for people, once: times, sizes, percentages and dollars in every
+report and evidence sentence (the JSON keeps the numbers, with their units in the keys)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,41 @@ def duration(ns: float) -> str:
     if size >= 999.95e3 or size == 0:
         return f"{ns / 1e6:.2f} ms"
     return f"{ns / 1e3:.1f} µs"
+
+
+def seconds_or_ms(ns: float) -> str:
+    """``1.23 s`` from one second on, ``12.3 ms`` below (a stretch of a profiled window)."""
+    return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else ms(ns, 1)
+
+
+def long_duration(ns: float, gpu: str = "") -> str:
+    """A long span in whole units: ``1.5 h`` from 90 minutes, ``12 min`` from two minutes, else
+    ``45 s``; ``gpu="GPU-"`` names GPU time (summed over GPUs): ``3.0 GPU-h``."""
+    seconds = ns / 1e9
+    if seconds >= 5400:
+        return f"{seconds / 3600:,.1f} {gpu}h"
+    if seconds >= 120:
+        return f"{seconds / 60:,.0f} {gpu}min"
+    return f"{seconds:,.0f} {gpu}s"
+
+
+#: Bytes in a GiB.
+GIB = 1 << 30
+
+
+def gib(size: float | None, unknown: str = "n/a") -> str:
+    """``12.35 GiB``, or ``unknown``."""
+    return unknown if size is None else f"{size / GIB:,.2f} GiB"
+
+
+def signed_gib(size: float) -> str:
+    """``+1.25 GiB``: a change in GiB, with its sign."""
+    return f"{size / GIB:+,.2f} GiB"
+
+
+def gib_or_mib(size: float) -> str:
+    """``1.5 GiB`` from a GiB on, ``512 MiB`` below."""
+    return f"{size / GIB:,.1f} GiB" if size >= GIB else f"{size / (1 << 20):,.0f} MiB"
 
 
 def pct(value: float | None) -> str:

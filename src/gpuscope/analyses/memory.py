@@ -150,40 +150,14 @@ class _Device:
     def report(self) -> MemoryReport:
         ev = self.ev
         n = len(ev)
-        action = ev.action
         size = ev.size_bytes
         freeing = MemoryAction.FREE_COMPLETED
-        if not (action == freeing).any():  # older recorders: the request is the free
+        if not (ev.action == freeing).any():  # older recorders: the request is the free
             freeing = MemoryAction.FREE_REQUESTED
-        delta = np.where(action == MemoryAction.ALLOC, size, 0)
-        delta -= np.where(action == freeing, size, 0)
-        grow = member(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
-        shrink = member(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
-        rdelta = np.where(grow, size, 0) - np.where(shrink, size, 0)
         blocks = self.record.blocks
         held = blocks.state[self.block_rows] != BlockState.INACTIVE
-        recorded_totals = n > 0 and bool((ev.allocated_bytes >= 0).all())
-        if recorded_totals:
-            allocated = ev.allocated_bytes.astype(np.int64)
-            reserved = ev.reserved_bytes.astype(np.int64)
-            baseline = int(allocated[0] - delta[0])
-            end_alloc, end_reserved = int(allocated[-1]), int(reserved[-1])
-            note = "recorded: the first event's total less its own size"
-        else:
-            end_alloc = int(blocks.size_bytes[self.block_rows][held].sum())
-            end_reserved = int(self.seg_sizes.sum())
-            baseline = end_alloc - int(delta.sum())
-            allocated = baseline + np.cumsum(delta)
-            reserved = end_reserved - int(rdelta.sum()) + np.cumsum(rdelta)
-            note = (
-                "estimated: the allocated memory at the dump less the net change recorded"
-                if n
-                else "the dump itself (no events recorded)"
-            )
-        if baseline < 0:
-            note += "; the events record more than the dump holds (entries dropped?): set to 0"
-            allocated = allocated - baseline
-            baseline = 0
+        t = self._totals(freeing, held)
+        note, end_alloc, end_reserved = t.note, t.end_allocated, t.end_reserved
         matched = _match(ev, freeing)
         orphans = matched.orphan_frees
         if orphans.size:
@@ -191,16 +165,7 @@ class _Device:
                 f"; {orphans.size:,} frees of blocks allocated before recording began"
                 " (recording started mid-run, or the ring buffer dropped entries)"
             )
-        if n:
-            p = int(np.argmax(allocated))
-            peak, reserved_at_peak = int(allocated[p]), int(reserved[p])
-            peak_reserved = max(int(reserved.max()), end_reserved)
-            peak_time = int(ev.time_ns[p])
-        else:
-            p, peak, reserved_at_peak, peak_reserved, peak_time = -1, end_alloc, end_reserved, 0, -1
-            peak_reserved = end_reserved
-        if end_alloc > peak:  # the dump holds more than any recorded moment
-            p, peak, reserved_at_peak, peak_time = -1, end_alloc, end_reserved, -1
+        p, peak, reserved_at_peak, peak_reserved, peak_time = _peak(ev, t)
         live = self._live_at(p, matched, held, peak)
         sites = top_sites(live, self.stacks, rise=False)
         rise = top_sites(live, self.stacks, rise=True)
@@ -213,7 +178,7 @@ class _Device:
             main = max(categories, key=lambda c: categories[c])
             if main in PHASE_OF:
                 phase, phase_source = PHASE_OF[main], f"position: {main} hold most of the peak"
-        allocs = size[action == MemoryAction.ALLOC]
+        allocs = size[ev.action == MemoryAction.ALLOC]
         largest = int(allocs.max()) if allocs.size else int(blocks.size_bytes.max(initial=0))
         free_sizes = blocks.size_bytes[self.block_rows][
             blocks.state[self.block_rows] == BlockState.INACTIVE
@@ -232,7 +197,7 @@ class _Device:
             peak_event=p,
             peak_phase=phase,
             peak_phase_source=phase_source,
-            baseline_bytes=baseline,
+            baseline_bytes=t.baseline,
             baseline_note=note,
             frees_before_alloc=int(orphans.size),
             frees_before_alloc_bytes=int(size[orphans].sum()),
@@ -243,15 +208,51 @@ class _Device:
             rise_sites=rise,
             categories=categories,
             at_peak=_at_peak(peak, reserved_at_peak, p, free_sizes, largest),
-            at_end=_at_end(peak, end_alloc, end_reserved, free_sizes, recorded_totals),
+            at_end=_at_end(peak, end_alloc, end_reserved, free_sizes, t.recorded),
             oom=oom,
             settings=settings,
             expandable_segments=expandable,
-            timeline=_timeline(ev, allocated, reserved, live, matched),
+            timeline=_timeline(ev, t.allocated, t.reserved, live, matched),
             device_total_bytes=self.total,
             kept_activation_bytes=int(live.size[(live.category == ACTIVATIONS) & live.kept].sum()),
             backward_recorded=self.backward,
         )
+
+    def _totals(self, freeing: int, held: NDArray[np.bool_]) -> _Totals:
+        """Bytes allocated and reserved after each event: as recorded, or (older recorders, no
+        totals) worked back from the dump by the net change the events record."""
+        ev = self.ev
+        n = len(ev)
+        action, size = ev.action, ev.size_bytes
+        delta = np.where(action == MemoryAction.ALLOC, size, 0)
+        delta -= np.where(action == freeing, size, 0)
+        grow = member(action, (MemoryAction.SEGMENT_ALLOC, MemoryAction.SEGMENT_MAP))
+        shrink = member(action, (MemoryAction.SEGMENT_FREE, MemoryAction.SEGMENT_UNMAP))
+        rdelta = np.where(grow, size, 0) - np.where(shrink, size, 0)
+        recorded = n > 0 and bool((ev.allocated_bytes >= 0).all())
+        if recorded:
+            allocated = ev.allocated_bytes.astype(np.int64)
+            reserved = ev.reserved_bytes.astype(np.int64)
+            baseline = int(allocated[0] - delta[0])
+            end_alloc, end_reserved = int(allocated[-1]), int(reserved[-1])
+            note = "recorded: the first event's total less its own size"
+        else:
+            blocks = self.record.blocks
+            end_alloc = int(blocks.size_bytes[self.block_rows][held].sum())
+            end_reserved = int(self.seg_sizes.sum())
+            baseline = end_alloc - int(delta.sum())
+            allocated = baseline + np.cumsum(delta)
+            reserved = end_reserved - int(rdelta.sum()) + np.cumsum(rdelta)
+            note = (
+                "estimated: the allocated memory at the dump less the net change recorded"
+                if n
+                else "the dump itself (no events recorded)"
+            )
+        if baseline < 0:
+            note += "; the events record more than the dump holds (entries dropped?): set to 0"
+            allocated = allocated - baseline
+            baseline = 0
+        return _Totals(allocated, reserved, baseline, end_alloc, end_reserved, note, recorded)
 
     def _live_at(self, p: int, matched: _Matched, held: NDArray[np.bool_], peak: int) -> Live:
         """Every block alive at event ``p`` (-1: at the dump), with its stack, category and
@@ -431,6 +432,34 @@ def _within(values: NDArray[np.int64], among: NDArray[np.int64]) -> NDArray[np.b
     ordered = np.sort(among)
     at = np.minimum(np.searchsorted(ordered, values), ordered.size - 1)
     return np.asarray(ordered[at] == values)
+
+
+class _Totals(msgspec.Struct, frozen=True):
+    """One device's memory after each event, and where its figures come from."""
+
+    allocated: NDArray[np.int64]  # bytes allocated after each event
+    reserved: NDArray[np.int64]  # bytes the allocator reserved after each event
+    baseline: int  # bytes allocated before the first event
+    end_allocated: int
+    end_reserved: int
+    note: str  # how the baseline was found
+    recorded: bool  # the events carry the allocator's totals
+
+
+def _peak(ev: MemoryEvents, t: _Totals) -> tuple[int, int, int, int, int]:
+    """The peak's event (-1: the dump), bytes allocated and reserved there, the most reserved
+    at any time, and the peak's time (-1: the dump)."""
+    if len(ev):
+        p = int(np.argmax(t.allocated))
+        peak, reserved_at_peak = int(t.allocated[p]), int(t.reserved[p])
+        peak_reserved = max(int(t.reserved.max()), t.end_reserved)
+        peak_time = int(ev.time_ns[p])
+    else:
+        p, peak, reserved_at_peak, peak_time = -1, t.end_allocated, t.end_reserved, -1
+        peak_reserved = t.end_reserved
+    if t.end_allocated > peak:  # the dump holds more than any recorded moment
+        p, peak, reserved_at_peak, peak_time = -1, t.end_allocated, t.end_reserved, -1
+    return p, peak, reserved_at_peak, peak_reserved, peak_time
 
 
 class _Matched(msgspec.Struct, frozen=True):

@@ -62,6 +62,7 @@ from gpuscope.diagnosis import money
 from gpuscope.errors import InputError
 from gpuscope.facts import GpuFacts, gpu_hour_price, match_device
 from gpuscope.model import Job, Kind, Trace
+from gpuscope.units import gib, ms, signed_ms
 
 #: Busy time this memory-bound (share of busy) makes the knee Bloated Context.
 MEMORY_BOUND_PCT = 50.0
@@ -384,8 +385,8 @@ def _scaling_findings(points: list[ScalingPoint], threshold: float, units: str) 
         drop += f" {worst.gpus} GPUs"
     evidence = [
         f"{drop} (speed-up {worst.speedup:.2f}x on {worst.gpus / points[0].gpus:g}x the GPUs)",
-        f"at {worst.gpus} GPUs each GPU-step is {worst.loss.step_ns / 1e6:,.2f} ms over ideal: "
-        + ", ".join(f"{k} {v / 1e6:+,.2f} ms" for k, v in parts.items()),
+        f"at {worst.gpus} GPUs each GPU-step is {ms(worst.loss.step_ns)} over ideal: "
+        + ", ".join(f"{k} {signed_ms(v)}" for k, v in parts.items()),
     ]
     priced = [p for p in points if p.usd_per_unit is not None]
     if priced:
@@ -490,7 +491,7 @@ def sweep(jobs: list[Job], options: SweepOptions | None = None) -> SweepReport:
         # the table.
         rule += (
             f"; batch {top.batch} gives {top.throughput_per_s / knee_point.throughput_per_s:,.1f}x"
-            f" its throughput at {top.step_ns / 1e6:,.2f} ms a step"
+            f" its throughput at {ms(top.step_ns)} a step"
         )
         found = []
     else:
@@ -576,14 +577,14 @@ def _sweep_findings(
         " DRAM bandwidth, not compute, bounds a step",
         f"batch {largest.batch} gives {largest.relative_pct - knee.relative_pct:+.1f} percentage"
         " points of"
-        f" throughput for {(largest.step_ns - knee.step_ns) / 1e6:+,.2f} ms per step"
-        f" ({knee.step_ns / 1e6:,.2f} -> {largest.step_ns / 1e6:,.2f} ms)",
+        f" throughput for {signed_ms(largest.step_ns - knee.step_ns)} per step"
+        f" ({knee.step_ns / 1e6:,.2f} -> {ms(largest.step_ns)})",
     ]
     if plateau is not None:
         evidence.append(plateau)
     if freed is not None and knee.batch != largest.batch:
         evidence.append(
-            f"batch {knee.batch} instead of {largest.batch} frees about {freed / 2**30:,.2f} GiB"
+            f"batch {knee.batch} instead of {largest.batch} frees about {gib(freed)}"
             f" ({memory_source})"
         )
     return [

@@ -48,6 +48,7 @@ from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
 from gpuscope.model import Kind, Trace
+from gpuscope.units import ms
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
@@ -179,7 +180,7 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
         count = sum(s.gaps for s in stats)
         locations = _merge_locations([loc for s in stats for loc in s.locations])
         row = causes.describe(cause)
-        note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {lost / 1e6:,.2f} ms in all"]
+        note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {ms(lost)} in all"]
         # Time that is no waste (one-time start-up, paid once per process) has no dollars.
         saving: int | None = lost if row.waste else None
         pattern = row.pattern
@@ -194,7 +195,7 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
             pattern = _copy_pattern(um.exposed_ns, lost, pattern)
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
-            service = [f"{lost / 1e6:,.2f} ms of fault service between migrations"]
+            service = [f"{ms(lost)} of fault service between migrations"]
             note = um.notes("unified-memory page-migration") + (service if lost >= 5_000 else [])
             saving = lost + (um.saving_ns or 0)
             count = um.count  # the migrations, as for the other copy findings
@@ -242,7 +243,7 @@ def _communication_raw(
     straggler / collective_wait findings instead."""
     exposed = sum(e.overlap.exposed_ns for e in evidence)
     comm = sum(e.overlap.communication_ns for e in evidence)
-    exposed_note = [f"{comm / 1e6:,.2f} ms of communication, {exposed / 1e6:,.2f} ms of it exposed"]
+    exposed_note = [f"{ms(comm)} of communication, {ms(exposed)} of it exposed"]
     exposed_locations: list[LocationStat] = []
     if ranks is not None:
         exposed -= ranks.exposed_wait_ns
@@ -418,7 +419,7 @@ def _fp32_gemm_saving(evidence: list[DeviceEvidence]) -> tuple[float, list[str]]
         speedup = tensor / plain if tensor and plain else 2.0  # unknown device: a modest guess
         saving += e.bounds.fp32_gemm_ns * (1.0 - 1.0 / max(speedup, 1.0))
     share = 100.0 * fp32_ns / gemm_ns if gemm_ns else 0.0
-    note = [f"{fp32_ns / 1e6:,.2f} ms of FP32 GEMMs on CUDA cores: {share:.0f}% of GEMM time"]
+    note = [f"{ms(fp32_ns)} of FP32 GEMMs on CUDA cores: {share:.0f}% of GEMM time"]
     return saving, note
 
 
@@ -472,7 +473,7 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
         else causes.describe("memory_bound").pattern
     )
     note = [
-        f"memory-bound kernels run {memory_ns / 1e6:,.2f} ms: {share:.0f}% of busy time",
+        f"memory-bound kernels run {ms(memory_ns)}: {share:.0f}% of busy time",
         f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
     ]
     achieved = [e.bounds.achieved_bytes_per_s for e in evidence if e.bounds.achieved_bytes_per_s]
@@ -533,6 +534,43 @@ def verdict(
     nothing else running (the rank analysis's exposed wait): a collective kernel that waits keeps
     the GPU "busy" while it does no work, so that time counts as waiting in the busy figure (and
     as communication in the bound, with the summary saying it is waiting)."""
+    w = _window(evidence)
+    shares = w.shares_pct
+    idle_pct = 100.0 * w.idle_ns / w.span_ns
+    waiting_pct = 100.0 * min(peer_wait_ns, w.busy_ns[Bound.COMMUNICATION]) / w.span_ns
+    key = _bound(shares, 100.0 - idle_pct - waiting_pct)
+    # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
+    # the findings' dollars added up, as their fixes overlap.
+    wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
+    transfers = _transfer_split(evidence)
+    first = next((f for f in found if worth_pct(f) > 0.0), None)
+    return Verdict(
+        bound=key,
+        summary=_summary(
+            key, shares, (idle_pct, waiting_pct), found, first, wasted, transfers, w.span_ns
+        ),
+        shares_pct=shares,
+        idle_pct=idle_pct,
+        wasted_usd_per_gpu_hour=wasted,
+        gpu_hour_usd=gpu_hour_usd,
+        price_source=price_source,
+        world_size=gpus,
+        figures=_figures(evidence, w, waiting_pct, transfers, first),
+    )
+
+
+class _Window(msgspec.Struct, frozen=True):
+    """The devices' windows added up, and the partition of them the verdict's shares are."""
+
+    span_ns: int  # 1 for an empty window, so that shares divide by it
+    idle_ns: int
+    peer_idle_ns: int  # idle time waiting for peers (PEER_CAUSES)
+    host_idle_ns: int  # idle time of the host causes (HOST_CAUSES)
+    busy_ns: dict[Bound, int]  # busy time by what bounds its work
+    shares_pct: dict[str, float]  # BOUND_WORDS' keys; they add up to 100
+
+
+def _window(evidence: list[DeviceEvidence]) -> _Window:
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
     comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
@@ -552,46 +590,40 @@ def verdict(
         "latency": 100.0 * busy[Bound.LATENCY] / span,
         "device": 100.0 * busy[Bound.UNCLASSIFIED] / span,
     }
-    idle_pct = 100.0 * idle / span
-    waiting_pct = 100.0 * min(peer_wait_ns, busy[Bound.COMMUNICATION]) / span
-    key = _bound(shares, 100.0 - idle_pct - waiting_pct)
-    # What fixing every finding is predicted to save, priced (diagnosis.predict.priced): never
-    # the findings' dollars added up, as their fixes overlap.
-    wasted = saving_usd_per_gpu_hour if gpu_hour_usd is not None else None
-    transfers = _transfer_split(evidence)
-    first = next((f for f in found if worth_pct(f) > 0.0), None)
-    return Verdict(
-        bound=key,
-        summary=_summary(
-            key, shares, (idle_pct, waiting_pct), found, first, wasted, transfers, span
-        ),
-        shares_pct=shares,
-        idle_pct=idle_pct,
-        wasted_usd_per_gpu_hour=wasted,
-        gpu_hour_usd=gpu_hour_usd,
-        price_source=price_source,
-        world_size=gpus,
-        figures={
-            "busy_pct": 100.0 - idle_pct - waiting_pct,
-            "waiting_for_peers_pct": waiting_pct,
-            "idle_host_pct": 100.0 * host_causes / span,
-            "idle_unexplained_pct": 100.0 * (idle - comm_wait - host_causes) / span,
-            "idle_input_pct": shares["input"],
-            "latency_bound_kernels_pct": shares["latency"],
-            "unclassified_kernels_pct": shares["device"],
-            "exposed_transfer_pct": shares["transfer"],
-            "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
-            "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
-            "exposed_p2p_pct": 100.0 * transfers["p2p"] / span,
-            "exposed_page_migration_pct": 100.0 * transfers["um"] / span,
-            "exposed_communication_pct": shares["communication"],
-            "memory_bound_pct": shares["memory"],
-            "compute_bound_pct": shares["compute"],
-            "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
-            "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
-            "fix_first_saving_pct": worth_pct(first) if first is not None else None,
-        },
-    )
+    return _Window(span, idle, comm_wait, host_causes, busy, shares)
+
+
+def _figures(
+    evidence: list[DeviceEvidence],
+    w: _Window,
+    waiting_pct: float,
+    transfers: dict[str, int],
+    first: Finding | None,
+) -> dict[str, float | None]:
+    """The verdict's figures (docs/json.md): its shares under their documented names, and the
+    idle, transfer and efficiency figures beside them."""
+    span, shares = w.span_ns, w.shares_pct
+    idle_pct = 100.0 * w.idle_ns / span
+    return {
+        "busy_pct": 100.0 - idle_pct - waiting_pct,
+        "waiting_for_peers_pct": waiting_pct,
+        "idle_host_pct": 100.0 * w.host_idle_ns / span,
+        "idle_unexplained_pct": 100.0 * (w.idle_ns - w.peer_idle_ns - w.host_idle_ns) / span,
+        "idle_input_pct": shares["input"],
+        "latency_bound_kernels_pct": shares["latency"],
+        "unclassified_kernels_pct": shares["device"],
+        "exposed_transfer_pct": shares["transfer"],
+        "exposed_h2d_pct": 100.0 * transfers["h2d"] / span,
+        "exposed_d2h_pct": 100.0 * transfers["d2h"] / span,
+        "exposed_p2p_pct": 100.0 * transfers["p2p"] / span,
+        "exposed_page_migration_pct": 100.0 * transfers["um"] / span,
+        "exposed_communication_pct": shares["communication"],
+        "memory_bound_pct": shares["memory"],
+        "compute_bound_pct": shares["compute"],
+        "mfu_pct": _mean([e.bounds.mfu_pct for e in evidence]),
+        "mbu_pct": _mean([e.bounds.mbu_pct for e in evidence]),
+        "fix_first_saving_pct": worth_pct(first) if first is not None else None,
+    }
 
 
 def _bound(shares: dict[str, float], busy_pct: float) -> str:

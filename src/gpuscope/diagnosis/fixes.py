@@ -27,6 +27,7 @@ from gpuscope import causes, facts
 from gpuscope.analyses.ranks import StragglerStat
 from gpuscope.diagnosis.copies import CopyStat
 from gpuscope.sanitise import middle
+from gpuscope.units import ms
 
 
 class Hardware(NamedTuple):
@@ -234,7 +235,7 @@ def straggler_advice(s: StragglerStat) -> str:
         what = s.idle_before[0][0]
         head = (
             f"Rank {s.rank}'s host issues its work late: before its late arrivals its GPU sat idle"
-            f" {idle_before / 1e6:,.2f} ms, mostly {what}, while the others' GPUs went on to the"
+            f" {ms(idle_before)}, mostly {what}, while the others' GPUs went on to the"
             " collective. Take that host work off the step (or even it out across ranks: every"
             " rank pays for the slowest host). " + advice(what.split(" at ")[0])
         )

@@ -23,6 +23,7 @@ from gpuscope.diagnosis import Diagnosis, InputSummary, Options
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.facts import device_facts
 from gpuscope.model import Job, Trace
+from gpuscope.units import gib
 
 GIB = 1 << 30
 #: A category must hold this share of the peak to be the peak's story.
@@ -31,10 +32,6 @@ MAIN_SHARE = 0.4
 #: usual transformer block it stores about a third of the block's activations (an assumption,
 #: said with the figure).
 CHECKPOINT_KEEPS = 1 / 3
-
-
-def gib(size: float) -> str:
-    return f"{size / GIB:,.2f} GiB"
 
 
 def _finding(

@@ -184,7 +184,7 @@ def priced(
         return None
     if together is None:
         return 0.0 if not found else None
-    return _share(together) * gpu_hour_usd
+    return money.per_gpu_hour(_share(together), gpu_hour_usd)
 
 
 def _share(p: Prediction) -> float:

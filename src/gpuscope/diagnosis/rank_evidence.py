@@ -11,6 +11,7 @@ from gpuscope.diagnosis import money
 from gpuscope.diagnosis.evidence import RawFinding
 from gpuscope.diagnosis.fixes import advice, short_name, straggler_advice
 from gpuscope.names import plural
+from gpuscope.units import ms
 
 
 class RankEvidence(msgspec.Struct, frozen=True):
@@ -68,26 +69,26 @@ def rank_evidence(analysis: RankAnalysis, gpu_hour_usd: float | None, gpus: int)
 def _straggler_note(s: StragglerStat) -> str:
     text = (
         f"rank {s.rank} arrived last at {s.last_arrivals} of {s.shared} collectives"
-        f" ({s.share_pct:.0f}%), {s.mean_late_ns / 1e6:,.2f} ms after the next-slowest rank on"
-        f" average (max {s.max_late_ns / 1e6:,.2f} ms); the other ranks waited"
-        f" {s.caused_wait_ns / 1e6:,.2f} ms inside those collectives,"
-        f" {s.caused_exposed_wait_ns / 1e6:,.2f} ms of it with no compute alongside"
+        f" ({s.share_pct:.0f}%), {ms(s.mean_late_ns)} after the next-slowest rank on"
+        f" average (max {ms(s.max_late_ns)}); the other ranks waited"
+        f" {ms(s.caused_wait_ns)} inside those collectives,"
+        f" {ms(s.caused_exposed_wait_ns)} of it with no compute alongside"
     )
-    doing = [f"{short_name(n)} {ns / 1e6:,.2f} ms" for n, ns in s.top_kernels[:2]]
-    doing += [f"idle ({cause}) {ns / 1e6:,.2f} ms" for cause, ns in s.idle_causes[:2]]
+    doing = [f"{short_name(n)} {ms(ns)}" for n, ns in s.top_kernels[:2]]
+    doing += [f"idle ({cause}) {ms(ns)}" for cause, ns in s.idle_causes[:2]]
     if doing:
         text += f"; meanwhile rank {s.rank} ran " + ", ".join(doing)
     if s.idle_before:
-        before = ", ".join(f"{what} {ns / 1e6:,.2f} ms" for what, ns in s.idle_before[:2])
+        before = ", ".join(f"{what} {ms(ns)}" for what, ns in s.idle_before[:2])
         text += f"; before it arrived (from its previous collective) its GPU sat idle: {before}"
     return text
 
 
 def _collective_wait_note(analysis: RankAnalysis, exposed_other_ns: int) -> str:
     text = (
-        f"{(analysis.collective_wait_ns or 0) / 1e6:,.2f} ms waiting for the last rank inside"
+        f"{ms(analysis.collective_wait_ns or 0)} waiting for the last rank inside"
         f" {analysis.matched_collectives:,} matched collectives across {len(analysis.ranks)} ranks"
-        f" ({exposed_other_ns / 1e6:,.2f} ms of it exposed and not caused by a named straggler)"
+        f" ({ms(exposed_other_ns)} of it exposed and not caused by a named straggler)"
     )
     busiest, least = analysis.busiest, analysis.least_busy
     if busiest is not None and least is not None and busiest is not least:
@@ -111,10 +112,10 @@ def _exposure_evidence(
         mean_comm = sum(s.communication_ns for s in e.steps) / len(e.steps)
         worst = max(e.steps, key=lambda s: s.exposed_ns)
         text = (
-            f"per GPU and step: {mean_exposed / 1e6:,.2f} ms exposed of {mean_comm / 1e6:,.2f} ms"
+            f"per GPU and step: {ms(mean_exposed)} exposed of {ms(mean_comm)}"
             f" of communication over {len(e.steps)} step{'s' if len(e.steps) > 1 else ''}"
             f" (most: {worst.name},"
-            f" {worst.exposed_ns / 1e6:,.2f} ms)"
+            f" {ms(worst.exposed_ns)})"
         )
         if gpu_hour_usd is not None:
             per_1000 = (money.of_time(mean_exposed, gpu_hour_usd) or 0.0) * gpus * 1000
@@ -122,13 +123,13 @@ def _exposure_evidence(
         notes.append(text)
     if analysis.exposed_wait_ns:
         notes.append(
-            f"{analysis.exposed_wait_ns / 1e6:,.2f} ms of the exposed time is waiting for a late"
+            f"{ms(analysis.exposed_wait_ns)} of the exposed time is waiting for a late"
             " peer: counted under straggler / collective_wait, not here"
         )
     if e.collectives and e.fully_exposed:
         notes.append(
             f"{e.fully_exposed:,} of {e.collectives:,} collectives ran with no compute alongside"
-            f" ({e.fully_exposed_ns / 1e6:,.2f} ms over {plural(per_gpu, 'GPU')}, not counting"
+            f" ({ms(e.fully_exposed_ns)} over {plural(per_gpu, 'GPU')}, not counting"
             " waits for a late peer)"
         )
         if e.fully_exposed_ns >= 0.5 * (e.exposed_ns - analysis.exposed_wait_ns):
@@ -138,12 +139,12 @@ def _exposure_evidence(
                 f"Most exposed time is collectives with nothing to overlap{where}: launch them"
                 " during backward, not after it (DDP's gradient buckets do; a manual `all_reduce`"
                 " after `loss.backward()` cannot overlap): up to"
-                f" {e.fully_exposed_ns / per_gpu / steps / 1e6:,.2f} ms per step per GPU."
+                f" {ms(e.fully_exposed_ns / per_gpu / steps)} per step per GPU."
             )
     if e.small:
         what = "move under 1 MiB each" if e.small_by_size else "last under 50 µs each"
         notes.append(
-            f"{e.small:,} collectives {what} ({e.small_exposed_ns / 1e6:,.2f} ms exposed):"
+            f"{e.small:,} collectives {what} ({ms(e.small_exposed_ns)} exposed):"
             " their fixed latency dominates"
         )
         if e.small_exposed_ns >= 0.2 * max(e.exposed_ns - analysis.exposed_wait_ns, 1):

@@ -60,6 +60,7 @@ from gpuscope.diagnosis import money
 from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.facts import gpu_hour_price, match_device
+from gpuscope.units import gib, gib_or_mib, long_duration
 
 #: ICSE 2024 thresholds (Gao et al.) and DCGM's SM-active guidance, all in percent.
 LOW_UTILIZATION_PCT = 50.0
@@ -185,7 +186,7 @@ def _sample_finding(
             f" at ${price.gpu_hour_usd:.2f}/GPU-hour"
         )
     found = _finding(
-        pattern="ghost_gpu",
+        pattern=causes.describe(cause).pattern,
         cause=cause,
         title=_sample_title(cause, [g for g, _ in members], len(gpus)),
         lost_ns=lost_ns,
@@ -210,15 +211,15 @@ def _sample_title(cause: str, members: list[GpuUtilisation], of: int) -> str:
     if cause == "unused_gpu":
         what = f"{who} of {of} never ran work" if of > 1 else "the GPU never ran work"
         allocated = max((g.memory_peak_bytes or 0 for g in members), default=0)
-        held = f", yet {_gib(allocated)} of memory was allocated" if allocated else ""
+        held = f", yet {gib_or_mib(allocated)} of memory was allocated" if allocated else ""
         return f"{what}: no sample reached {members[0].idle_below_pct:.0f}% utilisation{held}"
     if cause == "held_idle":
         held_ns = sum(g.held_idle.dur_ns for g in members if g.held_idle is not None)
         memory = min(g.held_idle.memory_bytes for g in members if g.held_idle is not None)
         below = members[0].idle_below_pct
         return (
-            f"{who} held idle after the work ended: {_duration(held_ns)} at under {below:.0f}%"
-            f" utilisation with at least {_gib(memory)} still allocated"
+            f"{who} held idle after the work ended: {long_duration(held_ns)} at under {below:.0f}%"
+            f" utilisation with at least {gib_or_mib(memory)} still allocated"
         )
     if cause == "misleading_gpu_util":
         u = _member_mean(members, lambda g: g.utilization)
@@ -248,20 +249,6 @@ def _member_mean(
     return sum(v * w for v, w in known) / total if total else math.nan
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
-
-
-def _duration(ns: float, gpu: str = "") -> str:
-    """A duration in the unit that reads; ``gpu="GPU-"`` names GPU time (summed over GPUs)."""
-    seconds = ns / 1e9
-    if seconds >= 5400:
-        return f"{seconds / 3600:,.1f} {gpu}h"
-    if seconds >= 120:
-        return f"{seconds / 60:,.0f} {gpu}min"
-    return f"{seconds:,.0f} {gpu}s"
-
-
 def _gpu_evidence(g: GpuUtilisation) -> str:
     parts = []
     if g.utilization is not None:
@@ -275,7 +262,7 @@ def _gpu_evidence(g: GpuUtilisation) -> str:
             if (g.memory_peak_pct is not None and g.memory_total_bytes)
             else ""
         )
-        parts.append(f"memory peak {g.memory_peak_bytes / 2**30:,.2f} GiB{share}")
+        parts.append(f"memory peak {gib(g.memory_peak_bytes)}{share}")
     else:
         parts.append("memory not recorded")
     if g.idle:
@@ -284,8 +271,8 @@ def _gpu_evidence(g: GpuUtilisation) -> str:
     if g.held_idle is not None:
         h = g.held_idle
         parts.append(
-            f"the last {_duration(h.dur_ns)} at {h.activity_mean:.0f}% with"
-            f" {_gib(h.memory_bytes)} or more allocated"
+            f"the last {long_duration(h.dur_ns)} at {h.activity_mean:.0f}% with"
+            f" {gib_or_mib(h.memory_bytes)} or more allocated"
         )
     return f"GPU {g.gpu}: " + ", ".join(parts)
 
@@ -319,9 +306,9 @@ def sampled_verdict(gpus: list[GpuUtilisation], found: list[Finding], price: Pri
     # Wall time and GPU time named apart: 8 GPUs sampled for 55 s are 7 GPU-minutes.
     wall_ns = max(g.end_ns for g in gpus) - min(g.start_ns for g in gpus) if gpus else 0
     sampled = (
-        f", {_duration(covered)} sampled"
+        f", {long_duration(covered)} sampled"
         if n == 1
-        else f" over {_duration(wall_ns)}, {_duration(covered, 'GPU-')} sampled"
+        else f" over {long_duration(wall_ns)}, {long_duration(covered, 'GPU-')} sampled"
     )
     gpus_word = f"{n} GPU{'s' if n != 1 else ''}"
     text = f"{bound}, from sampled utilisation ({gpus_word}{sampled}, no timeline): "

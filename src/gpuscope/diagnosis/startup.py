@@ -22,6 +22,7 @@ from gpuscope.causes import describe
 from gpuscope.diagnosis.findings import Finding, Verdict
 from gpuscope.diagnosis.fixes import FixEvidence, advice
 from gpuscope.model import Trace
+from gpuscope.units import ms, seconds_or_ms
 
 #: A window whose idle time is at least this share start-up is all start-up.
 STARTUP_ONLY_SHARE = 0.5
@@ -187,10 +188,6 @@ def _words(kinds: list[KindStat]) -> str:
     return ", ".join(named[:3] or ["start-up"])
 
 
-def _seconds(ns: float) -> str:
-    return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else f"{ns / 1e6:,.1f} ms"
-
-
 def _fix(kinds: list[WarmupKind], framework: bool = True) -> str:
     """Each kind's fix and the cause's; in runtime terms when the program records no framework
     operators (``framework`` False)."""
@@ -216,11 +213,11 @@ def excluded_finding(
         KindStat(kind, int(v[0] or 0), v[1] if isinstance(v[1], str) else None) for kind, v in kinds
     ]
     evidence = [
-        f"{_seconds(excluded)} of the profiled window is start-up or teardown, left out;"
-        f" the device idles {idle / 1e6:,.2f} ms of it"
+        f"{seconds_or_ms(excluded)} of the profiled window is start-up or teardown, left out;"
+        f" the device idles {ms(idle)} of it"
     ]
     evidence += [
-        f"{k.kind.value}: {k.lost_ns / 1e6:,.2f} ms idle ({KIND_WORDS[k.kind]})"
+        f"{k.kind.value}: {ms(k.lost_ns)} idle ({KIND_WORDS[k.kind]})"
         + (f" at {k.location}" if k.location else "")
         for k in stats
     ]
@@ -262,7 +259,7 @@ def revise(
                 title=f"one-time start-up in the window: {_words(kinds)}",
                 cost_usd_per_gpu_hour=None,
                 cost_usd_per_day=None,
-                evidence=f.evidence + [f"{k.kind.value}: {k.lost_ns / 1e6:,.2f} ms" for k in kinds],
+                evidence=f.evidence + [f"{k.kind.value}: {ms(k.lost_ns)}" for k in kinds],
                 fix=_fix([k.kind for k in kinds], framework),
             )
         revised.append(f)
@@ -273,9 +270,9 @@ def revise(
         teardown = sum(e.teardown_ns for e in startup) / len(startup)
         excluded = sum(e.excluded_ns for e in startup) / len(startup) - teardown
         kinds = sorted((k for e in startup for k in e.kinds), key=lambda k: -k.lost_ns)
-        edges = f"the first {_seconds(excluded)} is start-up" if excluded > 0 else ""
+        edges = f"the first {seconds_or_ms(excluded)} is start-up" if excluded > 0 else ""
         if teardown > 0:
-            edges += (" and " if edges else "") + f"the last {_seconds(teardown)} teardown"
+            edges += (" and " if edges else "") + f"the last {seconds_or_ms(teardown)} teardown"
         summary = f"{edges} ({_words(kinds)}): left out; steady state: {summary}"
         revised.insert(0, excluded_finding(startup, steady_span_ns, framework))
     elif whole and warm_ns:

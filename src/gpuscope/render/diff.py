@@ -42,7 +42,7 @@ from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
 from gpuscope.names import percentage_change, plural, short_kernel_names
 from gpuscope.render.fit import middle, name_room, number_column
-from gpuscope.units import duration
+from gpuscope.units import duration, gib, ms, signed_gib
 
 SCHEMA = "gpuscope/diff-1"
 HISTORY_SCHEMA = "gpuscope/history-1"
@@ -104,8 +104,8 @@ def prediction_line(c: PredictionCheck) -> str:
     """A resolved finding's prediction (made on "before") beside what "after" measured."""
     return (
         f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
-        f" {c.predicted_step_ns / 1e6:,.2f} ms; measured after:"
-        f" {c.after_step_ns / 1e6:,.2f} ms, the median of every step ({c.error_pct:+.1f}%)"
+        f" {ms(c.predicted_step_ns)}; measured after:"
+        f" {ms(c.after_step_ns)}, the median of every step ({c.error_pct:+.1f}%)"
     )
 
 
@@ -255,7 +255,7 @@ def _value(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "ns":
-        return f"{value / 1e6:,.2f} ms"
+        return f"{ms(value)}"
     if unit == "pct":
         return f"{value:.1f}%"
     if unit == "per_s":
@@ -313,18 +313,15 @@ def _metrics_table(d: RunDiff) -> Table:
 
 
 def _memory(m: MemoryDiff) -> Text:
-    def gib(size: int | None) -> str:
-        return "none" if size is None else f"{size / (1 << 30):,.2f} GiB"
-
     text = Text("\nMemory\n", style="bold")
-    text.append(f"  peak {gib(m.peak_before_bytes)} → {gib(m.peak_after_bytes)}\n")
+    text.append(f"  peak {gib(m.peak_before_bytes, 'none')} → {gib(m.peak_after_bytes, 'none')}\n")
     for c in m.sites:
         style = "red" if c.change_bytes > 0 else "green"
         verb = "grew" if c.change_bytes > 0 else "shrank"
         text.append(f"  {verb:6s} ", style=style)
         text.append(
-            f"{c.location}: {gib(c.before_bytes)} → {gib(c.after_bytes)}"
-            f" ({c.change_bytes / (1 << 30):+,.2f} GiB)\n"
+            f"{c.location}: {gib(c.before_bytes, 'none')} → {gib(c.after_bytes, 'none')}"
+            f" ({signed_gib(c.change_bytes)})\n"
         )
     return text
 

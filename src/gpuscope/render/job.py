@@ -18,7 +18,7 @@ from rich.text import Text
 from gpuscope.distributed import JobDiagnosis
 from gpuscope.names import short_kernel_name
 from gpuscope.render.ranks import ranks_document, render_ranks
-from gpuscope.units import ms_or_na, pct
+from gpuscope.units import ms, ms_or_na, pct
 
 JOB_SCHEMA = "gpuscope/job-1"
 
@@ -52,9 +52,7 @@ def render_job(job: JobDiagnosis, console: Console) -> None:
         render_ranks(job.ranks, console)
     console.print(_scaling(job))
     if job.kernel_ns:
-        top = ", ".join(
-            f"{short_kernel_name(name)} {ns / 1e6:,.2f} ms" for name, ns in job.kernel_ns[:5]
-        )
+        top = ", ".join(f"{short_kernel_name(name)} {ms(ns)}" for name, ns in job.kernel_ns[:5])
         unit = "per step" if job.kernel_unit == "step" else "per second"
         console.print(Text(f"kernels, summed over ranks ({unit}): {top}", style="dim"))
 

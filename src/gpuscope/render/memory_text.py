@@ -9,10 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscope.analyses.memory import MemoryReport
-
-
-def _gib(size: float | None) -> str:
-    return "n/a" if size is None else f"{size / (1 << 30):,.2f} GiB"
+from gpuscope.units import gib
 
 
 def render_memory(reports: list[MemoryReport], console: Console) -> None:
@@ -25,32 +22,32 @@ def render_memory(reports: list[MemoryReport], console: Console) -> None:
 def _summary(r: MemoryReport) -> Text:
     text = Text(f"\nMemory · device {r.device} · {r.source}\n", style="bold")
     text.append(
-        f"peak {_gib(r.peak_allocated_bytes)} allocated, {_gib(r.reserved_at_peak_bytes)}"
-        f" reserved at it (most reserved {_gib(r.peak_reserved_bytes)}),"
+        f"peak {gib(r.peak_allocated_bytes)} allocated, {gib(r.reserved_at_peak_bytes)}"
+        f" reserved at it (most reserved {gib(r.peak_reserved_bytes)}),"
         f" phase: {r.peak_phase} ({r.peak_phase_source})\n"
     )
-    text.append(f"baseline {_gib(r.baseline_bytes)}: {r.baseline_note}\n", style="dim")
+    text.append(f"baseline {gib(r.baseline_bytes)}: {r.baseline_note}\n", style="dim")
     if r.frees_before_alloc:
         text.append(
             f"{r.frees_before_alloc:,} frees precede their allocations"
-            f" ({_gib(r.frees_before_alloc_bytes)}): recording began mid-run\n",
+            f" ({gib(r.frees_before_alloc_bytes)}): recording began mid-run\n",
             style="yellow",
         )
-    shown = ", ".join(f"{k} {_gib(v)}" for k, v in r.categories.items() if v)
+    shown = ", ".join(f"{k} {gib(v)}" for k, v in r.categories.items() if v)
     text.append(f"at the peak: {shown}\n")
     for label, frag in (("at the peak", r.at_peak), ("at the end", r.at_end)):
         pieces = (
             ""
             if frag.free_blocks is None
-            else f", {frag.free_blocks:,} free blocks, largest {_gib(frag.largest_free_bytes)}"
+            else f", {frag.free_blocks:,} free blocks, largest {gib(frag.largest_free_bytes)}"
         )
         text.append(
-            f"reserved but free {label}: {_gib(frag.free_bytes)} = cached {_gib(frag.cached_bytes)}"
-            f" (harmless) + fragmented {_gib(frag.fragmented_bytes)}{pieces}\n",
+            f"reserved but free {label}: {gib(frag.free_bytes)} = cached {gib(frag.cached_bytes)}"
+            f" (harmless) + fragmented {gib(frag.fragmented_bytes)}{pieces}\n",
             style="dim",
         )
     if r.oom is not None:
-        asked = "" if r.oom.request_bytes is None else f"asked {_gib(r.oom.request_bytes)}; "
+        asked = "" if r.oom.request_bytes is None else f"asked {gib(r.oom.request_bytes)}; "
         text.append(f"out of memory: {asked}{r.oom.summary}\n", style="bold red")
     for note in r.settings:
         text.append(f"allocator: {note}\n", style="yellow")
@@ -64,7 +61,7 @@ def _sites(r: MemoryReport) -> Table:
     for s in r.sites:
         table.add_row(
             s.location,
-            _gib(s.bytes),
+            gib(s.bytes),
             f"{s.blocks:,}",
             s.category,
             s.confidence,

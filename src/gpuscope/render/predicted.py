@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.findings import Finding
 from gpuscope.diagnosis.money import per_gpu_day
+from gpuscope.units import ms
 
 #: The figure a report's verdict shows for ``Verdict.wasted_usd_per_gpu_hour``.
 HEADLINE_LABEL = "all fixes save per GPU-hour"
@@ -18,7 +19,7 @@ HEADLINE_LABEL = "all fixes save per GPU-hour"
 def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you fix it") -> str:
     """Step time before and after, how much faster, the spread over steps, dollars per GPU-day."""
     faster = p.faster_pct
-    text = f"{subject}: {p.unit} {p.step_ns / 1e6:,.2f} -> {p.predicted_step_ns / 1e6:,.2f} ms"
+    text = f"{subject}: {p.unit} {p.step_ns / 1e6:,.2f} -> {ms(p.predicted_step_ns)}"
     if faster >= 0:
         text += f" ({faster:.0f}% faster"
     else:

@@ -21,7 +21,7 @@ from rich.text import Text
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
-from gpuscope.units import ms_or_na, pct, signed_ms
+from gpuscope.units import gib, ms_or_na, pct, signed_ms
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
     from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
@@ -395,7 +395,7 @@ def render_sweep(report: SweepReport, console: Console) -> None:
     if report.memory_freed_bytes is not None and report.knee_batch != report.memory_compared_batch:
         text.append(
             f"batch {report.knee_batch} instead of {report.memory_compared_batch} frees about"
-            f" {report.memory_freed_bytes / 2**30:,.2f} GiB ({report.memory_source})\n"
+            f" {gib(report.memory_freed_bytes)} ({report.memory_source})\n"
         )
     _append_findings(text, report.findings, "bold yellow")
     console.print(text)

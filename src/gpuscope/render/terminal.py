@@ -28,7 +28,7 @@ from gpuscope.render.fit import number_column
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
-from gpuscope.units import ms, pct
+from gpuscope.units import gib, ms, pct
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -116,9 +116,9 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
         if f.memory_bytes is not None:
-            text.append(f"  {f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the peak)")
+            text.append(f"  {gib(f.memory_bytes)} ({f.share_pct:.0f}% of the peak)")
             if f.predicted_peak_bytes is not None:
-                text.append(f" · peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
+                text.append(f" · peak after the fix ~{gib(f.predicted_peak_bytes)}")
         else:
             text.append(f"  {f.share_pct:.1f}% of {_time_of(f)}")
         if f.lost_ns_per_step is not None:

@@ -15,6 +15,7 @@ from gpuscope._arrays import median
 from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit, removed_ns
 from gpuscope.analyses.whatif.graph import Edit, Graph
 from gpuscope.analyses.whatif.schedule import replay, step_times
+from gpuscope.units import ms
 
 I64 = NDArray[np.int64]
 
@@ -122,8 +123,8 @@ class Replayer:
         note = None
         if waiting_removed and len(causes) == 1:
             note = (
-                f"the other ranks would wait {waiting_removed / 1e6:,.2f} ms less inside"
-                f" collectives in all; {total / 1e6:,.2f} ms of that shortens their steps: the"
+                f"the other ranks would wait {ms(waiting_removed)} less inside"
+                f" collectives in all; {ms(total)} of that shortens their steps: the"
                 " rest of the waiting ran alongside other work, or the work after it waited for"
                 " the host, which keeps its time"
             )

@@ -22,6 +22,7 @@ from gpuscope.compare.diff.stats import (
     typical_steps,
 )
 from gpuscope.compare.diff.summary import STEP_TIME, RunSummary
+from gpuscope.units import ms
 
 # --- gate ---------------------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ def decisive(value: float, bound: float, digits: int = 1) -> str:
 def regression_line(r: Regression) -> str:
     confidence = f"{100 * CONFIDENCE:g}%"
     line = (
-        f"step time {r.after_median_ns / 1e6:,.2f} ms vs baseline {r.before_median_ns / 1e6:,.2f}"
+        f"step time {ms(r.after_median_ns)} vs baseline {r.before_median_ns / 1e6:,.2f}"
         f" ms ({r.change_pct:+.1f}%, max +{r.max_pct:g}%; medians of {r.after_steps} and"
         f" {r.before_steps} steps"
     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from gpuscope._arrays import among, distinct
+from gpuscope._arrays import among, distinct, first_occurrences
 from gpuscope.errors import EmptyTraceError
 from gpuscope.model import (
     ID_COLUMNS,
@@ -243,18 +243,7 @@ class Columns:
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
-            rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
-            # The scanner interns the kept arguments: each distinct text is decoded once (all
-            # of them, used or not, as msgspec would decode them) and its dict shared.
-            ids, texts = extras
-            shared = [self._shared(extras_of(decode_args(text))) for text in texts]
-            value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
-            text_ids = np.frombuffer(ids, dtype=np.int32)
-            used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
-            new_row = np.cumsum(keep) - 1
-            self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
-            self.extra_ids.append(value_id[text_ids[used]])
-            self.nbytes += 12 * int(used.sum())
+            self._add_scanned_extras(extra_rows, extras, keep)
         piece = {
             "kind": kinds,
             "name_id": self._intern_used(raw_names, name_local),
@@ -271,6 +260,21 @@ class Columns:
             text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
             self.flows.extend(FLOWS_DECODER.decode(text))
         self.rows += len(kept)
+
+    def _add_scanned_extras(self, extra_rows: bytes, extras: Any, keep: np.ndarray) -> None:
+        """The extra arguments of the scanned events ``keep`` keeps. The scanner interns them:
+        each distinct text is decoded once (all of them, used or not, as msgspec would decode
+        them) and its dict shared."""
+        rows_with_args = np.frombuffer(extra_rows, dtype=np.int64)
+        ids, texts = extras
+        shared = [self._shared(extras_of(decode_args(text))) for text in texts]
+        value_id = np.array([self._value_id(s) for s in shared], dtype=np.int32)
+        text_ids = np.frombuffer(ids, dtype=np.int32)
+        used = keep[rows_with_args] & np.array([bool(s) for s in shared], dtype=bool)[text_ids]
+        new_row = np.cumsum(keep) - 1
+        self.extra_rows.append(self.rows + new_row[rows_with_args[used]])
+        self.extra_ids.append(value_id[text_ids[used]])
+        self.nbytes += 12 * int(used.sum())
 
     def add_memory(self, candidates: list[Any]) -> None:
         """Keep the ``[memory]`` instant events among ``candidates`` (any events, their
@@ -339,7 +343,7 @@ class Columns:
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
         """Global ids for local name ids (into the scanner's raw names), decoding and interning
         only the names used, in order of use."""
-        used, first = np.unique(local, return_index=True)
+        used, first = first_occurrences(local, len(raw_names))
         used = used[np.argsort(first, kind="stable")]
         global_ids = np.zeros(len(raw_names), dtype=np.int32)
         global_ids[used] = self._intern([raw_string(raw_names[i]) for i in used.tolist()])

@@ -10,6 +10,7 @@ from gpuscope.analyses.memory import MemoryReport
 from gpuscope.analyses.memory_sites import CATEGORIES
 from gpuscope.diagnosis import Diagnosis
 from gpuscope.render.html.page import LAYOUT, Section, plot_text
+from gpuscope.units import gib
 
 GIB = float(1 << 30)
 #: One colour per category (CATEGORIES order).
@@ -42,7 +43,7 @@ def memory_sections(d: Diagnosis, prefix: str) -> list[Section]:
             Section(
                 f"{key}-sites",
                 f"Who holds the peak ({label})",
-                f"Peak {report.peak_allocated_bytes / GIB:,.2f} GiB in the {report.peak_phase}"
+                f"Peak {gib(report.peak_allocated_bytes)} in the {report.peak_phase}"
                 f" ({report.peak_phase_source}); the user's line of each allocation, library"
                 " frames skipped.",
                 _sites(report) if report.sites else None,
@@ -63,7 +64,7 @@ def _timeline_note(r: MemoryReport) -> str:
         return "The snapshot records no events over time: only its state at the dump."
     note = (
         f"Allocated memory by category (in the shares alive at the peak), reserved as a line;"
-        f" the baseline {r.baseline_bytes / GIB:,.2f} GiB is {r.baseline_note}."
+        f" the baseline {gib(r.baseline_bytes)} is {r.baseline_note}."
     )
     if r.frees_before_alloc:
         note += (

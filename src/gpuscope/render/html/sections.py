@@ -22,7 +22,7 @@ from gpuscope.render.html.page import (
     escape,
     name_cell,
 )
-from gpuscope.units import duration, usd_cents
+from gpuscope.units import duration, gib, usd_cents
 
 
 def header_html(d: Diagnosis, title: str) -> str:
@@ -136,9 +136,9 @@ def _finding(
 ) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{duration(f.lost_ns)} lost"]
     if f.memory_bytes is not None:  # a memory finding: bytes, not time
-        figures = [f"{f.memory_bytes / (1 << 30):,.2f} GiB ({f.share_pct:.0f}% of the memory peak)"]
+        figures = [f"{gib(f.memory_bytes)} ({f.share_pct:.0f}% of the memory peak)"]
         if f.predicted_peak_bytes is not None:
-            figures.append(f"peak after the fix ~{f.predicted_peak_bytes / (1 << 30):,.2f} GiB")
+            figures.append(f"peak after the fix ~{gib(f.predicted_peak_bytes)}")
     if f.lost_ns_per_step is not None:
         figures.append(f"{duration(f.lost_ns_per_step)} per step")
     money = predicted.money(f)

@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct, member
+from gpuscope._arrays import distinct, distinct_inverse, member
 from gpuscope.analyses.attribution import IdleAttribution
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.analyses.timeline import DeviceWork, WorkClass
@@ -257,9 +257,7 @@ def _tree(scopes: HostScopes, rows: NDArray[np.int64], label_of: Callable[[str],
         above = members
         up = parent[members]
         up_node = np.where(up >= 0, node[np.maximum(up, 0)], -1)
-        unique, inverse = np.unique(
-            (up_node + 1) * width + label.of_range[members], return_inverse=True
-        )
+        unique, inverse = distinct_inverse((up_node + 1) * width + label.of_range[members])
         ids = np.empty(unique.size, dtype=np.int64)
         for j, k in enumerate(unique.tolist()):
             pair = (k // width - 1, k % width)
@@ -270,7 +268,7 @@ def _tree(scopes: HostScopes, rows: NDArray[np.int64], label_of: Callable[[str],
                 node_label.append(pair[1])
                 node_depth.append(0 if pair[0] < 0 else node_depth[pair[0]] + 1)
             ids[j] = found
-        node[members] = ids[inverse.ravel()]
+        node[members] = ids[inverse]
     count = len(node_parent)
     return _Tree(
         start=start,

@@ -77,9 +77,11 @@ def real_steps(trace: Trace) -> list[Step]:
     steps = sorted(trace.steps, key=lambda s: s.start_ns)
     if len(steps) < 2:
         return steps
+    typical = float(np.median([s.dur_ns for s in steps]))
+    if all(s.dur_ns >= STUB_STEP_RATIO * typical for s in steps):
+        return steps  # none short enough to be a stub: no launch need be counted
     ev = trace.events
     launches = np.sort(ev.start_ns[(ev.kind == Kind.RUNTIME) & (ev.link >= 0)])
-    typical = float(np.median([s.dur_ns for s in steps]))
     kept = []
     for s in steps:
         launched = np.searchsorted(launches, s.end_ns) - np.searchsorted(launches, s.start_ns)

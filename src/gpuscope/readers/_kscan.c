@@ -363,9 +363,52 @@ typedef struct {
     const char *p, *end, *base;
 } Cursor;
 
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
+#include <emmintrin.h>
+/* 16 bytes at a time (every x86-64 has SSE2): the text is a tenth white space (indentation),
+ * and names and keys are read to their closing quote. */
+#define SIXTEEN_AT_A_TIME 1
+
+/* The bits of the 16 bytes at p that are JSON white space. */
+static inline unsigned white_bits(const char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i space = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+                                 _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')));
+    __m128i other = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
+                                 _mm_cmpeq_epi8(v, _mm_set1_epi8('\t')));
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(space, other));
+}
+
+/* The bits of the 16 bytes at p that stop a run of plain string content: a quote, a
+ * backslash, a control character (at most 0x1F: the unsigned minimum with 0x1F is itself). */
+static inline unsigned string_stop_bits(const char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control));
+}
+#endif
+
 static inline void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
-        c->p++;
+    const char *p = c->p, *end = c->end;
+    if (p >= end || (unsigned char)*p > ' ') return; /* most calls: at a token already */
+    if (end - p >= 2 && (unsigned char)p[1] > ' ' && *p == ' ') { /* ": ", ", ": one space */
+        c->p = p + 1;
+        return;
+    }
+#ifdef SIXTEEN_AT_A_TIME
+    while (end - p >= 16) {
+        unsigned token = ~white_bits(p) & 0xFFFFu;
+        if (token) {
+            c->p = p + __builtin_ctz(token);
+            return;
+        }
+        p += 16;
+    }
+#endif
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    c->p = p;
 }
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
@@ -383,13 +426,16 @@ static inline uint64_t string_stops(uint64_t w) {
 #endif
 
 #ifdef WORD_AT_A_TIME
-/* Whether the 8 bytes of a word are all ASCII digits: each byte's high nibble is 3, and adding 6
- * does not carry it past 9. */
-static inline int eight_digits(uint64_t w) {
+/* Per byte of a word, zero where it is an ASCII digit (its high nibble is 3, and adding 6 does
+ * not carry it past 9), else not: exact up to and including the first byte that is not a digit
+ * (only a byte of 0xFA or more carries into the next). */
+static inline uint64_t digit_misses(uint64_t w) {
     const uint64_t highs = UINT64_C(0xF0F0F0F0F0F0F0F0);
-    return ((w & highs) | (((w + UINT64_C(0x0606060606060606)) & highs) >> 4)) ==
+    return ((w & highs) | (((w + UINT64_C(0x0606060606060606)) & highs) >> 4)) ^
            UINT64_C(0x3333333333333333);
 }
+
+static const uint64_t POWERS_OF_TEN[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
 
 /* The value of 8 ASCII digits (first in the lowest byte): pairs, then fours, then all eight. */
 static inline uint64_t digits_value(uint64_t w) {
@@ -415,11 +461,21 @@ static int hex4(const char *h) {
 }
 
 /* A string at c->p (on its opening quote): its raw content span, and whether it has escapes. */
-static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
+static int lex_string_any(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
     const char *start = c->p + 1, *q = start;
     *escaped = 0;
     while (q < c->end) {
-#ifdef WORD_AT_A_TIME
+#ifdef SIXTEEN_AT_A_TIME
+        while (c->end - q >= 16) { /* names run to hundreds of bytes: 16 at a time */
+            unsigned stops = string_stop_bits(q);
+            if (stops != 0) {
+                q += __builtin_ctz(stops);
+                goto stop;
+            }
+            q += 16;
+        }
+#endif
+#if defined(WORD_AT_A_TIME) && !defined(SIXTEEN_AT_A_TIME)
         while (c->end - q >= 8) { /* names run to hundreds of bytes: skip them 8 at a time */
             uint64_t word, stops;
             memcpy(&word, q, 8);
@@ -430,6 +486,10 @@ static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *esc
             q += 8;
         }
         if (q >= c->end) break;
+#endif
+#ifdef SIXTEEN_AT_A_TIME
+    stop:
+        if (q >= c->end) break; /* fewer than 16 bytes were left, none of them a stop */
 #endif
         unsigned char ch = (unsigned char)*q;
         if (ch == '"') {
@@ -469,11 +529,30 @@ static int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *esc
     return INCOMPLETE;
 }
 
+/* The same, inline: most strings (keys, phases, categories) end within 16 bytes, unescaped. */
+static inline int lex_string(Cursor *c, const char **text, Py_ssize_t *length, int *escaped) {
+#ifdef SIXTEEN_AT_A_TIME
+    const char *start = c->p + 1;
+    if (c->end - start >= 16) {
+        unsigned stops = string_stop_bits(start);
+        if (stops != 0 && start[__builtin_ctz(stops)] == '"') {
+            const char *q = start + __builtin_ctz(stops);
+            *text = start;
+            *length = q - start;
+            *escaped = 0;
+            c->p = q + 1;
+            return OK;
+        }
+    }
+#endif
+    return lex_string_any(c, text, length, escaped);
+}
+
 /* ``is_float`` of an integer beyond int64: readers of typed values hand it to Python. */
 enum { BIG_INTEGER = 2 };
 
 /* A number: exact int64 when integral and in range, else a double (is_float set). */
-static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) {
+static int lex_number_any(Cursor *c, int64_t *integer, double *real, int *is_float) {
     const char *p = c->p, *start = c->p, *end = c->end;
     int negative = 0;
     *is_float = 0;
@@ -491,7 +570,15 @@ static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) 
         while (end - p >= 8) { /* times have 13-16 digits: 8 at a time while they last */
             uint64_t word;
             memcpy(&word, p, 8);
-            if (!eight_digits(word)) break;
+            uint64_t misses = digit_misses(word);
+            if (misses != 0) { /* the last 1-7 digits: moved to the word's top, zeroes below */
+                int k = __builtin_ctzll(misses) >> 3;
+                if (k > 0) {
+                    value = value * POWERS_OF_TEN[k] + digits_value(word << (8 * (8 - k)));
+                    p += k;
+                }
+                break;
+            }
             value = value * 100000000 + digits_value(word);
             p += 8;
         }
@@ -543,6 +630,28 @@ static int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) 
     }
     *integer = negative ? -(int64_t)value : (int64_t)value;
     return OK;
+}
+
+/* The same, inline: most numbers (ids, sizes, durations) are integers of 1 to 7 digits. */
+static inline int lex_number(Cursor *c, int64_t *integer, double *real, int *is_float) {
+#ifdef WORD_AT_A_TIME
+    const char *p = c->p;
+    if (c->end - p >= 8 && *p >= '1' && *p <= '9') {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        uint64_t misses = digit_misses(word);
+        if (misses != 0) {
+            int k = __builtin_ctzll(misses) >> 3; /* 1 to 7 digits, then what ends them */
+            if (p[k] != '.' && p[k] != 'e' && p[k] != 'E') {
+                *is_float = 0;
+                *integer = (int64_t)digits_value(word << (8 * (8 - k)));
+                c->p = p + k;
+                return OK;
+            }
+        }
+    }
+#endif
+    return lex_number_any(c, integer, real, is_float);
 }
 
 static int expect_literal(Cursor *c, const char *word) {
@@ -839,9 +948,20 @@ typedef struct {
     Py_ssize_t length;
     int code;
     uint64_t head; /* its first 8 bytes (fewer: zeroes after), set by keys_ready() */
+    int next;      /* the position + 1 of the next key of the same length, 0: none */
 } Key;
 
-#define KEY(text, code) {text, sizeof(text) - 1, code, 0}
+#define KEY(text, code) {text, sizeof(text) - 1, code, 0, 0}
+
+/* The longest key looked up (a longer one is no key of any set). */
+enum { MAX_KEY_LENGTH = 31 };
+
+/* Keys (ended by a NULL text), and per length the position + 1 of the first of that length
+ * (0: none): a lookup compares only the keys of its length. */
+typedef struct {
+    Key *keys;
+    int first[MAX_KEY_LENGTH + 1];
+} KeySet;
 
 /* HEAD_MASK[n]: the first n of 8 bytes (in memory order). */
 static uint64_t HEAD_MASK[9];
@@ -852,35 +972,48 @@ static inline uint64_t head_of(const char *text, Py_ssize_t length) {
     return word & HEAD_MASK[length < 8 ? length : 8];
 }
 
-/* The code of a key in ``keys`` (ended by a NULL text), or -1. Keys are compared 8 bytes at a
+/* The code of a key in ``set``, or -1. Only the keys of its length are compared, 8 bytes at a
  * time where 8 bytes can be read (``end``): a call of memcmp per key cost more than the compare. */
-static inline int key_code(const Key *keys, const char *text, Py_ssize_t length, const char *end) {
+static inline int key_code(const KeySet *set, const char *text, Py_ssize_t length, const char *end) {
+    if (length > MAX_KEY_LENGTH) return -1;
+    int at = set->first[length];
+    if (at == 0) return -1;
+    const Key *keys = set->keys;
     if (end - text < 8) {
-        for (const Key *k = keys; k->text != NULL; k++)
-            if (k->length == length && memcmp(k->text, text, (size_t)length) == 0) return k->code;
+        for (; at != 0; at = keys[at - 1].next)
+            if (memcmp(keys[at - 1].text, text, (size_t)length) == 0) return keys[at - 1].code;
         return -1;
     }
     uint64_t head = head_of(text, length);
-    for (const Key *k = keys; k->text != NULL; k++)
-        if (k->head == head && k->length == length &&
+    for (; at != 0; at = keys[at - 1].next) {
+        const Key *k = &keys[at - 1];
+        if (k->head == head &&
             (length <= 8 || memcmp(k->text + 8, text + 8, (size_t)(length - 8)) == 0))
             return k->code;
+    }
     return -1;
 }
 
-static void keys_ready(Key *keys) {
+static void keys_ready(KeySet *set) {
     for (int n = 0; n <= 8; n++) {
         HEAD_MASK[n] = 0;
         memset(&HEAD_MASK[n], 0xff, (size_t)n);
     }
-    for (Key *k = keys; k->text != NULL; k++) {
+    memset(set->first, 0, sizeof set->first);
+    int count = 0;
+    while (set->keys[count].text != NULL) count++;
+    for (int i = count - 1; i >= 0; i--) { /* each length's keys linked in table order */
+        Key *k = &set->keys[i];
         char first[8] = {0};
         memcpy(first, k->text, (size_t)(k->length < 8 ? k->length : 8));
         k->head = head_of(first, k->length);
+        k->next = set->first[k->length];
+        set->first[k->length] = i + 1;
     }
 }
 
-enum { A_GRID = N_INT_ARGS, A_BLOCK, A_OCCUPANCY, A_EXTRA, A_KEEP };
+/* A_MEMORY + M_*: the allocator's arguments (a "[memory]" event's; read as any event's). */
+enum { A_GRID = N_INT_ARGS, A_BLOCK, A_OCCUPANCY, A_EXTRA, A_KEEP, A_MEMORY };
 enum { MAX_KEPT = 16 };
 static Key ARG_KEYS[] = {
     KEY("correlation", 0), KEY("stream", 1), KEY("device", 2), KEY("External id", 3),
@@ -891,14 +1024,19 @@ static Key ARG_KEYS[] = {
     KEY("toDevice", A_EXTRA), KEY("Input type", A_KEEP), KEY("Concrete Inputs", A_KEEP),
     KEY("In msg nelems", A_KEEP), KEY("Out msg nelems", A_KEEP), KEY("Group size", A_KEEP),
     KEY("dtype", A_KEEP), KEY("Process Group Name", A_KEEP), KEY("Process Group Ranks", A_KEEP),
-    {NULL, 0, 0},
+    KEY("Bytes", A_MEMORY + M_BYTES), KEY("Addr", A_MEMORY + M_ADDR),
+    KEY("Device Id", A_MEMORY + M_DEVICE), KEY("Device Type", A_MEMORY + M_TYPE),
+    KEY("Total Allocated", A_MEMORY + M_ALLOCATED), KEY("Total Reserved", A_MEMORY + M_RESERVED),
+    KEY("Ev Idx", A_MEMORY + M_ORDER), {NULL, 0, 0, 0, 0},
 };
+static KeySet ARG_SET = {ARG_KEYS, {0}};
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS };
 static Key EVENT_KEYS[] = {
     KEY("ph", E_PH), KEY("cat", E_CAT), KEY("name", E_NAME), KEY("pid", E_PID),
-    KEY("tid", E_TID), KEY("ts", E_TS), KEY("dur", E_DUR), KEY("args", E_ARGS), {NULL, 0, 0},
+    KEY("tid", E_TID), KEY("ts", E_TS), KEY("dur", E_DUR), KEY("args", E_ARGS), {NULL, 0, 0, 0, 0},
 };
+static KeySet EVENT_SET = {EVENT_KEYS, {0}};
 
 typedef struct {
     int64_t ints[N_INT_ARGS];
@@ -910,6 +1048,11 @@ typedef struct {
      * the whole args object is kept instead. */
     const char *kept[MAX_KEPT][2];
     int n_kept;
+    /* The allocator's arguments, INT64_MIN where absent; memory_bad: one is not a plain
+     * integer (a "[memory]" event then goes to the Python reader). Read in the one pass over
+     * the arguments: a second pass over each [memory] event's cost a quarter of their scan. */
+    int64_t memory[N_MEMORY_ARGS];
+    int memory_bad;
 } Args;
 
 static void args_defaults(Args *a) {
@@ -919,6 +1062,8 @@ static void args_defaults(Args *a) {
     a->extra = 0;
     a->start = a->end = NULL;
     a->n_kept = 0;
+    for (int i = 0; i < N_MEMORY_ARGS; i++) a->memory[i] = INT64_MIN;
+    a->memory_bad = 0;
 }
 
 static int read_args(Cursor *c, Args *a, int *unsupported) {
@@ -940,7 +1085,7 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
         int escaped;
         if ((r = member_key_escaped(c, &key, &length, &escaped)) != OK) return r;
         if (escaped) *unsupported = 1; /* a key written with escapes: Python decodes it */
-        int code = key_code(ARG_KEYS, key, length, c->end);
+        int code = key_code(&ARG_SET, key, length, c->end);
         if (code >= 0 && code < N_INT_ARGS) {
             r = read_arg_int(c, &a->ints[code]);
         } else if (code == A_GRID) {
@@ -949,6 +1094,16 @@ static int read_args(Cursor *c, Args *a, int *unsupported) {
             r = read_dims(c, &a->block);
         } else if (code == A_OCCUPANCY) {
             r = read_real(c, &a->occupancy);
+        } else if (code >= A_MEMORY) {
+            if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) {
+                double real;
+                int is_float;
+                r = lex_number(c, &a->memory[code - A_MEMORY], &real, &is_float);
+                if (r == OK && is_float) a->memory_bad = 1;
+            } else {
+                r = skip_value(c, 1);
+                a->memory_bad = 1;
+            }
         } else {
             if (code == A_EXTRA && !is_null(c)) a->extra = 1;
             r = skip_value(c, 1);
@@ -1011,48 +1166,16 @@ static int32_t intern_kept(Scan *s, const Args *a) {
 
 /* ---- the allocator's [memory] events ------------------------------------------------------ */
 
-static Key MEMORY_KEYS[] = {
-    KEY("Bytes", M_BYTES), KEY("Addr", M_ADDR), KEY("Device Id", M_DEVICE),
-    KEY("Device Type", M_TYPE), KEY("Total Allocated", M_ALLOCATED),
-    KEY("Total Reserved", M_RESERVED), KEY("Ev Idx", M_ORDER), {NULL, 0, 0},
-};
-
-/* A [memory] event's arguments (the text read_args saw) as integers, INT64_MIN where absent.
- * A value that is not a plain integer is UNSUPPORTED: the Python reader reads the file. Only
- * these events are read twice, so no other event pays for their keys. */
-static int read_memory_args(const Args *a, const char *end, int64_t *out) {
-    for (int i = 0; i < N_MEMORY_ARGS; i++) out[i] = INT64_MIN;
-    if (a->start == NULL || a->end == NULL || *a->start != '{') return OK;
-    Cursor c = {a->start, a->end, a->start};
-    int closed, r = open_container(&c, '}', &closed);
-    while (r == OK && !closed) {
-        const char *key;
-        Py_ssize_t length;
-        int escaped;
-        if ((r = member_key_escaped(&c, &key, &length, &escaped)) != OK) return r;
-        int code = escaped ? -1 : key_code(MEMORY_KEYS, key, length, end);
-        if (code >= 0) {
-            if (*c.p != '-' && (*c.p < '0' || *c.p > '9')) return UNSUPPORTED;
-            double real;
-            int is_float;
-            r = lex_number(&c, &out[code], &real, &is_float);
-            if (r == OK && is_float) return UNSUPPORTED;
-        } else {
-            r = skip_value(&c, 1);
-        }
-        if (r != OK) return r;
-        r = next_member(&c, '}', &closed);
-    }
-    return r;
-}
-
-static int keep_memory(Scan *s, const Args *args, const char *end, int64_t ts, int64_t tid) {
-    int64_t m[N_MEMORY_ARGS];
-    int r = read_memory_args(args, end, m);
-    if (r != OK) {
+/* A [memory] event's arguments (read_args read them) as a row; events without all of the
+ * first six, of the CPU (Device Type 0) or of no device are left out. A value that is not a
+ * plain integer is UNSUPPORTED: the Python reader reads the file. */
+static int keep_memory(Scan *s, const Args *args, int64_t ts, int64_t tid) {
+    if (args->memory_bad) {
         s->error = "a [memory] event with a value of an unexpected type";
-        return r == UNSUPPORTED ? UNSUPPORTED : r;
+        return UNSUPPORTED;
     }
+    int64_t m[N_MEMORY_ARGS];
+    memcpy(m, args->memory, sizeof m);
     for (int i = 0; i < M_ORDER; i++)
         if (m[i] == INT64_MIN) return OK;
     if (m[M_TYPE] == 0 || m[M_DEVICE] < 0) return OK; /* the CPU's memory, or no device */
@@ -1093,7 +1216,7 @@ static int read_event(Cursor *c, Scan *s) {
             return UNSUPPORTED;
         }
         int is_string = *c->p == '"';
-        int code = key_code(EVENT_KEYS, key, length, c->end);
+        int code = key_code(&EVENT_SET, key, length, c->end);
         if (code == E_PH) {
             const char *text;
             if (!is_string) {
@@ -1152,7 +1275,7 @@ static int read_event(Cursor *c, Scan *s) {
     /* The caching allocator's events (an allocation or a free, with the totals after it): kept
      * as text, few beside the complete events, and decoded in Python. */
     if (phase == 'i' && name_length == 8 && memcmp(name, "[memory]", 8) == 0)
-        return unsupported ? UNSUPPORTED : keep_memory(s, &args, c->end, ts, tid);
+        return unsupported ? UNSUPPORTED : keep_memory(s, &args, ts, tid);
     if (phase != 'X') return OK;
     if (unsupported) {
         s->error = "a complete event with a value of an unexpected type";
@@ -1970,9 +2093,8 @@ static struct PyModuleDef MODULE = {
 };
 
 PyMODINIT_FUNC PyInit__kscan(void) {
-    keys_ready(ARG_KEYS);
-    keys_ready(EVENT_KEYS);
-    keys_ready(MEMORY_KEYS);
+    keys_ready(&ARG_SET);
+    keys_ready(&EVENT_SET);
     if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;

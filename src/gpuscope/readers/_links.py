@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuscope._arrays import first_occurrences
 from gpuscope.model import Events, Kind
 
 
@@ -45,5 +46,5 @@ def join_launches(
     linked_dev = dev_rows[found]
     table.link[linked_dev] = launcher
     # Reverse link: the earliest device event of each launch (rows are in start order).
-    first = np.unique(launcher, return_index=True)[1]
+    first = first_occurrences(launcher, len(table))[1]
     table.link[launcher[first]] = linked_dev[first]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from gpuscope._arrays import among, distinct
+from gpuscope._arrays import among, distinct, first_occurrences
 from gpuscope.errors import EmptyTraceError
 from gpuscope.model import (
     ID_COLUMNS,
@@ -343,7 +343,7 @@ class Columns:
     def _intern_used(self, raw_names: list[bytes], local: np.ndarray) -> np.ndarray:
         """Global ids for local name ids (into the scanner's raw names), decoding and interning
         only the names used, in order of use."""
-        used, first = np.unique(local, return_index=True)
+        used, first = first_occurrences(local, len(raw_names))
         used = used[np.argsort(first, kind="stable")]
         global_ids = np.zeros(len(raw_names), dtype=np.int32)
         global_ids[used] = self._intern([raw_string(raw_names[i]) for i in used.tolist()])

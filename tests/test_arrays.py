@@ -1,0 +1,40 @@
+"""The numpy helpers against the numpy calls they stand for (same values, same dtypes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuscope._arrays import distinct_inverse, first_occurrences
+
+
+@pytest.mark.parametrize(
+    ("n", "low", "high"),
+    [
+        (0, 0, 1),
+        (1, 0, 1),
+        (7, -5, 3),
+        (1000, 0, 50),
+        (20_000, 0, 30_000),
+        (20_000, -(10**12), 10**12),
+    ],
+)
+def test_distinct_inverse_is_numpys_unique_with_inverse(n: int, low: int, high: int) -> None:
+    values = np.random.default_rng(n).integers(low, high, n).astype(np.int64)
+    unique, inverse = distinct_inverse(values)
+    expected, expected_inverse = np.unique(values, return_inverse=True)
+    assert unique.dtype == expected.dtype
+    assert unique.tolist() == expected.tolist()
+    assert inverse.tolist() == expected_inverse.ravel().tolist()
+    assert (unique[inverse] == values).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "size"), [(0, 1), (1, 1), (50, 7), (123_000, 3_000), (1000, 100_000)]
+)
+def test_first_occurrences_are_numpys_unique_with_index(n: int, size: int) -> None:
+    values = np.random.default_rng(n).integers(0, size, n).astype(np.int32)
+    used, first = first_occurrences(values, size)
+    expected, expected_first = np.unique(values, return_index=True)
+    assert used.tolist() == expected.tolist()
+    assert first.tolist() == expected_first.tolist()

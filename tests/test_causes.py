@@ -67,6 +67,7 @@ def test_registries_are_keyed_by_causes_of_the_table() -> None:
 
 def test_the_table_says_what_an_idle_gpu_waits_for() -> None:
     assert causes.waiting_for("peer") == {"communication_wait"}
+    assert causes.waiting_for("input") == {"data_loader"}
     assert causes.waiting_for("startup") == {"warmup"}
     assert not causes.is_waste("warmup") and causes.is_waste("host_sync")
     from gpuscope.diagnosis.findings import HOST_CAUSES

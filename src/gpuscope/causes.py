@@ -25,10 +25,11 @@ import msgspec
 from gpuscope.classify import DATA
 
 SOURCES = ("idle", "timeline", "measured", "memory", "category")
-#: What an idle GPU waits for: the host (host time the verdict explains), a peer rank (the
-#: verdict's communication share), one-time start-up (paid once per process: never priced, never
-#: counted as waste), or nothing the trace shows.
-WAITS_FOR = ("host", "peer", "startup", "unexplained")
+#: What an idle GPU waits for: the host (host time the verdict explains), the input pipeline (on
+#: the host too, and the verdict's input share), a peer rank (the verdict's communication share),
+#: one-time start-up (paid once per process: never priced, never counted as waste), or nothing
+#: the trace shows.
+WAITS_FOR = ("host", "input", "peer", "startup", "unexplained")
 ICSE_CATEGORIES = ("data", "model", "job", "library")
 _COLOUR = re.compile(r"^#[0-9a-f]{6}$")
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

@@ -59,9 +59,11 @@ BLOATED_CONTEXT_PCT = 50.0
 #: Kernels of one chain are at most this far apart on their stream.
 CHAIN_GAP_NS = 20_000
 
-#: Idle causes by what the idle GPU waits for (data/causes.csv's ``waits_for``): the host's own
-#: work, or a peer rank (the verdict counts the latter as communication).
-HOST_CAUSES = causes.waiting_for("host")
+#: Idle causes by what the idle GPU waits for (data/causes.csv's ``waits_for``): the input
+#: pipeline (the verdict's input share), the host's work (the input pipeline's included), or a
+#: peer rank (the verdict counts it as communication).
+INPUT_CAUSES = causes.waiting_for("input")
+HOST_CAUSES = causes.waiting_for("host") | INPUT_CAUSES
 PEER_CAUSES = causes.waiting_for("peer")
 _TITLES = causes.titles("idle", "timeline")  # data/causes.csv
 
@@ -575,7 +577,7 @@ def _window(evidence: list[DeviceEvidence]) -> _Window:
     span = sum(e.temporal.span_ns for e in evidence) or 1
     idle = sum(e.temporal.idle_ns for e in evidence)
     comm_wait = sum(e.idle.lost_ns(c) for e in evidence for c in PEER_CAUSES)
-    loader = sum(e.idle.lost_ns("data_loader") for e in evidence)
+    loader = sum(e.idle.lost_ns(c) for e in evidence for c in INPUT_CAUSES)
     host_causes = sum(e.idle.lost_ns(c) for e in evidence for c in HOST_CAUSES)
     busy = dict.fromkeys(Bound, 0)
     for e in evidence:

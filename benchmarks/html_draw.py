@@ -32,15 +32,19 @@ older ``report_template.html``, e.g. ``git show REV:src/gpuscope/render/report_t
 load in turn, ``--tries`` times each, alternating which goes first; it prints each one's median
 every-chart time, the new one's first screen, the load average, and each one's median CPU time on
 the page's main thread until every chart is drawn (Chromium's ``ThreadTime`` metric of the
-document: what the page costs, whatever else the machine runs meanwhile).
+document: what the page costs, whatever else the machine runs meanwhile). ``--against-plotly
+FILE.gz`` also gives the older copy that plotly.js (a vendored ``plotly-*.min.js.gz``).
 
-    python benchmarks/html_draw.py --keep DIR --against OLD.html --inputs LIST [--tries 3]
+    python benchmarks/html_draw.py --keep DIR --against OLD.html [--against-plotly OLD.js.gz] \
+        --inputs LIST [--tries 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -217,11 +221,15 @@ def run(corpus: Path, tries: int, only: str | None, keep: Path) -> int:
 _SCRIPT = "<script>\n(function () {"
 
 
-def against(corpus: Path, tries: int, keep: Path, template: Path, listed: Path) -> int:
-    """Each listed report drawn by its own script and by ``template``'s, alternating."""
+def against(
+    corpus: Path, tries: int, keep: Path, template: Path, listed: Path, plotly: Path | None
+) -> int:
+    """Each listed report drawn by its own script and by ``template``'s (and ``plotly``'s
+    plotly.js, when given), alternating."""
     keep.mkdir(parents=True, exist_ok=True)
     old_text = template.read_text(encoding="utf-8")
     old_script = old_text[old_text.index(_SCRIPT) :]
+    old_plotly = None if plotly is None else base64.b64encode(plotly.read_bytes()).decode()
     driver = start_browser(keep / "chromium-profile")
     driver.execute_cdp_cmd("Performance.enable", {"timeDomain": "threadTicks"})
     rows = []
@@ -233,7 +241,15 @@ def against(corpus: Path, tries: int, keep: Path, template: Path, listed: Path) 
                 continue
             text = new.read_text(encoding="utf-8")
             old = new.with_name(f"{new.stem}.against.html")
-            old.write_text(text[: text.index(_SCRIPT)] + old_script, encoding="utf-8")
+            page = text[: text.index(_SCRIPT)] + old_script
+            if old_plotly is not None:
+                page = re.sub(
+                    r'(<script [^>]*id="gpuscope-plotly">)[^<]*',
+                    lambda m: m[1] + old_plotly,
+                    page,
+                    count=1,
+                )
+            old.write_text(page, encoding="utf-8")
             times: dict[str, list[float]] = {
                 "old": [],
                 "new": [],
@@ -299,11 +315,14 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="write (and reuse) reports here")
     parser.add_argument("--against", type=Path, default=None, help="an older report template")
     parser.add_argument("--inputs", type=Path, default=None, help="corpus paths, one a line")
+    parser.add_argument("--against-plotly", type=Path, default=None, help="an older plotly .gz")
     args = parser.parse_args()
     if args.against is not None:
         if args.keep is None or args.inputs is None:
             parser.error("--against needs --keep DIR and --inputs LIST")
-        return against(args.corpus, args.tries, args.keep, args.against, args.inputs)
+        return against(
+            args.corpus, args.tries, args.keep, args.against, args.inputs, args.against_plotly
+        )
     if args.keep is not None:
         return run(args.corpus, args.tries, args.only, args.keep)
     with tempfile.TemporaryDirectory() as tmp:

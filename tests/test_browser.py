@@ -306,6 +306,21 @@ def test_a_chart_that_fails_says_so_and_the_later_charts_still_draw(
     assert all(marks[f["id"]] > 0 for f in drawn[1:]), marks
 
 
+def test_the_chart_in_the_window_is_drawn_first(browser: Any, tmp_path: Path) -> None:
+    """A reader who opens the report at its module view (the last chart) sees it drawn first."""
+    _, page = report_of(slow_loader_trace(steps=3), tmp_path / "report.html")
+    order = [f["id"] for f in html.embedded_figures(page)]
+    assert order[0] == "chart-timeline" and order[-1] == "chart-modules"
+    browser.get(f"{(tmp_path / 'report.html').as_uri()}#views")
+    deadline = time.monotonic() + 20
+    report = None
+    while report is None and time.monotonic() < deadline:
+        report = browser.execute_script("return window.gpuscopeReport || null")
+        time.sleep(0.02)
+    assert report is not None, "the report never finished drawing"
+    assert report["order"][0] == "chart-modules" and sorted(report["order"]) == sorted(order)
+
+
 def test_hostile_names_show_as_text_and_run_nothing(browser: Any, tmp_path: Path) -> None:
     report_of(hostile(slow_loader_trace(steps=3)), tmp_path / "report.html")
     drawn = open_report(browser, tmp_path / "report.html")

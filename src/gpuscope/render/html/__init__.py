@@ -4,14 +4,15 @@ Contract: :func:`render` turns a :class:`~gpuscope.diagnosis.Diagnosis` into the
 file, :func:`render_diff` turns two (before, after) into a side-by-side comparison. plotly.js
 (once), the figure data, the styles and the scripts are inline: the file needs no network.
 
-Size and speed: plotly.js is the cartesian partial bundle (bar, scatter, heatmap: what the charts
-use; ``vendor/README.md``), 1.5 MB instead of the full 4.8 MB. It and the figure data are inlined
-gzip-compressed and base64-encoded, and unpacked by the browser (``DecompressionStream``) after
-the page's text has shown: a report is well under 1.5 MB, and the verdict and findings appear
-before any chart code is parsed. :func:`embedded_figures` reads the figures back from a page.
-The charts are drawn one at a time, those on or near the window first, each once: the page sets
-their margins from its own measure of their labels and legends, where plotly would otherwise lay
-each out twice; a chart that fails says so in its box and the others still draw.
+Size and speed: plotly.js is built with only its core and the bar and heatmap traces, what the
+charts use (``vendor/README.md``): 1.2 MB instead of the full 4.8 MB, and quick to start. It and
+the figure data are inlined gzip-compressed and base64-encoded, and unpacked by the browser
+(``DecompressionStream``) after the page's text has shown: a report is well under 1.5 MB, and
+the verdict and findings appear before any chart code is parsed. :func:`embedded_figures`
+reads the figures back from a page. The charts are drawn one at a time, the one on the window
+first, each once: the page sets their margins from its own measure of their labels and legends,
+where plotly would otherwise lay each out twice; a chart that fails says so in its box and the
+others still draw.
 
 What it shows: the verdict and its cost first, then the inputs (three listed, the rest folded);
 the findings with evidence, locations and fixes; a zoomable timeline (per device, a lane for its

@@ -144,8 +144,9 @@ def _packed(data: bytes) -> str:
 
 @cache
 def plotly_block() -> str:
-    """The vendored plotly.js partial bundle as the page inlines it (base64 of its gzip file)."""
-    packed = resources.files("gpuscope.render").joinpath("vendor/plotly-cartesian.min.js.gz")
+    """The vendored plotly.js bundle (core, bar, heatmap) as the page inlines it (base64 of its
+    gzip file)."""
+    packed = resources.files("gpuscope.render").joinpath("vendor/plotly-gpuscope.min.js.gz")
     return base64.b64encode(packed.read_bytes()).decode("ascii")
 
 

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscope import diagnose, load
-from gpuscope.analyses.attribution import CAUSES, _innermost_at
+from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.host import HostIndex, _frame_location, _is_user_frame
+from gpuscope.analyses.intervals import innermost_at
 from gpuscope.model import Events, Kind, Trace
 
 
@@ -29,7 +30,7 @@ def test_innermost_at_is_the_latest_started_row_still_running(
     ends = np.array([s + d for s, d in raw], dtype=np.int64)
     rows = np.arange(len(raw), dtype=np.int64)
     t = np.array(times, dtype=np.int64)
-    got = _innermost_at(starts, ends, rows, t)
+    got = innermost_at(starts, ends, rows, t)
     for k, when in enumerate(times):
         running = [i for i in range(len(raw)) if starts[i] <= when <= ends[i]]
         assert got[k] == (max(running) if running else -1)

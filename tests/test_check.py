@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -56,7 +57,7 @@ def test_a_close_bound_prints_the_digits_that_decided(traces: dict[str, Path]) -
     from gpuscope.commands.diff import summary_of
 
     idle = summary_of(str(traces["slow"]), None)[0].idle_pct
-    bound = f"{idle - 0.004:.2f}"  # two decimals, below the idle share by less than 0.01
+    bound = f"{math.floor((idle - 0.001) * 100) / 100:.2f}"  # two decimals, just below it
     broken = check(traces["slow"], "--max-idle-pct", bound)
     assert broken.returncode == 1
     shown = re.search(r"GPU idle ([0-9.]+)% \(max ([0-9.]+)%\)", broken.stderr)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuscope import diagnose, load
+from gpuscope.analyses.whatif import Prediction
 
 DATA = Path(__file__).parent / "data" / "h200"
 
@@ -52,3 +55,37 @@ def test_ncu_on_the_h200_calls_the_gemm_compute_bound_and_the_elementwise_memory
     )
     rng = [s for s in stats if "distribution" in s.name]
     assert rng and all(s.limiter is not None and s.limiter.value == "compute" for s in rng)
+
+
+# --- the GPU loop's runs: one pathology left in, against every fix on ----------------------------
+
+LOOP = Path(__file__).resolve().parent / "data" / "h200" / "loop"
+
+
+def _prediction(name: str, cause: str) -> Prediction:
+    finding = next(f for f in diagnose(load(LOOP / name)).findings if f.cause == cause)
+    assert finding.prediction is not None
+    return finding.prediction
+
+
+def test_the_h200_runs_confirm_the_loader_and_tf32_predictions() -> None:
+    """The replay's saving against the saving measured on the same H200 with the fix applied
+    (median steps; the fixed run: 4.61 ms). TF32 was predicted 4.5 of 11.8 ms before FFMA
+    GEMMs counted as FP32 and the backward thread was woken by the forward's end."""
+    fixed = _prediction("fix-all.json.gz", "launch_overhead").step_ns
+    assert fixed == pytest.approx(4.61e6, rel=0.01)
+    for name, cause in (
+        ("only-data_loader.json.gz", "data_loader"),
+        ("only-fp32_gemm.json.gz", "fp32_gemm"),
+    ):
+        p = _prediction(name, cause)
+        measured = p.step_ns - fixed
+        assert p.saving_ns_per_step == pytest.approx(measured, rel=0.1), (cause, p)
+
+
+def test_the_h200_pageable_copies_are_replayed_at_the_link_rate() -> None:
+    """Two 32 MB pageable copies of ~7 ms a step, pinned at the link's rate, no longer holding the
+    host: about 13 ms of the 29.5 ms measured (the rest is host time no copy replay sees; it was
+    predicted 0.3 ms when the backward thread stayed pinned to its recorded start)."""
+    p = _prediction("only-h2d_copy.json.gz", "h2d_copy")
+    assert 11e6 <= p.saving_ns_per_step <= 15e6, p

@@ -74,6 +74,27 @@ def test_a_memory_refusal_names_the_figure_that_broke_the_budget() -> None:
         assert "the budget is below the program's own 150 MB" in line, result.stderr
 
 
+def test_a_scan_on_a_thread_names_the_budget_it_began_under() -> None:
+    """The console script starts the read before the command line is parsed, under the
+    ``--max-memory`` it found; the command line then resets the process's budget until its own
+    option sets it again. A refusal raised on the scan's thread in that moment named the default
+    budget (17.5 GB here) instead of the 100 MB the read ran under."""
+    from gpuscope.errors import InputError
+    from gpuscope.readers import _early
+    from gpuscope.readers._io import set_memory_budget
+
+    trace = corpus("kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz")
+    prefetch = _early.start(["diagnose", str(trace), "--max-memory", "100M"])
+    set_memory_budget(None)  # what the command line does before its option is read
+    try:
+        if prefetch is None:
+            pytest.skip("the C scanner is not built: nothing reads on a thread")
+        with pytest.raises(InputError, match="budget of 100 MB"):
+            load(trace, prefetch=prefetch)
+    finally:
+        set_memory_budget(None)
+
+
 @pytest.mark.parametrize(
     ("name", "label"),
     [("Tesla V100-SXM2-32GB", "FP16"), ("Tesla T4", "FP16"), ("NVIDIA H100 80GB HBM3", "BF16")],

@@ -77,16 +77,17 @@ def test_a_pageable_copy_is_replayed_pinned_whether_or_not_its_call_waited(
 ) -> None:
     """The driver stages a pageable copy through a pinned buffer, chunk by chunk: the call lasts
     as long as the copy, and returns when the last chunk is staged, a little before its DMA ends.
-    Pinned, the call returns at once and the copy runs without the staging pass (twice its
-    pageable rate here: no pinned copy in the trace says what the link gives). Step: 4.64 ms;
-    the copy 3.46 -> 1.73 ms and no longer holds the host: about 2.8 to 2.9 ms."""
+    Pinned, the call returns at once and the copy runs at the host link's rate (no pinned copy
+    in the trace says what the link gives, so the A100's PCIe 4 x16 from the facts table: 32 GB/s
+    a direction at 80%, 0.82 ms for 20 MiB). Step: 4.64 ms; the copy 3.46 -> 0.82 ms and no
+    longer holds the host: about 1.85 to 2.0 ms."""
     path = tmp_path / "pageable.json"
     path.write_text(json.dumps(_pageable_steps(dma_after_return_us)))
     d = diagnose(load(path))
     f = next(f for f in d.findings if f.cause == "h2d_copy")
     assert f.prediction is not None
     assert f.prediction.step_ns == pytest.approx(4.64e6, rel=0.01)
-    assert 2.7e6 <= f.prediction.predicted_step_ns <= 2.95e6, f.prediction
+    assert 1.8e6 <= f.prediction.predicted_step_ns <= 2.05e6, f.prediction
 
 
 # --- an allocator that calls the driver on every free ---------------------------------------------

@@ -114,3 +114,14 @@ def bucket_edges(lo: int, hi: int, buckets: int) -> NDArray[np.int64]:
     """``buckets + 1`` integer edges splitting ``[lo, hi]`` evenly (where a chart's buckets
     lie: the analyses fill them, the renderers place them)."""
     return np.linspace(lo, hi, max(buckets, 1) + 1).round().astype(np.int64)
+
+
+def longest(members: NDArray[np.intp], length: NDArray[np.int64], k: int) -> NDArray[np.intp]:
+    """The ``k`` longest of ``members`` (ties: the earliest), in no particular order: the first
+    ``k`` of a stable sort by decreasing length, found without sorting them all."""
+    if members.size <= k:
+        return members
+    threshold = np.partition(length, length.size - k)[length.size - k]
+    longer = members[length > threshold]
+    tied = members[length == threshold][: k - longer.size]
+    return np.concatenate([longer, tied])

@@ -34,7 +34,6 @@ How idle time is explained, looking at the host thread that launched the work en
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import cached_property
 from typing import NamedTuple
@@ -43,21 +42,22 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, longest
 from gpuscope.analyses.host import HostActivity, HostIndex
 from gpuscope.analyses.intervals import (
     Intervals,
     covered_ns,
     difference,
     gaps,
+    innermost_at,
     intersection,
-    last_containing,
+    latest_before,
     union,
 )
 from gpuscope.analyses.phases import KIND_ORDER, Phase, WarmupKind, phase_intervals
-from gpuscope.analyses.timeline import DeviceWork, WorkClass
+from gpuscope.analyses.timeline import DeviceWork, WorkClass, on_demand_migration
 from gpuscope.causes import idle_causes
-from gpuscope.model import Events, Kind, Trace
+from gpuscope.model import Events, Kind
 
 #: Gaps up to this long with nothing blocking the host are launch overhead.
 SHORT_GAP_NS = 50_000
@@ -288,7 +288,7 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
             claimed = intersection(pool, held)
             if len(claimed):
                 pools[k] = difference(pool, claimed)
-                decider = _latest_before(ev.start_ns, rows, claimed.end_ns)
+                decider = latest_before(ev.start_ns, rows, claimed.end_ns)
                 pieces.append(_segments(claimed.start_ns, claimed.end_ns, c, decider))
         remaining = pools[0]
         if len(pools) > 1:
@@ -379,6 +379,7 @@ class GapContext:
         rows_of: dict[HostActivity, NDArray[np.int64]],
     ) -> None:
         self.ev = work.trace.events
+        self.busy = work.busy
         self.host = host
         self.thread_rows = thread_rows
         self.thread_activity = thread_activity
@@ -422,12 +423,50 @@ class GapContext:
         syncs, ends = syncs[order], ends[order]
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
+        refill = self._refill(ends, r0, r1, ~hit)
+        i[refill] = np.searchsorted(ends, r0[refill], side="right") - 1
+        hit |= refill
         # A call much shorter than the piece never owns it: a sync that waited W could have let
         # the host do at most about W of its own work earlier, while the device still ran; a
         # piece far longer than that is the host's own work (or silence), for the later rules.
         waited = ev.dur_ns[syncs[i]]
         hit &= (r1 - r0) <= np.maximum(LONG_HOST_GAP_NS, SYNC_OWNS_RATIO * waited)
         return hit, syncs[i]
+
+    def _refill(
+        self,
+        ends: NDArray[np.int64],
+        r0: NDArray[np.int64],
+        r1: NDArray[np.int64],
+        todo: NDArray[np.bool_],
+    ) -> NDArray[np.bool_]:
+        """Per piece: the host refilling the queue a sync emptied (``ends``: the syncs' ends,
+        sorted). The queue stays empty until the host refills it: a piece after a sync that
+        returned earlier, with at most SYNC_BEFORE_NS of device work since (the tiny kernel the
+        host launched first, ``running += loss.item()``), is that refill when it is the host's
+        ordinary way to the next launch: longer than SHORT_GAP_NS (a shorter one is one launch's
+        cost, launch overhead whatever came before it); no longer than the device work since the
+        sync before (what a host not made to wait could have run ahead of: a host slower than its
+        device idles it with or without the sync); and with no op or Python frame begun after
+        the sync covering half of it (that is what the host was doing, for the later rules)."""
+        j = np.searchsorted(ends, r0, side="right") - 1
+        k = np.flatnonzero(todo & (j >= 0) & (r1 - r0 > SHORT_GAP_NS))
+        refill = np.zeros(r0.size, dtype=np.bool_)
+        if k.size == 0:
+            return refill
+        since, length = ends[j[k]], (r1 - r0)[k]
+        before = np.where(j[k] > 0, ends[np.maximum(j[k] - 1, 0)], since - (1 << 50))
+        ok = covered_ns(self.busy, since, r0[k]) <= SYNC_BEFORE_NS
+        ok &= length <= covered_ns(self.busy, before, since)
+        ev, mid = self.ev, (r0[k] + r1[k]) // 2
+        for kind in (Kind.CPU_OP, Kind.PYTHON):
+            rows = self.thread_rows[self.thread_kind == kind]
+            at = innermost_at(ev.start_ns, ev.end_ns, rows, mid)
+            safe = np.maximum(at, 0)
+            inside = np.minimum(ev.end_ns[safe], r1[k]) - np.maximum(ev.start_ns[safe], r0[k])
+            ok &= ~((at >= 0) & (ev.start_ns[safe] >= since) & (2 * inside >= length))
+        refill[k[ok]] = True
+        return refill
 
     @cached_property
     def migration_after(self) -> NDArray[np.bool_]:
@@ -447,7 +486,7 @@ class GapContext:
         pure_cpu = np.zeros(self.start.size, dtype=np.bool_)
         t0, t1 = self.start[todo], self.end[todo]
         ops = self.thread_rows[self.thread_kind == Kind.CPU_OP]
-        op_row[todo] = _innermost_at(ev.start_ns, ev.end_ns, ops, (t0 + t1) // 2)
+        op_row[todo] = innermost_at(ev.start_ns, ev.end_ns, ops, (t0 + t1) // 2)
         safe = np.maximum(op_row[todo], 0)
         inside = np.minimum(ev.end_ns[safe], t1) - np.maximum(ev.start_ns[safe], t0)
         launches = self.thread_rows[self.thread_activity == HostActivity.LAUNCH]
@@ -619,23 +658,6 @@ def thread_on_a_cpu(ctx: GapContext) -> Evidence | None:
     return Evidence(computing, ctx.none())
 
 
-def on_demand_migration(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
-    """Which rows are unified-memory migrations the driver started on its own: a processor touched
-    a page resident elsewhere (``Page fault``), the driver moved its neighbours too (``Speculative
-    prefetch``), evicted pages to make room, or followed access counters. Only ``User prefetch``
-    (``cudaMemPrefetchAsync``) is launched by the program. Readers name migrations
-    ``Unified Memory HtoD (Page fault)``."""
-    names = trace.names
-    ids = trace.events.name_id[rows]
-    used = distinct(ids)
-    flag = np.zeros(len(names), dtype=np.bool_)
-    flag[used] = [_ON_DEMAND.match(names[i]) is not None for i in used.tolist()]
-    return flag[ids]
-
-
-_ON_DEMAND = re.compile(r"^Unified Memory \w+ \((?!User prefetch\))")
-
-
 #: Blocking host activities claim the idle time they overlap, in this order (a stretch covered
 #: by two goes to the first): a checkpoint or the data loader holds the step for its whole
 #: length and may sync or copy inside (the sync is then a symptom, the save or the batch the
@@ -692,28 +714,6 @@ def _segments(
     return _Segments(start, end, np.full(start.size, _CODE[c], dtype=np.uint8), decider)
 
 
-def _latest_before(
-    starts: NDArray[np.int64], rows: NDArray[np.int64], t: NDArray[np.int64]
-) -> NDArray[np.int64]:
-    """For each time, the last of ``rows`` (sorted by start) that started before it, or -1."""
-    if rows.size == 0:
-        return np.full(t.shape, -1, dtype=np.int64)
-    i = np.searchsorted(starts[rows], t, side="left") - 1
-    return np.where(i >= 0, rows[np.maximum(i, 0)], -1)
-
-
-def _innermost_at(
-    starts: NDArray[np.int64],
-    ends: NDArray[np.int64],
-    rows: NDArray[np.int64],
-    t: NDArray[np.int64],
-) -> NDArray[np.int64]:
-    """For each time, the latest-starting of ``rows`` (sorted by start) that contains it (nested
-    ops: the innermost), or -1."""
-    at = last_containing(starts[rows], ends[rows], t)
-    return np.where(at >= 0, rows[np.maximum(at, 0)] if rows.size else -1, -1).astype(np.int64)
-
-
 def _locations(
     host: HostIndex,
     g0: NDArray[np.int64],
@@ -730,7 +730,7 @@ def _locations(
         if CAUSES[code] == UNKNOWN:
             continue
         members = np.flatnonzero(cause == code)
-        chosen.append(_costliest(members, length[members], LOCATIONS_RESOLVED * 4))
+        chosen.append(longest(members, length[members], LOCATIONS_RESOLVED * 4))
     if not chosen:
         return locations, np.zeros(0, dtype=np.intp)
     # Resolved in two batches (a deciding event; else the main thread at the gap's middle), as
@@ -748,17 +748,6 @@ def _locations(
     ):
         locations[gap] = frame
     return locations, np.sort(members)
-
-
-def _costliest(members: NDArray[np.intp], length: NDArray[np.int64], k: int) -> NDArray[np.intp]:
-    """The ``k`` longest of ``members`` (ties: the earliest), in no particular order: the first
-    ``k`` of a stable sort by decreasing length, found without sorting them all."""
-    if members.size <= k:
-        return members
-    threshold = np.partition(length, length.size - k)[length.size - k]
-    longer = members[length > threshold]
-    tied = members[length == threshold][: k - longer.size]
-    return np.concatenate([longer, tied])
 
 
 def _cause_stats(gap_set: IdleGaps, span_ns: int, resolved: NDArray[np.intp]) -> list[CauseStat]:

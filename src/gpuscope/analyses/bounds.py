@@ -83,7 +83,10 @@ _KIND_PATTERNS: tuple[tuple[KernelKind, NamePattern], ...] = (
     ),
     (
         KernelKind.GEMM_FP32,
-        NamePattern(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel"),
+        # cuBLAS names the math a kernel issues: ``..._ffma_...`` is FP32 fused multiply-add on
+        # the CUDA cores (``sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma``), where a TF32 one says
+        # ``tf32`` and issues tensor-core MMAs; implicit-GEMM convolutions say ``fprop``/``dgrad``.
+        NamePattern(r"sgemm|_simt_|gemmSN_|gemv2T_kernel|gemvx|\bdot_kernel|xmma_gemm_\w*_ffma"),
     ),
     (KernelKind.CONV, NamePattern(r"igemm|implicit_gemm")),  # convolutions as implicit GEMMs
     (

@@ -222,3 +222,25 @@ def last_containing(starts: I64, ends: I64, t: I64) -> NDArray[np.intp]:
         p -= (jumps[j][p + 1] < t) * (1 << j)
     found = (p >= 0) & (ends[np.maximum(p, 0)] >= t)
     return np.where(found, useful[np.maximum(p, 0)], -1)
+
+
+def latest_before(
+    starts: NDArray[np.int64], rows: NDArray[np.int64], t: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """For each time, the last of ``rows`` (sorted by start) that started before it, or -1."""
+    if rows.size == 0:
+        return np.full(t.shape, -1, dtype=np.int64)
+    i = np.searchsorted(starts[rows], t, side="left") - 1
+    return np.where(i >= 0, rows[np.maximum(i, 0)], -1)
+
+
+def innermost_at(
+    starts: NDArray[np.int64],
+    ends: NDArray[np.int64],
+    rows: NDArray[np.int64],
+    t: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """For each time, the latest-starting of ``rows`` (sorted by start) that contains it (nested
+    ops: the innermost), or -1."""
+    at = last_containing(starts[rows], ends[rows], t)
+    return np.where(at >= 0, rows[np.maximum(at, 0)] if rows.size else -1, -1).astype(np.int64)

@@ -589,3 +589,20 @@ def _cycle_length(ids: NDArray[np.int32]) -> int | None:
     if best < CYCLE_MATCH:
         return None
     return min(k for k, m in match.items() if m >= best - 0.01)
+
+
+def on_demand_migration(trace: Trace, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which rows are unified-memory migrations the driver started on its own: a processor touched
+    a page resident elsewhere (``Page fault``), the driver moved its neighbours too (``Speculative
+    prefetch``), evicted pages to make room, or followed access counters. Only ``User prefetch``
+    (``cudaMemPrefetchAsync``) is launched by the program. Readers name migrations
+    ``Unified Memory HtoD (Page fault)``."""
+    names = trace.names
+    ids = trace.events.name_id[rows]
+    used = distinct(ids)
+    flag = np.zeros(len(names), dtype=np.bool_)
+    flag[used] = [_ON_DEMAND.match(names[i]) is not None for i in used.tolist()]
+    return flag[ids]
+
+
+_ON_DEMAND = re.compile(r"^Unified Memory \w+ \((?!User prefetch\))")

@@ -145,8 +145,9 @@ def ranked(found: list[Finding]) -> list[Finding]:
     """Findings by what fixing each saves (:func:`worth_pct`), most first; those that save nothing
     last, by the time they name. The order is what to fix first: a large share that is off the
     step's critical path (its time overlaps other work, or other waits take its place) comes
-    after a small one whose fix moves every step's end."""
-    return sorted(found, key=lambda f: (-worth_pct(f), -f.lost_ns))
+    after a small one whose fix moves every step's end. Among those that save nothing, time
+    nothing explains comes last: it has no fix but to profile again with more recorded."""
+    return sorted(found, key=lambda f: (-worth_pct(f), f.cause in _UNEXPLAINED, -f.lost_ns))
 
 
 #: A per-day cost needs a window of at least this many steps: one step (or none) says nothing about

@@ -128,11 +128,14 @@ def inflated_too_much(path: Path, limit: int) -> InputError:
     )
 
 
-def over_budget(path: Path, needed: str) -> InputError:
-    """The one line for an input that would take more memory than the budget."""
+def over_budget(path: Path, needed: str, budget: int | None = None) -> InputError:
+    """The one line for an input that would take more memory than the budget (``budget``: the
+    one the read began under, when it runs on a thread while the command line is still being
+    read; else the process's now)."""
+    budget = memory_budget() if budget is None else budget
     return InputError(
         path,
-        f"too big for the memory budget of {size_text(memory_budget())}: {needed} (--max-memory "
+        f"too big for the memory budget of {size_text(budget)}: {needed} (--max-memory "
         f"or GPUSCOPE_MAX_MEMORY sets the budget; the default is 80% of the available memory)",
     )
 

@@ -138,33 +138,38 @@ class TextState:
         return head + joiner + tail + b"}"
 
 
-def scan_limit() -> int:
-    """The most memory a scan's columns may take (see :data:`SCAN_SHARE`)."""
-    return max(int((memory_budget() - BASELINE_BYTES) * SCAN_SHARE), 1 << 20)
+def scan_limit(budget: int | None = None) -> int:
+    """The most memory a scan's columns may take under ``budget`` (default: the process's
+    memory budget; see :data:`SCAN_SHARE`)."""
+    budget = memory_budget() if budget is None else budget
+    return max(int((budget - BASELINE_BYTES) * SCAN_SHARE), 1 << 20)
 
 
-def too_big(path: Path, kind: str, amount: int) -> InputError:
+def too_big(path: Path, kind: str, amount: int, budget: int | None = None) -> InputError:
     """The one line for a read stopped at a limit (the scanner's LimitError, or the same limit
     in the msgspec reader): ``kind`` "text" (a gzip bomb: ``amount`` is the limit) or "memory"
-    (the budget: ``amount`` is what the columns took when the read stopped)."""
+    (the budget: ``amount`` is what the columns took when the read stopped). ``budget``: the
+    one the read began under (a scan on a thread outlives the command line's reset of it)."""
     if kind == "text":
         return inflated_too_much(path, amount)
+    budget = memory_budget() if budget is None else budget
     # The figure that broke the budget is the columns' share of it, named with how it follows
     # from the budget: the bytes read when the scan stopped are far below the budget itself.
     share = (
         f"{SCAN_SHARE:.0%} of what the budget leaves beside the program's own"
         f" {size_text(BASELINE_BYTES)}"
-        if memory_budget() > BASELINE_BYTES + (1 << 20) / SCAN_SHARE
+        if budget > BASELINE_BYTES + (1 << 20) / SCAN_SHARE
         else f"the least a read gets: the budget is below the program's own"
         f" {size_text(BASELINE_BYTES)}"
     )
-    limit = scan_limit()
+    limit = scan_limit(budget)
     # The scanner stops before its next block would pass the limit: what it holds then can be
     # less than the limit, and is said only when it is the larger figure.
     held = f"; {size_text(amount)} when the read stopped" if amount > limit else ""
     return over_budget(
         path,
         f"its events' columns would outgrow the {size_text(limit)} they may take ({share}){held}",
+        budget,
     )
 
 
@@ -240,7 +245,10 @@ class Scan:
         # Set when the reader waits for the result: the scanner then inflates on a second
         # thread. Not before: a second busy thread would slow down the imports meanwhile.
         self._hurry = bytearray(1)
-        self._limit = scan_limit()  # now: ``--max-memory`` is read before a scan starts
+        # Now: ``--max-memory`` is read before a scan starts; kept, as the command line resets
+        # the process's budget while this scan may still run.
+        self._budget = memory_budget()
+        self._limit = scan_limit(self._budget)
         if threaded:
             self._thread = threading.Thread(target=self._run, name="gpuscope-scan", daemon=True)
             self._thread.start()
@@ -270,7 +278,7 @@ class Scan:
             except _kscan.LimitError as error:
                 kind, amount = error.args
                 limit = inflate_limit(size) if kind == "text" else amount
-                raise too_big(self.path, kind, limit) from None
+                raise too_big(self.path, kind, limit, self._budget) from None
             except OSError as error:
                 raise InputError(self.path, f"cannot be read ({error.strerror})") from None
             except ValueError:

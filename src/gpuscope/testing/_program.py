@@ -40,7 +40,6 @@ from gpuscope.testing._sim import (
     NLL,
     NLL_BWD,
     NO_ARG,
-    PINNED_GBPS,
     SGEMM,
     SGEMM_WGRAD,
     SOFTMAX,
@@ -55,6 +54,7 @@ from gpuscope.testing._sim import (
     element_count,
     elementwise_name,
     launch_args,
+    pinned_gb_per_s,
     scalar_arg,
     straggler_extra_ns,
     straggling,
@@ -206,7 +206,7 @@ def _to_device(sim: Sim, dims: list[int], dtype: str, pageable: bool) -> None:
             if pageable:
                 sim.pageable_h2d(nbytes)
             else:
-                dur = 1_500 + round(nbytes / PINNED_GBPS)
+                dur = 1_500 + round(nbytes / pinned_gb_per_s(sim.spec.name))
                 sim.copy("Memcpy HtoD (Pinned -> Device)", nbytes, dur)
 
 

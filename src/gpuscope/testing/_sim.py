@@ -612,3 +612,14 @@ def straggling(cfg: GeneratorConfig, step: int) -> list[Straggler]:
         for s in cfg.inject
         if isinstance(s, Straggler) and s.rank == cfg.rank and (not s.steps or step in s.steps)
     ]
+
+
+def pinned_gb_per_s(device: str) -> float:
+    """A pinned copy's rate: the DMA reads host memory at about 80% of one direction of the host
+    link (an H200, PCIe 5 x16: 55 GB/s of 64), not at a pageable copy's staging rate."""
+    from gpuscope.facts import match_device  # noqa: PLC0415
+
+    facts = match_device(device)
+    if facts is None or not facts.host_link_bytes_per_s:
+        return PINNED_GBPS
+    return facts.host_link_bytes_per_s / 2.0 * 0.8 / 1e9

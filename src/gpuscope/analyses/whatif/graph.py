@@ -31,6 +31,12 @@ DEFAULT_LAUNCH_LATENCY_NS = 5_000
 #: Work that starts within this of its stream predecessor's end was queued behind it, not
 #: waiting for its launch (back-to-back kernels start 1-5 µs apart).
 QUEUED_GAP_NS = 10_000
+#: A launching thread silent this long between two of its calls, while another launching thread
+#: of its process made calls, was waiting to be woken by it (see :func:`_wake_edges`).
+WAKE_GAP_NS = 1_000_000
+#: Threads that launch at least this share of the most any thread of their process launched
+#: hand work to each other (:func:`_wake_edges`).
+WAKE_SHARE = 0.1
 
 
 class Graph(msgspec.Struct):
@@ -64,6 +70,9 @@ class Graph(msgspec.Struct):
     steps: int
     step_order: I64  # device nodes inside the steps, grouped by step
     step_bounds: I64  # where each step's group begins in ``step_order``
+    wake_src: I64  # wake edges: main-thread call -> helper-thread call, start + wake_delay
+    wake_dst: I64
+    wake_delay: I64
 
 
 class Edit(msgspec.Struct):
@@ -123,6 +132,7 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         c.chain, c.start, nh, n, c.fixed, (launch_src, launch_dst, delay)
     )
     step_order, step_bounds = _step_order(c.host, step_of)
+    wake_src, wake_dst, wake_delay = _wake_edges(ev, c, launch_src)
     return Graph(
         trace=trace,
         origin_ns=c.origin,
@@ -151,6 +161,9 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
         steps=steps,
         step_order=step_order,
         step_bounds=step_bounds,
+        wake_src=wake_src,
+        wake_dst=wake_dst,
+        wake_delay=wake_delay,
     )
 
 
@@ -512,6 +525,69 @@ def _anchor_unlinked(
     delay_all = np.concatenate([delay, start[dev] - start[src]])
     order = np.argsort(dst_all, kind="stable")
     return src_all[order], dst_all[order], delay_all[order]
+
+
+def _wake_edges(ev: Events, c: _Chains, launch_src: I64) -> tuple[I64, I64, I64]:
+    """Host threads woken by another thread of their process: (waker's call, woken call, delay).
+
+    PyTorch runs a CUDA backward pass on the autograd engine's own thread per device: it sits
+    idle until the main thread's ``backward()`` hands it the graph, and the main thread blocks
+    until it is done. Between steps the engine's thread is silent for as long as the main
+    thread's forward pass (and its data loading, copies and syncs) takes, and the main thread is
+    silent while the engine runs: neither silence is the thread's own work. Kept as fixed gaps on
+    their chains, they would pin every backward pass to its recorded time whatever a fix does to
+    the forward pass before it (a fix of the batch copy would save nothing), and the optimizer
+    after it likewise.
+
+    So between threads that launch device work (each at least :data:`WAKE_SHARE` of the most any
+    thread of the process launched: helper threads that only poll or pin are not among them), a
+    call after a silence of :data:`WAKE_GAP_NS` or more during which another such thread made
+    calls starts no earlier than that thread's last call before it plus the recorded offset (the
+    hand-over and the thread's own work before its first call), instead of after a fixed gap. A
+    silence in which no other such thread called (a data loader's wait, host work outside the
+    trace) stays the thread's own time."""
+    nh = c.nh
+    empty = np.zeros(0, dtype=np.int64)
+    if nh == 0 or launch_src.size == 0:
+        return empty, empty, empty
+    host_chain = c.chain[:nh]
+    chains = int(host_chain.max()) + 1
+    if chains < 2:
+        return empty, empty, empty
+    chain_pid = np.zeros(chains, dtype=np.int64)
+    chain_pid[host_chain] = ev.pid[c.rows[:nh]]
+    launched = np.bincount(c.chain[launch_src], minlength=chains)[:chains]
+    src_parts, dst_parts, delay_parts = [], [], []
+    for p in np.unique(chain_pid).tolist():
+        mine = np.flatnonzero(chain_pid == p)
+        working = mine[launched[mine] >= max(1, WAKE_SHARE * launched[mine].max())]
+        if working.size < 2:
+            continue
+        for chain in working.tolist():
+            others = np.flatnonzero(np.isin(host_chain, working) & (host_chain != chain))
+            others = others[np.argsort(c.start[others], kind="stable")]
+            # A thread's first call in the window counts as after a silence since the window
+            # began (a backward thread first seen after the forward pass).
+            first = c.first[:nh]
+            silent = np.flatnonzero(
+                (host_chain == chain) & (np.where(first, c.start[:nh], c.gap[:nh]) >= WAKE_GAP_NS)
+            )
+            if silent.size == 0:
+                continue
+            at = np.searchsorted(c.start[others], c.start[silent], side="right") - 1
+            ok = at >= 0
+            silent, waker = silent[ok], others[at[ok]]
+            since = np.where(c.first[silent], 0, c.prev_end[silent])
+            woken = c.start[waker] >= since  # the other thread called meanwhile
+            src_parts.append(waker[woken])
+            dst_parts.append(silent[woken])
+            delay_parts.append(c.start[silent[woken]] - c.start[waker[woken]])
+    if not src_parts:
+        return empty, empty, empty
+    dst = np.concatenate(dst_parts)
+    c.gap[dst] = 0
+    c.fixed[dst] = NEG  # a woken first call is no longer pinned where it was recorded
+    return np.concatenate(src_parts), dst, np.concatenate(delay_parts)
 
 
 def _named(trace: Trace, name_ids: NDArray[np.int32], roles: frozenset[str]) -> B:

@@ -45,10 +45,12 @@ def replay(g: Graph, edit: Edit, *, python: bool = False) -> tuple[I64, I64, boo
         return g.start.copy(), g.end.copy(), True
     dur, gap = edit.dur, edit.gap
     keep_launch = edit.launch_delay > NEG
+    # Wake edges (a helper thread started by the main thread) are start-to-start edges like a
+    # launch's; no edit changes them.
     ls, ld, lw = (
-        g.launch_src[keep_launch],
-        g.launch_dst[keep_launch],
-        edit.launch_delay[keep_launch],
+        np.concatenate([g.launch_src[keep_launch], g.wake_src]),
+        np.concatenate([g.launch_dst[keep_launch], g.wake_dst]),
+        np.concatenate([edit.launch_delay[keep_launch], g.wake_delay]),
     )
     es, ed = g.event_src[edit.event_keep], g.event_dst[edit.event_keep]
     ws, wd, wt = g.wait_src[edit.wait_keep], g.wait_dst[edit.wait_keep], g.wait_tail[edit.wait_keep]

@@ -192,3 +192,27 @@ def test_nsys_cuda_memory_usage_events_are_reserved_memory(tmp_path: Path) -> No
     assert m.tid.tolist()[:2] == [7, 7]
     (r,) = diagnose(load(tmp_path / "m.sqlite")).memory
     assert r.peak_allocated_bytes == gib + gib // 2 and r.baseline_bytes == 0
+
+
+def test_a_memory_event_beyond_64_bits_is_left_out_by_both_readers(tmp_path: Path) -> None:
+    """An address past 64 bits is no allocator's: the scanner hands such an event to the Python
+    reader, which left it to numpy's int64 cast (a traceback). Both now leave it out."""
+    from gpuscope.readers import kineto
+    from gpuscope.readers._load import load as load_one
+
+    memory = {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 512}
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 5, "dur": 2, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 6, "s": "t",
+         "args": {**memory, "Addr": 2**70, "Total Reserved": 2048}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 7, "s": "t",
+         "args": {**memory, "Addr": 4096, "Total Reserved": 2048}},
+    ]  # fmt: skip
+    path = tmp_path / "big_address.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    for trace in (kineto.read(path, path.read_bytes()), load_one(path).traces[0]):
+        kept = trace.memory
+        assert kept is not None and kept.address.tolist() == [4096]

@@ -288,7 +288,8 @@ class Columns:
             except msgspec.DecodeError:
                 continue
             numbers = (a.bytes, a.address, a.device, a.device_type, a.allocated, a.reserved)
-            if all(_is_int(x) for x in numbers):
+            # A figure beyond 64 bits (a byte count, an address) is no allocator's: left out.
+            if all(_is_int64(x) for x in numbers):
                 kept.append((e.tid, e.ts, a))
         self._keep_memory(kept)
 
@@ -302,8 +303,8 @@ class Columns:
         """Columns of the events on a device (``Device Type`` other than 0, the CPU)."""
         rows = [
             (
-                a.order if _is_int(a.order) else -1,
-                tid if _is_int(tid) else -1,
+                a.order if _is_int64(a.order) else -1,
+                tid if _is_int64(tid) else -1,
                 a.bytes,
                 a.address,
                 a.device,
@@ -522,6 +523,11 @@ class Columns:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_int64(value: Any) -> bool:
+    """An integer a signed 64-bit column holds."""
+    return _is_int(value) and -(1 << 63) <= value < (1 << 63)
 
 
 def memory_in(body: bytes) -> list[Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -40,7 +41,10 @@ from gpuscope.model import Job, Kind, Trace
 from gpuscope.readers import load
 from gpuscope.testing import generator as gen
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+#: ``$GPUSCOPE_CORPUS`` where set (as ``tests/corpus.py`` reads it), else ``../shared/corpus``.
+CORPUS = Path(
+    os.environ.get("GPUSCOPE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")
+)
 
 #: (file, part before: (host frame, occurrence), part after, the finding whose fix makes one the
 #: other, why they are one fix apart).

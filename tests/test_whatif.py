@@ -179,6 +179,42 @@ def test_terminal_says_what_the_fix_is_worth(tmp_path: Path) -> None:
     assert "All fixes together: step" in text
 
 
+def test_a_saving_the_diagnosis_calls_none_is_no_dollars_in_any_renderer() -> None:
+    """Dollars follow from the diagnosis' price of a prediction (diagnosis.money), never from a
+    renderer's own formula: a replay that saves under NO_SAVING_PCT of the step is $0.00 in the
+    finding's figures and in its "if you fix it" line alike (the line said $0.09 per GPU-day
+    beside "predicted to save no step time ($0.00)")."""
+    from gpuscope.analyses.whatif import Prediction
+    from gpuscope.render import markdown, predicted
+
+    tiny = Prediction("launch_overhead", "graphs", 95.66e6, 95.57e6, 0.09e6, 0.0, 2e6, 450_000, 5)
+    assert predicted.headline(tiny, 0.0).endswith(
+        "(0% faster; 0 to 2% over 5 steps), $0.00 per GPU-day"
+    )
+    assert predicted.headline(tiny, 0.5).endswith(", $12.00 per GPU-day")
+    assert predicted.headline(tiny, None).endswith("over 5 steps)")
+    window = replace(tiny, unit="window")
+    assert "per GPU-day" not in predicted.headline(window, 0.5)
+    found = Finding(
+        pattern="ghost_gpu",
+        cause="launch_overhead",
+        title="the CPU cannot launch kernels fast enough",
+        lost_ns=7_440_000,
+        lost_ns_per_step=1_490_000.0,
+        share_pct=1.5,
+        events=6_094,
+        cost_usd_per_gpu_hour=0.0,
+        cost_usd_per_day=0.0,
+        locations=[],
+        evidence=[],
+        fix="capture the step in a CUDA graph",
+        prediction=tiny,
+    )
+    lines = markdown._finding(1, found)
+    assert "predicted to save no step time ($0.00)" in lines[2]
+    assert any(line.endswith("$0.00 per GPU-day") for line in lines)
+
+
 def test_dlrm_straggler_saving_is_its_lateness_not_the_waiting() -> None:
     """Rank 7 arrives last, but ranks 2 and 6 within 0.5 ms: had it arrived with the next-slowest
     rank, the others would wait about 9.2 ms less in all (by hand), not 35 ms."""

@@ -44,18 +44,21 @@ def render(d: Diagnosis) -> str:
         f"| GPUs | {v.world_size} |",
     ]
     if d.all_fixes is not None:
-        lines += ["", text(predicted.headline(d.all_fixes, v.gpu_hour_usd, "All fixes together"))]
+        lines += [
+            "",
+            text(predicted.headline(d.all_fixes, v.wasted_usd_per_gpu_hour, "All fixes together")),
+        ]
     lines += ["", f"## {predicted.findings_title(d.findings)}", ""]
     if not d.findings:
         lines.append("No finding: nothing wastes a share of the device time worth reporting.")
     for i, f in enumerate(d.findings, 1):
-        lines += _finding(i, f, v.gpu_hour_usd)
+        lines += _finding(i, f)
     if d.warnings:
         lines += ["", "## Warnings", "", *(f"- {text(w)}" for w in d.warnings)]
     return "\n".join(lines) + "\n"
 
 
-def _finding(i: int, f: Finding, gpu_hour_usd: float | None) -> list[str]:
+def _finding(i: int, f: Finding) -> list[str]:
     figures = [f"{f.share_pct:.1f}% of device time"]
     if f.lost_ns_per_step is not None:
         figures.append(f"{ms(f.lost_ns_per_step)} per step")
@@ -69,7 +72,7 @@ def _finding(i: int, f: Finding, gpu_hour_usd: float | None) -> list[str]:
         "",
     ]
     if f.prediction is not None:
-        lines += [text(predicted.headline(f.prediction, gpu_hour_usd)), ""]
+        lines += [text(predicted.headline(f.prediction, f.cost_usd_per_gpu_hour)), ""]
     lines += [f"- {text(e)}" for e in f.evidence]
     lines += [
         f"- at {text(loc.location)}: {ms(loc.lost_ns)} in {loc.gaps:,} gap"

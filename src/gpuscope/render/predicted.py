@@ -9,15 +9,20 @@ from collections.abc import Sequence
 
 from gpuscope.analyses.whatif import Prediction
 from gpuscope.diagnosis.findings import Finding
-from gpuscope.diagnosis.money import per_gpu_day
+from gpuscope.diagnosis.money import per_day
 from gpuscope.units import ms
 
 #: The figure a report's verdict shows for ``Verdict.wasted_usd_per_gpu_hour``.
 HEADLINE_LABEL = "all fixes save per GPU-hour"
 
 
-def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you fix it") -> str:
-    """Step time before and after, how much faster, the spread over steps, dollars per GPU-day."""
+def headline(
+    p: Prediction, saving_usd_per_gpu_hour: float | None, subject: str = "if you fix it"
+) -> str:
+    """Step time before and after, how much faster, the spread over steps, dollars per GPU-day.
+    The dollars are those the diagnosis priced the prediction at (a finding's
+    ``cost_usd_per_gpu_hour``, the verdict's ``wasted_usd_per_gpu_hour``), so that a saving it
+    calls none is $0.00 here too."""
     faster = p.faster_pct
     text = f"{subject}: {p.unit} {p.step_ns / 1e6:,.2f} -> {ms(p.predicted_step_ns)}"
     if faster >= 0:
@@ -28,13 +33,9 @@ def headline(p: Prediction, gpu_hour_usd: float | None, subject: str = "if you f
     if p.steps > 1 and f"{low:.0f}" != f"{high:.0f}":
         text += f"; {low:.0f} to {high:.0f}% over {p.steps} steps"
     text += ")"
-    per_day = (
-        per_gpu_day(max(p.saving_ns_per_step, 0.0) / p.step_ns, gpu_hour_usd)
-        if p.step_ns and p.unit == "step"
-        else None
-    )
-    if per_day is not None:
-        text += f", ${per_day:,.2f} per GPU-day"
+    gpu_day = per_day(saving_usd_per_gpu_hour, 1) if p.step_ns and p.unit == "step" else None
+    if gpu_day is not None:
+        text += f", ${gpu_day:,.2f} per GPU-day"
     return text
 
 

@@ -50,9 +50,9 @@ def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False)
         console.print(Text(f"warning: {warning}", style="yellow"))
     console.print(_verdict(diagnosis.verdict))
     if diagnosis.findings:
-        console.print(_findings(diagnosis.findings, diagnosis.verdict.gpu_hour_usd))
+        console.print(_findings(diagnosis.findings))
     if diagnosis.all_fixes is not None:
-        console.print(_all_fixes(diagnosis.all_fixes, diagnosis.verdict.gpu_hour_usd))
+        console.print(_all_fixes(diagnosis.all_fixes, diagnosis.verdict.wasted_usd_per_gpu_hour))
     render_views(diagnosis, console)
     devices = diagnosis.devices
     if len(devices) > 1:
@@ -102,8 +102,10 @@ def _verdict(v: Verdict) -> Text:
     return text
 
 
-def _all_fixes(p: Prediction, gpu_hour_usd: float | None) -> Text:
-    text = Text(predicted.headline(p, gpu_hour_usd, "All fixes together"), style="bold green")
+def _all_fixes(p: Prediction, saving_usd_per_gpu_hour: float | None) -> Text:
+    text = Text(
+        predicted.headline(p, saving_usd_per_gpu_hour, "All fixes together"), style="bold green"
+    )
     text.append(
         "\n(replayed as one edit set: the findings' savings overlap and are not added up)",
         style="dim",
@@ -111,7 +113,7 @@ def _all_fixes(p: Prediction, gpu_hour_usd: float | None) -> Text:
     return text
 
 
-def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
+def _findings(found: list[Finding]) -> Text:
     text = Text(f"\n{predicted.findings_title(found)}\n", style="bold")
     for i, f in enumerate(found, 1):
         text.append(f"{i}. {f.cause}", style="bold")
@@ -129,7 +131,9 @@ def _findings(found: list[Finding], gpu_hour_usd: float | None = None) -> Text:
         text.append(f"  [{f.pattern}]\n", style="dim")
         text.append(f"   {f.title}; {'; '.join(f.evidence)}\n")
         if f.prediction is not None:
-            text.append(f"   {predicted.headline(f.prediction, gpu_hour_usd)}\n", style="green")
+            text.append(
+                f"   {predicted.headline(f.prediction, f.cost_usd_per_gpu_hour)}\n", style="green"
+            )
             text.append(f"   {predicted.details(f.prediction)}\n", style="dim")
         for loc in f.locations[:3]:
             text.append("   at ", style="dim")

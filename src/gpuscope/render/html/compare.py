@@ -95,7 +95,7 @@ def _columns(left: str, right: str) -> str:
 
 
 def _side(d: Diagnosis, title: str) -> str:
-    found = findings_html(d.findings, d.verdict.gpu_hour_usd, d.all_fixes)
+    found = findings_html(d.findings, d.verdict.wasted_usd_per_gpu_hour, d.all_fixes)
     return f"{header_html(d, title)}{verdict_html(d.verdict)}{inputs_html(d)}{found}"
 
 

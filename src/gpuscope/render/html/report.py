@@ -40,7 +40,7 @@ def render(diagnosis: Diagnosis, options: HtmlOptions | None = None) -> str:
             inputs_html(diagnosis),
             findings_html(
                 diagnosis.findings,
-                diagnosis.verdict.gpu_hour_usd,
+                diagnosis.verdict.wasted_usd_per_gpu_hour,
                 diagnosis.all_fixes,
                 views.links,
             ),

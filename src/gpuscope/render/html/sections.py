@@ -108,7 +108,7 @@ def _shares(all_shares: dict[str, float]) -> str:
 
 def findings_html(
     found: Sequence[Finding],
-    gpu_hour_usd: float | None = None,
+    all_fixes_usd_per_gpu_hour: float | None = None,  # the verdict's wasted_usd_per_gpu_hour
     all_fixes: Prediction | None = None,
     links: dict[str, str] | None = None,
 ) -> str:
@@ -116,12 +116,12 @@ def findings_html(
         return (
             "<section><h2>Findings</h2><p>No finding above the reporting threshold.</p></section>"
         )
-    items = "".join(_finding(i, f, gpu_hour_usd, links or {}) for i, f in enumerate(found, 1))
+    items = "".join(_finding(i, f, links or {}) for i, f in enumerate(found, 1))
     together = ""
     if all_fixes is not None:
+        words = predicted.headline(all_fixes, all_fixes_usd_per_gpu_hour, "All fixes together")
         together = (
-            f"<p class='prediction all-fixes'><b>"
-            f"{escape(predicted.headline(all_fixes, gpu_hour_usd, 'All fixes together'))}</b>"
+            f"<p class='prediction all-fixes'><b>{escape(words)}</b>"
             " (replayed as one edit set: the findings' savings overlap and are not added up)</p>"
         )
     tags = f"<p class='note'>{escape(legend(f.pattern for f in found))}</p>"
@@ -131,9 +131,7 @@ def findings_html(
     )
 
 
-def _finding(
-    i: int, f: Finding, gpu_hour_usd: float | None = None, links: dict[str, str] | None = None
-) -> str:
+def _finding(i: int, f: Finding, links: dict[str, str] | None = None) -> str:
     figures = [f"{f.share_pct:.1f}% of device time", f"{duration(f.lost_ns)} lost"]
     if f.memory_bytes is not None:  # a memory finding: bytes, not time
         figures = [f"{gib(f.memory_bytes)} ({f.share_pct:.0f}% of the memory peak)"]
@@ -146,7 +144,7 @@ def _finding(
         figures.append(money)
     evidence = "".join(f"<li>{code_spans(x)}</li>" for x in f.evidence)
     if f.prediction is not None:
-        headline = escape(predicted.headline(f.prediction, gpu_hour_usd))
+        headline = escape(predicted.headline(f.prediction, f.cost_usd_per_gpu_hour))
         evidence = (
             f"<li class='prediction'><b>{headline}</b>;"
             f" {code_spans(predicted.details(f.prediction))}</li>{evidence}"

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from gpuscope.render import html
-from gpuscope.render.html.page import _packed, script_json
+from gpuscope.render.html.page import packed, script_json
 from test_report import (
     LARGE,
     LONG_TABLE,
@@ -304,9 +304,9 @@ def test_a_chart_that_fails_says_so_and_the_later_charts_still_draw(
     _, page = report_of(slow_loader_trace(steps=3), tmp_path / "report.html")
     drawn = html.embedded_figures(page)
     drawn[0]["figure"]["layout"] = None  # the first chart cannot be laid out
-    packed = _packed(script_json(json.dumps(drawn)).encode())
+    data = packed(script_json(json.dumps(drawn)).encode())
     broken = re.sub(
-        r'(<script [^>]*id="gpuscope-figures">)[^<]*', lambda m: m[1] + packed, page, count=1
+        r'(<script [^>]*id="gpuscope-figures">)[^<]*', lambda m: m[1] + data, page, count=1
     )
     (tmp_path / "broken.html").write_text(broken, encoding="utf-8")
     browser.get((tmp_path / "broken.html").as_uri())

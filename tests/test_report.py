@@ -30,7 +30,7 @@ from gpuscope.compare import diff
 from gpuscope.diagnosis import DeviceReport
 from gpuscope.facts import match_device
 from gpuscope.render import html
-from gpuscope.render.html.charts import _roofs
+from gpuscope.render.html.charts import roofs
 from gpuscope.render.html.timeline import STREAM_LANES
 from gpuscope.testing.generator import (
     GeneratedTrace,
@@ -379,10 +379,10 @@ def test_roofline_names_the_precision_each_peak_is_of(gpu: str, sixteen_bit: str
     facts = match_device(gpu)
     assert facts is not None and facts.bf16_flops_per_s
     figure = go.Figure()
-    _roofs(figure, cast(DeviceReport, SimpleNamespace(facts=facts)), 1.0, 100.0)
-    roofs = [trace.name for trace in figure.data]
-    assert f"{sixteen_bit} roof" in roofs
-    assert ("BF16 tensor roof" in roofs) == (sixteen_bit == "BF16 tensor")
+    roofs(figure, cast(DeviceReport, SimpleNamespace(facts=facts)), 1.0, 100.0)
+    drawn = [trace.name for trace in figure.data]
+    assert f"{sixteen_bit} roof" in drawn
+    assert ("BF16 tensor roof" in drawn) == (sixteen_bit == "BF16 tensor")
 
 
 # --- the command ---------------------------------------------------------------------------------

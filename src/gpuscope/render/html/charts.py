@@ -264,7 +264,7 @@ def _roofline_figure(d: DeviceReport, points: list[RooflinePoint], o: HtmlOption
     achieved = np.array([(p.flops_per_s or 0.0) / 1e12 for p in points])
     longest = max(p.total_ns for p in points)
     figure = go.Figure()
-    _roofs(figure, d, float(intensity.min()) / 4, float(intensity.max()) * 4)
+    roofs(figure, d, float(intensity.min()) / 4, float(intensity.max()) * 4)
     figure.add_trace(
         go.Scatter(
             x=intensity,
@@ -299,7 +299,9 @@ def _point_text(p: RooflinePoint, o: HtmlOptions) -> str:
     )
 
 
-def _roofs(figure: go.Figure, d: DeviceReport, x_lo: float, x_hi: float) -> None:
+def roofs(figure: go.Figure, d: DeviceReport, x_lo: float, x_hi: float) -> None:
+    """The device's roofs on a roofline (memory bandwidth up to each peak it has), each named by
+    the precision of its peak; none for a device not in the facts table."""
     f = d.facts
     if f is None or not f.memory_bandwidth_bytes_per_s:
         return

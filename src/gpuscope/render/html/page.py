@@ -124,7 +124,7 @@ def assemble_page(title: str, body: str, sections: Sequence[Section]) -> str:
     parts = {
         "title": escape(title),
         "body": body,
-        "figures": _packed(script_json(f"[{figures}]").encode()),
+        "figures": packed(script_json(f"[{figures}]").encode()),
         "plotly": plotly_block(),
     }
     # One pass, so that nothing substituted is ever searched for another marker.
@@ -136,7 +136,7 @@ def _template() -> str:
     return resources.files("gpuscope.render").joinpath("report_template.html").read_text("utf-8")
 
 
-def _packed(data: bytes) -> str:
+def packed(data: bytes) -> str:
     """gzip then base64: what the page's script unpacks (``mtime=0``: the same report twice is
     the same file)."""
     return base64.b64encode(gzip.compress(data, compresslevel=6, mtime=0)).decode("ascii")

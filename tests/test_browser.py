@@ -208,6 +208,17 @@ def page_fit(driver: Any, path: Path, width: int, height: int) -> dict[str, Any]
     return fit
 
 
+#: Per chart: whether plotly drew it with the left and bottom margins its layout was given.
+MARGINS_KEPT = """
+return Array.from(document.querySelectorAll('.chart')).filter(function (div) {
+  return div._fullLayout;
+}).map(function (div) {
+  var size = div._fullLayout._size, margin = div.layout.margin;
+  return [div.id, Math.abs(size.l - margin.l) < 1 && Math.abs(size.b - margin.b) < 1];
+});
+"""
+
+
 def assert_every_chart_drawn(driver: Any, charts: int) -> None:
     marks = dict(driver.execute_script(COUNT_MARKS))
     assert len(marks) == charts
@@ -268,6 +279,12 @@ def test_report_draws_every_chart_and_hover_shows_an_idle_gaps_cause(
     assert_every_chart_drawn(browser, drawn["charts"])
     # The first screen (the text, and any chart in the window) is complete before every chart is.
     assert 0 < drawn["screenMs"] <= drawn["drawnMs"] and drawn["failed"] == []
+    # Each chart laid out once: the margins the page set are the ones plotly kept (a chart whose
+    # labels or legend needed more is laid out and drawn a second time). Category axes (step
+    # names, which plotly may turn upright) are left to plotly.
+    kept = dict(browser.execute_script(MARGINS_KEPT))
+    assert {"chart-timeline", "chart-utilisation"} <= set(kept)
+    assert all(kept[c] for c in ("chart-timeline", "chart-utilisation", "chart-modules")), kept
     text = hover_text(browser, "chart-timeline", browser.execute_script(BAR_CENTRE, "data_loader"))
     assert "data_loader" in text and "train.py:48" in text
     # The module table sorts by a column when its head is clicked: GPU time, largest first.

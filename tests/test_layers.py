@@ -4,7 +4,7 @@ analyses; comparisons of diagnoses (diff, scaling, the history, fleets) on the d
 renderers on all of those; the CLI on everything. A module imports only its own layer and those
 below it, wherever the import is written (a function-level import too). And underscore means
 private: no module takes an underscore name from another, nor a private module from outside its
-package (two listed exceptions).
+package (one listed exception).
 """
 
 from __future__ import annotations
@@ -166,9 +166,6 @@ PRIVATE_MODULES_SHARED: dict[str, str] = {
     # The console script's read-ahead: it must be imported before the command line library, so
     # the entry point and the commands that take its read reach it directly (see its docstring).
     "gpuscope.readers._early": "the entry point's read-ahead, imported before everything else",
-    # The generator writes .pftrace files with the very schema the reader decodes, so that the
-    # two cannot drift apart.
-    "gpuscope.readers.pftrace._schema": "the .pftrace schema the generator writes with",
 }
 
 

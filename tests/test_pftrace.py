@@ -21,7 +21,7 @@ from gpuscope.errors import CorruptInputError
 from gpuscope.model import Kind
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import NOT_CARRIED, looks_like_pftrace
-from gpuscope.readers.pftrace import _schema as pb
+from gpuscope.readers.pftrace import schema as pb
 from gpuscope.testing.pftrace import carried_only, to_pftrace, write_pftrace
 
 #: Three modern corpus traces: one GPU with start-up and copies (alexnet), one rank of an

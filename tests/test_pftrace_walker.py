@@ -18,7 +18,7 @@ from gpuscope.errors import InputError
 from gpuscope.model import _COLUMNS, Trace
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import _columns
-from gpuscope.readers.pftrace import _schema as pb
+from gpuscope.readers.pftrace import schema as pb
 from gpuscope.testing.pftrace import to_pftrace, write_pftrace
 
 pytestmark = pytest.mark.skipif(_columns._pfscan is None, reason="the C walker is not built")

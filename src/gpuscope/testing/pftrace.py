@@ -34,7 +34,7 @@ import numpy as np
 
 from gpuscope.readers._io import read_bytes
 from gpuscope.readers.kineto._values import to_ns
-from gpuscope.readers.pftrace import _schema as pb
+from gpuscope.readers.pftrace import schema as pb
 
 __all__ = ["carried_only", "to_pftrace", "write_pftrace"]
 

@@ -22,7 +22,7 @@ from gpuscope._native import current
 from gpuscope.errors import EmptyTraceError
 from gpuscope.readers.kineto._columns import Columns
 from gpuscope.readers.kineto._shape import SKIP
-from gpuscope.readers.pftrace import _schema as pb
+from gpuscope.readers.pftrace import schema as pb
 from gpuscope.readers.pftrace._decode import (
     EXTRA_KEYS,
     ID_NAMES,

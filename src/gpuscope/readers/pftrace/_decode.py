@@ -22,7 +22,7 @@ from gpuscope.model import CounterSeries, Kind, Trace
 from gpuscope.readers.kineto._columns import Columns
 from gpuscope.readers.kineto._shape import SKIP, Args, Document, LenientArgs
 from gpuscope.readers.kineto._values import coerce_args, extras_of
-from gpuscope.readers.pftrace import _schema as pb
+from gpuscope.readers.pftrace import schema as pb
 
 #: What a ``.pftrace`` does not carry, so what no finding can be made from.
 NOT_CARRIED = (

@@ -7,7 +7,7 @@
  *       -> (marks, slices, stages, others, launched, keys)
  *
  * walks the protobuf wire format of ``data`` (a ``Trace``, already un-gzipped) once, reading only
- * the fields of _schema.py that the reader uses, and skipping every other field by its wire type.
+ * the fields of schema.py that the reader uses, and skipping every other field by its wire type.
  *
  * marks     bytes of int64 rows (packet index, timestamp, type, track uuid), one per TracePacket
  *           holding a ``track_event`` (file order): the begins and ends to pair.

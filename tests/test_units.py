@@ -30,6 +30,10 @@ ROOT = Path(gpuscope.__file__).parent
         (units.gib(13_260_000_000), "12.35 GiB"),
         (units.gib(None), "n/a"),
         (units.gib(None, "none"), "none"),
+        (units.gib(13_260_000_000, digits=1), "12.3 GiB"),
+        (units.seconds(45_400_000_000), "45 s"),
+        (units.seconds(1_250_000_000, 1), "1.2 s"),
+        (units.us(3_240), "3.2 µs"),
         (units.signed_gib(-(2**29)), "-0.50 GiB"),
         (units.gib_or_mib(1.5 * 2**30), "1.5 GiB"),
         (units.gib_or_mib(512 * 2**20), "512 MiB"),
@@ -43,8 +47,9 @@ def test_a_quantity_is_written_once_one_way(written: str, expected: str) -> None
     assert written == expected
 
 
-#: Milliseconds and GiB written by hand in an f-string: what ``units.ms`` and ``units.gib`` write.
-BY_HAND = re.compile(r"/ 1e6:[+]?,\.\df\} ms|:[+]?,\.2f\} GiB")
+#: Seconds, milliseconds, microseconds and GiB written by hand in an f-string: what
+#: ``units.seconds``, ``ms``, ``us`` and ``gib`` write.
+BY_HAND = re.compile(r"/ 1e(9|6|3):[+]?,\.\df\} (s|ms|µs)\b|:[+]?,\.\df\} GiB")
 
 
 def test_milliseconds_and_gib_are_written_by_the_units_module_only() -> None:
@@ -55,4 +60,4 @@ def test_milliseconds_and_gib_are_written_by_the_units_module_only() -> None:
         for n, line in enumerate(path.read_text("utf-8").splitlines(), 1)
         if BY_HAND.search(line)
     ]
-    assert not found, "use gpuscope.units (ms, signed_ms, gib, signed_gib):\n" + "\n".join(found)
+    assert not found, "use gpuscope.units (seconds, ms, us, gib, ...):\n" + "\n".join(found)

@@ -44,6 +44,16 @@ def duration(ns: float) -> str:
     return f"{ns / 1e3:.1f} µs"
 
 
+def seconds(ns: float, digits: int = 0) -> str:
+    """``45 s``: nanoseconds as seconds (a sampled log's stretches)."""
+    return f"{ns / 1e9:,.{digits}f} s"
+
+
+def us(ns: float, digits: int = 1) -> str:
+    """``3.2 µs``: nanoseconds as microseconds."""
+    return f"{ns / 1e3:,.{digits}f} µs"
+
+
 def seconds_or_ms(ns: float) -> str:
     """``1.23 s`` from one second on, ``12.3 ms`` below (a stretch of a profiled window)."""
     return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else ms(ns, 1)
@@ -64,9 +74,9 @@ def long_duration(ns: float, gpu: str = "") -> str:
 GIB = 1 << 30
 
 
-def gib(size: float | None, unknown: str = "n/a") -> str:
+def gib(size: float | None, unknown: str = "n/a", digits: int = 2) -> str:
     """``12.35 GiB``, or ``unknown``."""
-    return unknown if size is None else f"{size / GIB:,.2f} GiB"
+    return unknown if size is None else f"{size / GIB:,.{digits}f} GiB"
 
 
 def signed_gib(size: float) -> str:

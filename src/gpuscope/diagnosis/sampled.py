@@ -60,7 +60,7 @@ from gpuscope.diagnosis import money
 from gpuscope.diagnosis.findings import MIN_SHARE_PCT, Finding, Verdict
 from gpuscope.diagnosis.fixes import advice
 from gpuscope.facts import gpu_hour_price, match_device
-from gpuscope.units import gib, gib_or_mib, long_duration
+from gpuscope.units import gib, gib_or_mib, long_duration, seconds
 
 #: ICSE 2024 thresholds (Gao et al.) and DCGM's SM-active guidance, all in percent.
 LOW_UTILIZATION_PCT = 50.0
@@ -258,7 +258,7 @@ def _gpu_evidence(g: GpuUtilisation) -> str:
         parts.append(f"SM active mean {g.sm_active.mean:.0f}%")
     if g.memory_peak_bytes is not None:
         share = (
-            f" ({g.memory_peak_pct:.0f}% of {g.memory_total_bytes / 2**30:,.1f} GiB)"
+            f" ({g.memory_peak_pct:.0f}% of {gib(g.memory_total_bytes, digits=1)})"
             if (g.memory_peak_pct is not None and g.memory_total_bytes)
             else ""
         )
@@ -267,7 +267,7 @@ def _gpu_evidence(g: GpuUtilisation) -> str:
         parts.append("memory not recorded")
     if g.idle:
         stretches = "1 idle stretch" if len(g.idle) == 1 else f"{len(g.idle)} idle stretches"
-        parts.append(f"{stretches}, {g.idle_ns / 1e9:,.0f} s")
+        parts.append(f"{stretches}, {seconds(g.idle_ns)}")
     if g.held_idle is not None:
         h = g.held_idle
         parts.append(

@@ -21,7 +21,7 @@ from rich.text import Text
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
-from gpuscope.units import gib, ms_or_na, pct, signed_ms
+from gpuscope.units import gib, ms_or_na, pct, signed_ms, us
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
     from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
@@ -245,7 +245,7 @@ def _rank_table(a: RankAnalysis) -> Table:
             ms_or_na(r.exposed_communication_ns),
             ms_or_na(r.collective_wait_ns),
             f"{r.last_arrivals:,}",
-            "n/a" if r.clock_offset_ns is None else f"{r.clock_offset_ns / 1e3:,.1f} µs",
+            "n/a" if r.clock_offset_ns is None else us(r.clock_offset_ns),
         )
     return table
 

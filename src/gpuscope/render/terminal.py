@@ -28,7 +28,7 @@ from gpuscope.render.fit import number_column
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
-from gpuscope.units import gib, ms, pct
+from gpuscope.units import gib, ms, pct, seconds
 
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
@@ -388,7 +388,7 @@ def _time_of(f: Finding) -> str:
 
 def _samples_table(gpus: list[GpuUtilisation]) -> Table:
     periods = sorted({g.period_ns for g in gpus if g.period_ns})
-    every = f", a sample every {periods[0] / 1e9:,.1f} s" if len(periods) == 1 else ""
+    every = f", a sample every {seconds(periods[0], 1)}" if len(periods) == 1 else ""
     table = Table(
         title=f"Sampled utilisation ({plural(len(gpus), 'GPU')}{every})",
         title_justify="left",
@@ -416,8 +416,8 @@ def _samples_row(g: GpuUtilisation, sm: bool, dram: bool) -> list[str | Text]:
         row.append("/".join([_dist(g.sm_active)] * sm + [_dist(g.dram_active)] * dram))
     row += [
         _memory(g),
-        f"{len(g.idle)}: {g.idle_ns / 1e9:,.0f} s",
-        f"{len(g.gaps)}: {g.gap_ns / 1e9:,.0f} s",
+        f"{len(g.idle)}: {seconds(g.idle_ns)}",
+        f"{len(g.gaps)}: {seconds(g.gap_ns)}",
     ]
     return row
 
@@ -430,7 +430,7 @@ def _memory(g: GpuUtilisation) -> str:
     if g.memory_peak_bytes is None:
         return "n/a"
     share = f" {g.memory_peak_pct:.0f}%" if g.memory_peak_pct is not None else ""
-    return f"{g.memory_peak_bytes / 2**30:,.1f} GiB{share}"
+    return f"{gib(g.memory_peak_bytes, digits=1)}{share}"
 
 
 def _counters_table(c: CounterSummary, width: int) -> Table:

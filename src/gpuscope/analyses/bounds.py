@@ -169,10 +169,6 @@ class KernelBounds(msgspec.Struct, frozen=True):
     mbu_pct: float | None
     not_estimable_reason: str | None
 
-    @property
-    def fp32_gemm_share(self) -> float | None:
-        return self.fp32_gemm_ns / self.gemm_ns if self.gemm_ns else None
-
 
 @lru_cache(maxsize=1 << 14)
 def kernel_kind_of_name(name: str) -> KernelKind:

@@ -18,7 +18,7 @@ from gpuscope.analyses.timeline import WorkClass
 from gpuscope.diagnosis.evidence import DeviceEvidence
 from gpuscope.facts import GpuFacts
 from gpuscope.model import CopyDirection
-from gpuscope.units import ms
+from gpuscope.units import duration
 
 
 class CopyStat(msgspec.Struct, frozen=True):
@@ -45,8 +45,8 @@ class CopyStat(msgspec.Struct, frozen=True):
 
     def notes(self, words: str) -> list[str]:
         text = [
-            f"{ms(self.exposed_ns)} of {words} copies with nothing else running"
-            f" ({self.count:,} copies, {ms(self.copy_ns)} in all)"
+            f"{duration(self.exposed_ns)} of {words} copies with nothing else running"
+            f" ({self.count:,} copies, {duration(self.copy_ns)} in all)"
         ]
         achieved = self.achieved_bytes_per_s
         if achieved is not None:

@@ -48,7 +48,7 @@ from gpuscope.diagnosis.fixes import FixEvidence, Hardware, advice
 from gpuscope.diagnosis.rank_evidence import RankEvidence, rank_evidence
 from gpuscope.facts import gpu_hour_price
 from gpuscope.model import Kind, Trace
-from gpuscope.units import ms
+from gpuscope.units import duration
 
 #: Findings smaller than this share of the window are not reported.
 MIN_SHARE_PCT = 0.5
@@ -183,7 +183,7 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
         count = sum(s.gaps for s in stats)
         locations = _merge_locations([loc for s in stats for loc in s.locations])
         row = causes.describe(cause)
-        note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {ms(lost)} in all"]
+        note = [f"{count:,} idle gap{'' if count == 1 else 's'}, {duration(lost)} in all"]
         # Time that is no waste (one-time start-up, paid once per process) has no dollars.
         saving: int | None = lost if row.waste else None
         pattern = row.pattern
@@ -198,7 +198,7 @@ def _idle_raw(evidence: list[DeviceEvidence], copies: dict[str, CopyStat]) -> li
             pattern = _copy_pattern(um.exposed_ns, lost, pattern)
             # One finding for unified memory: the migrations nothing hid, and the driver's
             # fault service between them (idle), both gone once the data is prefetched.
-            service = [f"{ms(lost)} of fault service between migrations"]
+            service = [f"{duration(lost)} of fault service between migrations"]
             note = um.notes("unified-memory page-migration") + (service if lost >= 5_000 else [])
             saving = lost + (um.saving_ns or 0)
             count = um.count  # the migrations, as for the other copy findings
@@ -246,7 +246,7 @@ def _communication_raw(
     straggler / collective_wait findings instead."""
     exposed = sum(e.overlap.exposed_ns for e in evidence)
     comm = sum(e.overlap.communication_ns for e in evidence)
-    exposed_note = [f"{ms(comm)} of communication, {ms(exposed)} of it exposed"]
+    exposed_note = [f"{duration(comm)} of communication, {duration(exposed)} of it exposed"]
     exposed_locations: list[LocationStat] = []
     if ranks is not None:
         exposed -= ranks.exposed_wait_ns
@@ -422,7 +422,7 @@ def _fp32_gemm_saving(evidence: list[DeviceEvidence]) -> tuple[float, list[str]]
         speedup = tensor / plain if tensor and plain else 2.0  # unknown device: a modest guess
         saving += e.bounds.fp32_gemm_ns * (1.0 - 1.0 / max(speedup, 1.0))
     share = 100.0 * fp32_ns / gemm_ns if gemm_ns else 0.0
-    note = [f"{ms(fp32_ns)} of FP32 GEMMs on CUDA cores: {share:.0f}% of GEMM time"]
+    note = [f"{duration(fp32_ns)} of FP32 GEMMs on CUDA cores: {share:.0f}% of GEMM time"]
     return saving, note
 
 
@@ -476,7 +476,7 @@ def _memory_bound_saving(evidence: list[DeviceEvidence]) -> tuple[float, int, li
         else causes.describe("memory_bound").pattern
     )
     note = [
-        f"memory-bound kernels run {ms(memory_ns)}: {share:.0f}% of busy time",
+        f"memory-bound kernels run {duration(memory_ns)}: {share:.0f}% of busy time",
         f"{kernels:,} kernels in back-to-back chains of memory-bound ops that fusion would merge",
     ]
     achieved = [e.bounds.achieved_bytes_per_s for e in evidence if e.bounds.achieved_bytes_per_s]

@@ -25,7 +25,7 @@ from gpuscope.model import _COLUMNS, Trace
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import _columns
 from gpuscope.testing import generator as g
-from gpuscope.testing.pftrace import to_pftrace
+from gpuscope.testing.pftrace import damaged, to_pftrace
 
 
 def _read(path: Path, walker: object) -> Trace | str:
@@ -56,22 +56,6 @@ def disagreement(a: Trace | str, b: Trace | str) -> str | None:
     return None if counters[0] == counters[1] else "counters"
 
 
-def _mutant(rng: random.Random, seed: bytes) -> bytes:
-    data = bytearray(seed)
-    for _ in range(rng.randrange(1, 4)):
-        at = rng.randrange(max(len(data), 1))
-        match rng.randrange(4):
-            case 0:
-                data = data[:at]
-            case 1 if data:
-                data[at] = rng.randrange(256)
-            case 2:
-                data[at:at] = rng.randbytes(rng.randrange(1, 12))
-            case _:
-                del data[at : at + rng.randrange(1, 24)]
-    return bytes(data) or b"\x00"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
@@ -91,7 +75,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpuscope-fuzz-pftrace-") as scratch:
         path = Path(scratch) / "mutant.pftrace"
         for _ in range(args.rounds):
-            data = _mutant(rng, rng.choice(seeds))
+            seed = rng.choice(seeds)
+            data = damaged(seed, rng, rng.randrange(1, 4))
             path.write_bytes(data)
             walked, decoded = _read(path, walker), _read(path, None)
             differs = disagreement(walked, decoded)

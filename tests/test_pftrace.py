@@ -22,7 +22,7 @@ from gpuscope.model import Kind
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import NOT_CARRIED, looks_like_pftrace
 from gpuscope.readers.pftrace import schema as pb
-from gpuscope.testing.pftrace import carried_only, to_pftrace, write_pftrace
+from gpuscope.testing.pftrace import carried_only, damaged, to_pftrace, write_pftrace
 
 #: Three modern corpus traces: one GPU with start-up and copies (alexnet), one rank of an
 #: 8-rank job with collectives (DLRM), and one with nanosecond timestamps and shapes.
@@ -276,17 +276,6 @@ def test_damaged_files_read_or_fail_in_one_line(tmp_path: Path, layout: str) -> 
     base = gzip.decompress(base) if layout == "cuspy" else base
     path = tmp_path / "damaged.pftrace"
     for _ in range(150):
-        data = bytearray(base)
-        at = rng.randrange(len(data))
-        match rng.randrange(4):
-            case 0:
-                data = data[:at]
-            case 1:
-                data[at] = rng.randrange(256)
-            case 2:
-                data[at:at] = rng.randbytes(rng.randrange(1, 12))
-            case _:
-                del data[at : at + rng.randrange(1, 24)]
-        path.write_bytes(bytes(data) or b"\x00")
+        path.write_bytes(damaged(base, rng))
         with contextlib.suppress(InputError):
             load(path)

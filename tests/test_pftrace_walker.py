@@ -19,7 +19,7 @@ from gpuscope.model import _COLUMNS, Trace
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import _columns
 from gpuscope.readers.pftrace import schema as pb
-from gpuscope.testing.pftrace import to_pftrace, write_pftrace
+from gpuscope.testing.pftrace import damaged, to_pftrace, write_pftrace
 
 pytestmark = pytest.mark.skipif(_columns._pfscan is None, reason="the C walker is not built")
 
@@ -185,18 +185,7 @@ def test_damaged_bytes_read_the_same_both_ways(tmp_path: Path, layout: str) -> N
     base = gzip.decompress(base) if layout == "cuspy" else base
     path = tmp_path / "damaged.pftrace"
     for _ in range(200):
-        data = bytearray(base)
-        at = rng.randrange(len(data))
-        match rng.randrange(4):
-            case 0:
-                data = data[:at]
-            case 1:
-                data[at] = rng.randrange(256)
-            case 2:
-                data[at:at] = rng.randbytes(rng.randrange(1, 12))
-            case _:
-                del data[at : at + rng.randrange(1, 24)]
-        path.write_bytes(bytes(data) or b"\x00")
+        path.write_bytes(damaged(base, rng))
         walked, decoded = _both(path)
         assert_same(walked, decoded)
 

@@ -25,6 +25,7 @@ this converter does not (it changes no corpus trace's figures).
 from __future__ import annotations
 
 import gzip
+import random
 import zlib
 from pathlib import Path
 from typing import Any
@@ -461,3 +462,22 @@ def _small(value: Any) -> int:
     if isinstance(value, int):
         return value & 0x7FFFFFFF
     return zlib.crc32(str(value).encode()) % 1000 + 1_000_000
+
+
+def damaged(data: bytes, rng: random.Random, edits: int = 1) -> bytes:
+    """``data`` with ``edits`` random damages, each a cut at a byte, a byte changed, a few random
+    bytes inserted or a few dropped; never empty (one zero byte), as a reader must refuse that
+    too. For the tests and fuzzers that hold readers to one line on damaged input."""
+    out = bytearray(data)
+    for _ in range(edits):
+        at = rng.randrange(max(len(out), 1))
+        match rng.randrange(4):
+            case 0:
+                out = out[:at]
+            case 1 if out:
+                out[at] = rng.randrange(256)
+            case 2:
+                out[at:at] = rng.randbytes(rng.randrange(1, 12))
+            case _:
+                del out[at : at + rng.randrange(1, 24)]
+    return bytes(out) or b"\x00"

@@ -18,14 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from gpuscope.errors import InputError
-from gpuscope.model import _COLUMNS, Trace
+from gpuscope.model import Trace
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import _columns
 from gpuscope.testing import generator as g
 from gpuscope.testing.pftrace import damaged, to_pftrace
+from gpuscope.testing.same import trace_difference
 
 
 def _read(path: Path, walker: object) -> Trace | str:
@@ -42,18 +41,7 @@ def disagreement(a: Trace | str, b: Trace | str) -> str | None:
     """What differs between the walker's read and the twin's (None: nothing)."""
     if isinstance(a, str) or isinstance(b, str):
         return None if a == b else f"{a!r} / {b!r}"
-    for name in _COLUMNS:
-        x, y = getattr(a.events, name), getattr(b.events, name)
-        if x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
-            return f"column {name}"
-    for what in ("names", "steps", "devices", "schema", "metadata", "warnings"):
-        if getattr(a, what) != getattr(b, what):
-            return what
-    if a.events.extra != b.events.extra:
-        return "extra"
-    counters = [[(s.device, s.name, s.time_ns.tolist(), s.value.tolist()) for s in t.counters]
-                for t in (a, b)]  # fmt: skip
-    return None if counters[0] == counters[1] else "counters"
+    return trace_difference(a, b)
 
 
 def main() -> int:

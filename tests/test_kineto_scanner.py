@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corpus import corpus, corpus_root
-from gpuscope.model import _COLUMNS, Kind, Trace
+from gpuscope.model import Kind, Trace
 from gpuscope.readers import _early, _scan, kineto
 from gpuscope.readers._io import read_bytes
+from gpuscope.testing.same import trace_difference
 
 pytestmark = pytest.mark.skipif(
     not _scan.scanner_built() and os.environ.get("CI", "").lower() != "true",
@@ -50,14 +51,7 @@ def read_both(path: Path) -> tuple[Trace, Trace]:
 
 
 def assert_same_trace(a: Trace, b: Trace) -> None:
-    for name in _COLUMNS:
-        x, y = getattr(a.events, name), getattr(b.events, name)
-        assert x.dtype == y.dtype, name
-        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
-    assert a.names == b.names
-    assert a.events.extra == b.events.extra
-    assert (a.steps, a.devices, a.rank, a.world_size) == (b.steps, b.devices, b.rank, b.world_size)
-    assert (a.schema, a.metadata, a.warnings) == (b.schema, b.metadata, b.warnings)
+    assert trace_difference(a, b) is None
 
 
 def kineto_corpus_files() -> list[str]:

@@ -18,27 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.errors import InputError
-from gpuscope.model import _COLUMNS, Trace, narrow
+from gpuscope.model import Trace, narrow
 from gpuscope.readers import _io, _scan, kineto
 from gpuscope.testing.generator import GeneratorConfig, generate
+from gpuscope.testing.same import trace_difference
 from test_hostile import cli, one_error_line
 
 needs_scanner = pytest.mark.skipif(not _scan.scanner_built(), reason="the C scanner is not built")
 
 
 def same_trace(a: Trace, b: Trace) -> None:
-    for name in _COLUMNS:
-        x, y = getattr(a.events, name), getattr(b.events, name)
-        assert x.tobytes() == y.tobytes(), name
-    assert a.names == b.names
-    assert a.events.extra == b.events.extra
-    assert (a.steps, a.devices, a.schema, a.metadata, a.warnings) == (
-        b.steps,
-        b.devices,
-        b.schema,
-        b.metadata,
-        b.warnings,
-    )
+    assert trace_difference(a, b) is None
 
 
 def without_scanner(monkeypatch: pytest.MonkeyPatch) -> None:

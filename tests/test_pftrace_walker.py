@@ -15,11 +15,12 @@ import pytest
 
 from corpus import corpus
 from gpuscope.errors import InputError
-from gpuscope.model import _COLUMNS, Trace
+from gpuscope.model import Trace
 from gpuscope.readers import load
 from gpuscope.readers.pftrace import _columns
 from gpuscope.readers.pftrace import schema as pb
 from gpuscope.testing.pftrace import damaged, to_pftrace, write_pftrace
+from gpuscope.testing.same import trace_difference
 
 pytestmark = pytest.mark.skipif(_columns._pfscan is None, reason="the C walker is not built")
 
@@ -43,17 +44,7 @@ def assert_same(a: Trace | str, b: Trace | str) -> None:
     if isinstance(a, str) or isinstance(b, str):
         assert a == b
         return
-    for name in _COLUMNS:
-        x, y = getattr(a.events, name), getattr(b.events, name)
-        assert x.dtype == y.dtype, name
-        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
-    assert a.names == b.names
-    assert a.events.extra == b.events.extra
-    assert (a.steps, a.devices, a.schema, a.metadata) == (b.steps, b.devices, b.schema, b.metadata)
-    assert a.warnings == b.warnings
-    assert [(s.device, s.name, s.time_ns.tolist(), s.value.tolist()) for s in a.counters] == [
-        (s.device, s.name, s.time_ns.tolist(), s.value.tolist()) for s in b.counters
-    ]
+    assert trace_difference(a, b) is None
 
 
 @pytest.mark.parametrize("layout", ["cuspy", "monitor"])

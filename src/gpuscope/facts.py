@@ -79,6 +79,12 @@ NO_TENSOR_CORES = frozenset({"pascal", "maxwell"})
 FP16_ONLY = frozenset({"volta", "turing"})
 
 
+#: Pinned host-to-device copies reach about this share of the host link's peak in one direction
+#: (PCIe 4.0 x16: ~25 of 32 GB/s; 5.0 x16: ~50 of 64 GB/s, as bandwidthTest reports them; an H200
+#: measured 55 of 64): TLP headers and DMA set-up take the rest.
+PINNED_LINK_EFFICIENCY = 0.8
+
+
 class GpuFacts(msgspec.Struct, frozen=True):
     """One GPU model's dense peak figures; ``None`` where the figure does not exist."""
 
@@ -99,6 +105,14 @@ class GpuFacts(msgspec.Struct, frozen=True):
     architecture: str | None = None
     host_link_bytes_per_s: float | None = None
     estimated: bool = False  # from the GPU's family, not its own row
+
+    @property
+    def pinned_copy_bytes_per_s(self) -> float | None:
+        """What a pinned host-to-device copy reaches: one direction of the host link at
+        :data:`PINNED_LINK_EFFICIENCY`; None when the link is unknown."""
+        if not self.host_link_bytes_per_s:
+            return None
+        return self.host_link_bytes_per_s / 2.0 * PINNED_LINK_EFFICIENCY
 
     @property
     def sixteen_bit(self) -> str:

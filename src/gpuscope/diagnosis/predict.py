@@ -68,10 +68,6 @@ if TYPE_CHECKING:
 
 #: A collective with less than this share of its time alongside compute ran exposed.
 EXPOSED_SHARE = 0.1
-#: Pinned host-to-device copies reach about this share of the host link's peak in one direction
-#: (PCIe 4.0 x16: ~25 of 32 GB/s; 5.0 x16: ~50 of 64 GB/s, as bandwidthTest reports them):
-#: TLP headers and DMA set-up take the rest.
-PINNED_LINK_EFFICIENCY = 0.8
 
 
 def predict(found: list[Finding], job: JobContext) -> tuple[list[Finding], Prediction | None]:
@@ -343,8 +339,8 @@ def _inputs(
             ratio = tensor / plain  # the findings' own ratio (unknown device: 2x)
         if f and f.memory_bandwidth_bytes_per_s:
             bandwidth = f.memory_bandwidth_bytes_per_s
-        if f and f.host_link_bytes_per_s:  # both directions in the facts table
-            pinned = f.host_link_bytes_per_s / 2.0 * PINNED_LINK_EFFICIENCY
+        if f and f.pinned_copy_bytes_per_s:
+            pinned = f.pinned_copy_bytes_per_s
     empty = np.zeros(0, dtype=np.int64)
     inputs = EditInputs(
         d2h_op_rows=copy_only_ops(trace),

@@ -615,11 +615,10 @@ def straggling(cfg: GeneratorConfig, step: int) -> list[Straggler]:
 
 
 def pinned_gb_per_s(device: str) -> float:
-    """A pinned copy's rate: the DMA reads host memory at about 80% of one direction of the host
-    link (an H200, PCIe 5 x16: 55 GB/s of 64), not at a pageable copy's staging rate."""
+    """A pinned copy's rate (GB/s): what the facts table's host link gives (the replay's rate
+    too), not a pageable copy's staging rate; :data:`PINNED_GBPS` for a GPU it does not know."""
     from gpuscope.facts import match_device  # noqa: PLC0415
 
     facts = match_device(device)
-    if facts is None or not facts.host_link_bytes_per_s:
-        return PINNED_GBPS
-    return facts.host_link_bytes_per_s / 2.0 * 0.8 / 1e9
+    rate = facts.pinned_copy_bytes_per_s if facts else None
+    return rate / 1e9 if rate else PINNED_GBPS

@@ -301,7 +301,8 @@ def _at_pinned_rate(g: Graph, edit: Edit, copies: I64, link: float | None) -> No
     nbytes = ev.bytes[rows].astype(np.float64)
     seen = _pinned_rate(g)
     own = 2.0 * nbytes / np.maximum(g.dur[copies], 1) * 1e9  # as recorded, not as edited
-    rate = np.full(copies.size, seen if seen else link) if (seen or link) else own
+    known = seen or link
+    rate = np.full(copies.size, known) if known else own
     at_rate = nbytes / np.maximum(rate, 1.0) * 1e9
     faster = np.where(pageable & (nbytes > 0), at_rate, edit.dur[copies])
     edit.dur[copies] = np.minimum(edit.dur[copies], faster.astype(np.int64))

@@ -557,23 +557,22 @@ def _wake_edges(ev: Events, c: _Chains, launch_src: I64) -> tuple[I64, I64, I64]
     chain_pid = np.zeros(chains, dtype=np.int64)
     chain_pid[host_chain] = ev.pid[c.rows[:nh]]
     launched = np.bincount(c.chain[launch_src], minlength=chains)[:chains]
+    # A thread's first call in the window counts as after a silence since the window began (a
+    # backward thread first seen after the forward pass).
+    quiet = np.where(c.first[:nh], c.start[:nh], c.gap[:nh]) >= WAKE_GAP_NS
     src_parts, dst_parts, delay_parts = [], [], []
     for p in np.unique(chain_pid).tolist():
         mine = np.flatnonzero(chain_pid == p)
         working = mine[launched[mine] >= max(1, WAKE_SHARE * launched[mine].max())]
         if working.size < 2:
             continue
+        calls = np.flatnonzero(np.isin(host_chain, working))
+        calls = calls[np.argsort(c.start[calls], kind="stable")]  # every such thread, by start
         for chain in working.tolist():
-            others = np.flatnonzero(np.isin(host_chain, working) & (host_chain != chain))
-            others = others[np.argsort(c.start[others], kind="stable")]
-            # A thread's first call in the window counts as after a silence since the window
-            # began (a backward thread first seen after the forward pass).
-            first = c.first[:nh]
-            silent = np.flatnonzero(
-                (host_chain == chain) & (np.where(first, c.start[:nh], c.gap[:nh]) >= WAKE_GAP_NS)
-            )
+            silent = np.flatnonzero(quiet & (host_chain == chain))
             if silent.size == 0:
                 continue
+            others = calls[host_chain[calls] != chain]
             at = np.searchsorted(c.start[others], c.start[silent], side="right") - 1
             ok = at >= 0
             silent, waker = silent[ok], others[at[ok]]

@@ -424,8 +424,8 @@ class GapContext:
         i = np.minimum(np.searchsorted(ends, r0 - SYNC_BEFORE_NS, side="left"), ends.size - 1)
         hit = (ends[i] >= r0 - SYNC_BEFORE_NS) & (ends[i] <= np.minimum(r0 + SYNC_AFTER_NS, r1))
         refill = self._refill(ends, r0, r1, ~hit)
-        i[refill] = np.searchsorted(ends, r0[refill], side="right") - 1
-        hit |= refill
+        i = np.where(refill >= 0, refill, i)
+        hit |= refill >= 0
         # A call much shorter than the piece never owns it: a sync that waited W could have let
         # the host do at most about W of its own work earlier, while the device still ran; a
         # piece far longer than that is the host's own work (or silence), for the later rules.
@@ -439,19 +439,20 @@ class GapContext:
         r0: NDArray[np.int64],
         r1: NDArray[np.int64],
         todo: NDArray[np.bool_],
-    ) -> NDArray[np.bool_]:
-        """Per piece: the host refilling the queue a sync emptied (``ends``: the syncs' ends,
-        sorted). The queue stays empty until the host refills it: a piece after a sync that
-        returned earlier, with at most SYNC_BEFORE_NS of device work since (the tiny kernel the
-        host launched first, ``running += loss.item()``), is that refill when it is the host's
-        ordinary way to the next launch: longer than SHORT_GAP_NS (a shorter one is one launch's
-        cost, launch overhead whatever came before it); no longer than the device work since the
-        sync before (what a host not made to wait could have run ahead of: a host slower than its
-        device idles it with or without the sync); and with no op or Python frame begun after
-        the sync covering half of it (that is what the host was doing, for the later rules)."""
+    ) -> NDArray[np.int64]:
+        """Per piece: the sync (its position in ``ends``, the syncs' ends, sorted) whose emptied
+        queue the host is refilling, -1 when none. The queue stays empty until the host refills
+        it: a piece after a sync that returned earlier, with at most SYNC_BEFORE_NS of device
+        work since (the tiny kernel the host launched first, ``running += loss.item()``), is that
+        refill when it is the host's ordinary way to the next launch: longer than SHORT_GAP_NS
+        (a shorter one is one launch's cost, launch overhead whatever came before it); no longer
+        than the device work since the sync before (what a host not made to wait could have run
+        ahead of: a host slower than its device idles it with or without the sync); and with no
+        op or Python frame begun after the sync covering half of it (that is what the host was
+        doing, for the later rules)."""
         j = np.searchsorted(ends, r0, side="right") - 1
         k = np.flatnonzero(todo & (j >= 0) & (r1 - r0 > SHORT_GAP_NS))
-        refill = np.zeros(r0.size, dtype=np.bool_)
+        refill = np.full(r0.size, -1, dtype=np.int64)
         if k.size == 0:
             return refill
         since, length = ends[j[k]], (r1 - r0)[k]
@@ -465,7 +466,7 @@ class GapContext:
             safe = np.maximum(at, 0)
             inside = np.minimum(ev.end_ns[safe], r1[k]) - np.maximum(ev.start_ns[safe], r0[k])
             ok &= ~((at >= 0) & (ev.start_ns[safe] >= since) & (2 * inside >= length))
-        refill[k[ok]] = True
+        refill[k[ok]] = j[k[ok]]
         return refill
 
     @cached_property

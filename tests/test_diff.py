@@ -116,7 +116,9 @@ def test_too_few_steps_to_reach_the_confidence_is_thin_evidence() -> None:
     apart = compare([7.8, 7.9, 7.85], [39.0, 38.0, 41.9])
     assert apart.significant is None and apart.note is not None
     assert "every step after is above every step before (two-sided p = 0.10" in apart.note
-    assert "every step" not in (compare([7.8, 7.9, 7.85], [7.7, 7.95, 7.86]).note or "")
+    assert apart.apart == "above" and compare([9.0, 9.5], [1.0, 2.0]).apart == "below"
+    overlapping = compare([7.8, 7.9, 7.85], [7.7, 7.95, 7.86])
+    assert "every step" not in (overlapping.note or "") and overlapping.apart is None
 
 
 def test_kernel_changes_name_added_and_removed_kernels() -> None:

@@ -13,7 +13,6 @@ USD, throughput per second; unknown is null.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import msgspec
@@ -302,8 +301,7 @@ def _metrics_table(d: RunDiff) -> Table:
             if c.note:  # slow outlier steps left out of the comparison
                 verdict.append(f"\n{c.note.removeprefix('left out as outliers: ')} left out")
         elif c.note:
-            apart = re.search(r"every step after is (above|below) every step before", c.note)
-            short = f"every step {apart[1]}; too few to test" if apart else c.note.split(":")[0]
+            short = f"every step {c.apart}; too few to test" if c.apart else c.note.split(":")[0]
             verdict.append(f"\n{short}", style="dim")
         table.add_row(
             _label(m.name),

@@ -55,6 +55,9 @@ class Comparison(msgspec.Struct, frozen=True):
     after_mean: float | None = None
     before_n: int = 0
     after_n: int = 0
+    #: With too few steps to test: "above" or "below" when every step after is above (below)
+    #: every step before, else None.
+    apart: str | None = None
 
 
 def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
@@ -88,15 +91,15 @@ def compare(before: Sequence[float], after: Sequence[float]) -> Comparison:
             f" {steps_to_reach(SIGNIFICANCE_LEVEL / 2.0)} a side to reach"
             f" {100 * CONFIDENCE:g}% confidence"
         )
-        if a.min() > b.max() or a.max() < b.min():
+        apart = "above" if a.min() > b.max() else "below" if a.max() < b.min() else None
+        if apart is not None:
             # The figures show the order plainly; say it, and why it still does not settle.
-            side = "above" if a.min() > b.max() else "below"
             least = min(1.0, 2.0 / math.comb(b.size + a.size, b.size))
             note += (
-                f"; every step after is {side} every step before (two-sided p = {least:.2f},"
+                f"; every step after is {apart} every step before (two-sided p = {least:.2f},"
                 f" the least {b.size} against {a.size} steps can give)"
             )
-        return msgspec.structs.replace(thin, note=note)
+        return msgspec.structs.replace(thin, note=note, apart=apart)
     p_value = mann_whitney_p(b, a)
     low, high = shift_interval(differences, n, m, SIGNIFICANCE_LEVEL / 2.0)
     return msgspec.structs.replace(

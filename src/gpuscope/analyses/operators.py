@@ -316,8 +316,12 @@ def _labels(
 # --- one device ----------------------------------------------------------------------------------
 
 
-def device_views(work: DeviceWork, idle: IdleAttribution, scopes: HostScopes) -> DeviceViews:
-    """The module tree and the operator table of one device (see the module docstring)."""
+def device_views(
+    work: DeviceWork, idle: IdleAttribution, scopes: HostScopes, links: bool = True
+) -> DeviceViews:
+    """The module tree and the operator table of one device (see the module docstring);
+    ``links``: with ``location_rows`` (the reports that link findings to rows read them; else
+    they are empty)."""
     ev = work.trace.events
     rows = work.rows
     launcher = ev.link[rows]
@@ -366,7 +370,9 @@ def device_views(work: DeviceWork, idle: IdleAttribution, scopes: HostScopes) ->
         modules=module_rows,
         module_types=_merge_instances(module_rows, scopes.instance_labels),
         operators=_table_rows(ops, op_slot, weights, [NO_OPERATOR, NO_LAUNCH]),
-        location_rows=_location_rows(gaps.location, gap_ns, gap_slot, module_index),
+        location_rows=(
+            _location_rows(gaps.location, gap_ns, gap_slot, module_index) if links else {}
+        ),
     )
 
 

@@ -40,7 +40,7 @@ from gpuscope.compare.diff import (
 )
 from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
-from gpuscope.names import percentage_change, plural, short_kernel_names
+from gpuscope.names import listed, percentage_change, plural, short_kernel_names
 from gpuscope.render.fit import middle, name_room, number_column
 from gpuscope.units import duration, gib, ms, signed_gib
 
@@ -94,6 +94,7 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
                 "predicted_step_ns": round(c.predicted_step_ns),
                 "after_step_ns": round(c.after_step_ns),
                 "error_pct": round(c.error_pct, 2),
+                "also_changed": c.also_changed,
             }
             for c in d.predictions
         ],
@@ -101,20 +102,27 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
 
 
 def prediction_line(c: PredictionCheck) -> str:
-    """A resolved finding's prediction (made on "before") beside what "after" measured."""
-    return (
+    """A fix's prediction (made on "before") beside what "after" measured, and the other
+    causes after changed, which the prediction does not cover."""
+    line = (
         f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
         f" {ms(c.predicted_step_ns)}; measured after:"
         f" {ms(c.after_step_ns)}, the median of every step ({c.error_pct:+.1f}%)"
     )
+    if c.comparable:
+        return line
+    return (
+        f"{line}; after also changed {listed(c.also_changed)} beyond noise, which this fix"
+        " alone does not"
+    )
 
 
 def predictions_note(d: RunDiff) -> str | None:
-    """Several findings resolved at once: each prediction was made for its fix alone."""
+    """Several fixes made at once: each prediction was made for its fix alone."""
     if len(d.predictions) < 2:
         return None
     return (
-        f"each prediction is its own fix alone; this run resolved {len(d.predictions)}"
+        f"each prediction is its own fix alone; this run looks like {len(d.predictions)}"
         " of them at once"
     )
 

@@ -223,7 +223,7 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     )
     for note in d.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    console.print(_metrics_table(d))
+    console.print(_metrics_table(d, console.width))
     if d.memory is not None:
         console.print(_memory(d.memory))
     console.print(_findings(d))
@@ -293,13 +293,25 @@ def change_text(c: Comparison, unit: str) -> str:
     return "n/a"
 
 
-def _metrics_table(d: RunDiff) -> Table:
+#: The widest the diff table's figure columns need be, in characters (a range: "30.54 – 50.85").
+FIGURE_WIDTH = 15
+
+
+def _metrics_table(d: RunDiff, width: int) -> Table:
     table = Table(title="Per step: median, and min–max over steps", title_justify="left")
     # Every cell wraps at its spaces (a metric's name, a range at its dash, a change in
     # percentage points) and no column is cut: rich narrows a column to its longest word.
-    table.add_column("metric", overflow="fold")
+    # Narrowed evenly, a cause's name (one word: ``launch_overhead``) would be folded inside
+    # while the figures beside it wrap at spaces: in a narrow terminal the names keep their
+    # width and the figures share what is left (borders and padding take 16 characters).
+    words = [w for m in d.metrics for w in _label(m.name).split()]
+    names = max(map(len, words), default=6)
+    figures = None
+    if width < names + 16 + 4 * FIGURE_WIDTH + len(" lost/step"):
+        figures = max((width - names - 16) // 4, 6)
+    table.add_column("metric", overflow="fold", min_width=names, max_width=figures and names)
     for column in ("before", "after", "change", "vs noise"):
-        number_column(table, column)
+        number_column(table, column, max_width=figures)
     for m in d.metrics:
         c = m.comparison
         change = change_text(c, m.unit)

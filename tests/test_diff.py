@@ -288,3 +288,26 @@ def test_slow_outlier_steps_are_left_out_of_step_time_only() -> None:
     # Many slow steps are the run's pace, not outliers; a 0.5% slower step is jitter.
     assert typical_steps([100.0, 140.0, 100.0, 140.0, 100.0], after)[2] == 0
     assert typical_steps([100.0, 100.1, 100.0, 100.5, 100.0], [100.0] * 5)[2] == 0
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_the_metrics_table_keeps_cause_names_whole_within_the_terminal(width: int) -> None:
+    """A cause's name is one word: the table fits the terminal and folds figures, not names
+    (``launch_overhe`` / ``ad`` at 80 columns, before)."""
+    import io
+
+    from rich.console import Console
+
+    from gpuscope.render.diff import render
+
+    folder = Path(__file__).resolve().parent / "data" / "h200" / "loop"
+    before, after = (
+        summarize(diagnose(load(folder / n))) for n in ("only-h2d_copy.json.gz", "fix-all.json.gz")
+    )
+    out = io.StringIO()
+    render(diff(before, after), Console(file=out, width=width), "b", "a")
+    text = out.getvalue()
+    assert max(map(len, text.splitlines())) <= width
+    table = text.split("Findings")[0]
+    for cause in ("launch_overhead", "h2d_copy", "cpu_other"):
+        assert f"│ {cause}" in table, table

@@ -89,3 +89,22 @@ def test_the_h200_pageable_copies_are_replayed_at_the_link_rate() -> None:
     predicted 0.3 ms when the backward thread stayed pinned to its recorded start)."""
     p = _prediction("only-h2d_copy.json.gz", "h2d_copy")
     assert 11e6 <= p.saving_ns_per_step <= 15e6, p
+
+
+def test_a_prediction_is_not_checked_against_a_run_that_changed_other_causes() -> None:
+    """The pageable-copy run against the run with every fix on: host_sync's finding is gone,
+    but so are most of the copies', the loader's and the CPU's waits. host_sync's replay (its
+    fix alone: 0.01 ms a step) says nothing about a run 31 ms a step faster for other reasons,
+    so the diff names those causes beside its error of +675%."""
+    from gpuscope.compare.diff import diff, summarize
+    from gpuscope.render.diff import prediction_line
+
+    before, after = (diagnose(load(LOOP / n)) for n in ("only-h2d_copy.json.gz", "fix-all.json.gz"))
+    checks = {c.cause: c for c in diff(summarize(before), summarize(after)).predictions}
+    check = checks["host_sync"]
+    assert not check.comparable
+    assert {"h2d_copy", "cpu_other"} <= set(check.also_changed)
+    assert "host_sync" not in check.also_changed
+    line = prediction_line(check)
+    assert "measured after: 4.55 ms" in line
+    assert "after also changed h2d_copy, launch_overhead and cpu_other beyond noise" in line

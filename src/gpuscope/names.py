@@ -17,7 +17,7 @@ same types as the template arguments, spelled out), the lambdas' enclosing signa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
 _ROCM_SUFFIX = re.compile(r"(\s*\[clone [^\]]*\])+$|\.kd$")
@@ -140,6 +140,13 @@ def short_location(location: str, limit: int = 72) -> str:
 def plural(count: int, noun: str) -> str:
     """``1 GPU``, ``2 GPUs``, ``1,024 steps``: a count and its noun, in the number it takes."""
     return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def listed(words: Sequence[str]) -> str:
+    """Words as a sentence lists them: "a", "a and b", "a, b and c"."""
+    if len(words) < 2:
+        return "".join(words)
+    return f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def percentage_change(points: float, relative_pct: float | None) -> str:

@@ -76,6 +76,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #endif
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 enum { OK = 0, INCOMPLETE = 1, BAD = 2 };
 enum { MAX_DEPTH = 512 };
@@ -190,6 +193,9 @@ static void packed_free(Packed *p) {
     p->data = NULL;
 }
 
+/* The columns, as counted in Columns.bytes. */
+enum { B_CAT, B_NAME, B_OCCUPANCY, B_FLAGS, B_INTS, B_COLUMNS = B_INTS + N_INT64 };
+
 typedef struct {
     Py_ssize_t rows, capacity;
     int32_t *cat, *name;
@@ -197,6 +203,7 @@ typedef struct {
     uint8_t wide[N_INT64];
     float *occupancy;
     uint8_t *flags; /* 1 where ts was written as a float */
+    size_t bytes[B_COLUMNS]; /* the bytes of each column's mapping (see column_resize) */
     int64_t *extra_rows;
     int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
     Py_ssize_t n_extras, extras_capacity, ids_capacity;
@@ -205,39 +212,68 @@ typedef struct {
     Py_ssize_t memory_rows, memory_capacity;
 } Columns;
 
+/* The columns' memory is mapped from the system, not taken from malloc's heap (Linux; malloc
+ * elsewhere). They are allocated for the rows the text may hold (see rows_hint), and most of
+ * that is never written: in a heap, those unwritten pages would stay behind as holes once the
+ * columns are freed, and the analyses' arrays would then fill them, page by page, on top of the
+ * memory already in use (12 MB more at the peak of a 54 MB trace's diagnosis). A mapping is
+ * returned whole when its Block is freed; it grows without a copy (``mremap``). */
+static void *column_resize(void *p, size_t old_size, size_t new_size) {
+#ifdef __linux__
+    void *q = p == NULL ? mmap(NULL, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                        : mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+    return q == MAP_FAILED ? NULL : q;
+#else
+    (void)old_size;
+    return realloc(p, new_size);
+#endif
+}
+
+static void column_free(void *p, size_t size) {
+    if (p == NULL) return;
+#ifdef __linux__
+    munmap(p, size);
+#else
+    (void)size;
+    free(p);
+#endif
+}
+
+/* Resize one column to ``size`` bytes; ``*bytes`` is its size, kept for the unmapping. */
+static int column_resize_to(void *buffer, size_t *bytes, size_t size) {
+    void *p = column_resize(*(void **)buffer, *bytes, size);
+    if (p == NULL) return -1;
+    *(void **)buffer = p;
+    *bytes = size;
+    return 0;
+}
+
 static int columns_grow(Columns *c, Py_ssize_t hint) {
-    Py_ssize_t capacity = c->capacity ? c->capacity * 2 : (hint > 4096 ? hint : 4096);
-    void *p;
-#define GROW(field, type)                                                \
-    p = realloc(c->field, (size_t)capacity * sizeof(type));              \
-    if (p == NULL) return -1;                                            \
-    c->field = p;
-    GROW(cat, int32_t)
-    GROW(name, int32_t)
-    GROW(occupancy, float)
-    GROW(flags, uint8_t)
-    for (int i = 0; i < N_INT64; i++) {
-        p = realloc(c->ints[i], (size_t)capacity * (c->wide[i] ? 8 : 4));
-        if (p == NULL) return -1;
-        c->ints[i] = p;
-    }
-#undef GROW
-    c->capacity = capacity;
+    size_t capacity = (size_t)(c->capacity ? c->capacity * 2 : (hint > 4096 ? hint : 4096));
+    if (column_resize_to(&c->cat, &c->bytes[B_CAT], capacity * 4) < 0 ||
+        column_resize_to(&c->name, &c->bytes[B_NAME], capacity * 4) < 0 ||
+        column_resize_to(&c->occupancy, &c->bytes[B_OCCUPANCY], capacity * 4) < 0 ||
+        column_resize_to(&c->flags, &c->bytes[B_FLAGS], capacity) < 0)
+        return -1;
+    for (int i = 0; i < N_INT64; i++)
+        if (column_resize_to(&c->ints[i], &c->bytes[B_INTS + i], capacity * (c->wide[i] ? 8 : 4)) < 0)
+            return -1;
+    c->capacity = (Py_ssize_t)capacity;
     return 0;
 }
 
 /* Column ``i`` from int32 to int64, in place, for a value that does not fit in 32 bits. Each
  * value moves from offset 4r to 8r, last row first: rows not yet moved are never overwritten. */
 static int columns_widen(Columns *c, int i) {
-    char *p = realloc(c->ints[i], (size_t)c->capacity * 8);
-    if (p == NULL) return -1;
+    if (column_resize_to(&c->ints[i], &c->bytes[B_INTS + i], (size_t)c->capacity * 8) < 0)
+        return -1;
+    char *p = c->ints[i];
     for (Py_ssize_t r = c->rows; r-- > 0;) {
         int32_t narrow;
         memcpy(&narrow, p + 4 * r, 4);
         int64_t wide = narrow;
         memcpy(p + 8 * r, &wide, 8);
     }
-    c->ints[i] = p;
     c->wide[i] = 1;
     return 0;
 }
@@ -272,11 +308,11 @@ static int extras_push(Columns *c, int64_t row, int32_t id) {
 }
 
 static void columns_free(Columns *c) {
-    free(c->cat);
-    free(c->name);
-    free(c->occupancy);
-    free(c->flags);
-    for (int i = 0; i < N_INT64; i++) free(c->ints[i]);
+    column_free(c->cat, c->bytes[B_CAT]);
+    column_free(c->name, c->bytes[B_NAME]);
+    column_free(c->occupancy, c->bytes[B_OCCUPANCY]);
+    column_free(c->flags, c->bytes[B_FLAGS]);
+    for (int i = 0; i < N_INT64; i++) column_free(c->ints[i], c->bytes[B_INTS + i]);
     free(c->extra_rows);
     free(c->extra_ids);
     packed_free(&c->flows);
@@ -1895,6 +1931,7 @@ typedef struct {
     PyObject_HEAD
     void *data;
     Py_ssize_t size;
+    size_t mapped; /* the bytes of its mapping (see column_resize) */
 } Block;
 
 static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -1904,7 +1941,8 @@ static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 }
 
 static void block_dealloc(PyObject *self) {
-    free(((Block *)self)->data);
+    Block *block = (Block *)self;
+    column_free(block->data, block->mapped);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -1920,15 +1958,16 @@ static PyTypeObject BlockType = {
     .tp_doc = "A column of the scanner's, as a read-only buffer.",
 };
 
-/* Hand a column over (its memory: on failure it is freed here). */
-static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size) {
+/* Hand a column over (its memory, ``mapped`` bytes: on failure it is freed here). */
+static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size, size_t mapped) {
     Block *block = PyObject_New(Block, &BlockType);
     if (block == NULL) {
-        free(data);
+        column_free(data, mapped);
         return -1;
     }
     block->data = data;
     block->size = data ? size : 0;
+    block->mapped = mapped;
     int r = PyDict_SetItemString(dict, key, (PyObject *)block);
     Py_DECREF(block);
     return r;
@@ -1956,12 +1995,13 @@ static PyObject *columns_result(Scan *s) {
     PyObject *extras = NULL, *flows = NULL, *memory = NULL;
     columns = PyDict_New();
     if (columns == NULL) goto finally;
-    int failed = put_column(columns, "cat", col->cat, n * 4) < 0;
-    failed |= put_column(columns, "name", col->name, n * 4) < 0;
-    failed |= put_column(columns, "occupancy", col->occupancy, n * 4) < 0;
-    failed |= put_column(columns, "float_time", col->flags, n) < 0;
+    int failed = put_column(columns, "cat", col->cat, n * 4, col->bytes[B_CAT]) < 0;
+    failed |= put_column(columns, "name", col->name, n * 4, col->bytes[B_NAME]) < 0;
+    failed |= put_column(columns, "occupancy", col->occupancy, n * 4, col->bytes[B_OCCUPANCY]) < 0;
+    failed |= put_column(columns, "float_time", col->flags, n, col->bytes[B_FLAGS]) < 0;
     for (int i = 0; i < N_INT64; i++) {
-        failed |= put_column(columns, INT64_NAMES[i], col->ints[i], n * (col->wide[i] ? 8 : 4)) < 0;
+        failed |= put_column(columns, INT64_NAMES[i], col->ints[i], n * (col->wide[i] ? 8 : 4),
+                             col->bytes[B_INTS + i]) < 0;
         col->ints[i] = NULL;
     }
     col->cat = col->name = NULL;

@@ -40,7 +40,7 @@ from gpuscope.compare.diff import (
 )
 from gpuscope.compare.diff.memory import MemoryDiff
 from gpuscope.history import StoredRun
-from gpuscope.names import percentage_change, plural, short_kernel_names
+from gpuscope.names import listed, percentage_change, plural, short_kernel_names
 from gpuscope.render.fit import middle, name_room, number_column
 from gpuscope.units import duration, gib, ms, signed_gib
 
@@ -94,6 +94,7 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
                 "predicted_step_ns": round(c.predicted_step_ns),
                 "after_step_ns": round(c.after_step_ns),
                 "error_pct": round(c.error_pct, 2),
+                "also_changed": c.also_changed,
             }
             for c in d.predictions
         ],
@@ -101,20 +102,27 @@ def to_document(d: RunDiff, before_name: str, after_name: str) -> dict[str, Any]
 
 
 def prediction_line(c: PredictionCheck) -> str:
-    """A resolved finding's prediction (made on "before") beside what "after" measured."""
-    return (
+    """A fix's prediction (made on "before") beside what "after" measured, and the other
+    causes after changed, which the prediction does not cover."""
+    line = (
         f"predicted on before, fixing {c.cause}: step {c.before_step_ns / 1e6:,.2f} ->"
         f" {ms(c.predicted_step_ns)}; measured after:"
         f" {ms(c.after_step_ns)}, the median of every step ({c.error_pct:+.1f}%)"
     )
+    if c.comparable:
+        return line
+    return (
+        f"{line}; after also changed {listed(c.also_changed)} beyond noise, which this fix"
+        " alone does not"
+    )
 
 
 def predictions_note(d: RunDiff) -> str | None:
-    """Several findings resolved at once: each prediction was made for its fix alone."""
+    """Several fixes made at once: each prediction was made for its fix alone."""
     if len(d.predictions) < 2:
         return None
     return (
-        f"each prediction is its own fix alone; this run resolved {len(d.predictions)}"
+        f"each prediction is its own fix alone; this run looks like {len(d.predictions)}"
         " of them at once"
     )
 
@@ -215,7 +223,7 @@ def render(d: RunDiff, console: Console, before_name: str, after_name: str) -> N
     )
     for note in d.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    console.print(_metrics_table(d))
+    console.print(_metrics_table(d, console.width))
     if d.memory is not None:
         console.print(_memory(d.memory))
     console.print(_findings(d))
@@ -285,13 +293,25 @@ def change_text(c: Comparison, unit: str) -> str:
     return "n/a"
 
 
-def _metrics_table(d: RunDiff) -> Table:
+#: The widest the diff table's figure columns need be, in characters (a range: "30.54 – 50.85").
+FIGURE_WIDTH = 15
+
+
+def _metrics_table(d: RunDiff, width: int) -> Table:
     table = Table(title="Per step: median, and min–max over steps", title_justify="left")
     # Every cell wraps at its spaces (a metric's name, a range at its dash, a change in
     # percentage points) and no column is cut: rich narrows a column to its longest word.
-    table.add_column("metric", overflow="fold")
+    # Narrowed evenly, a cause's name (one word: ``launch_overhead``) would be folded inside
+    # while the figures beside it wrap at spaces: in a narrow terminal the names keep their
+    # width and the figures share what is left (borders and padding take 16 characters).
+    words = [w for m in d.metrics for w in _label(m.name).split()]
+    names = max(map(len, words), default=6)
+    figures = None
+    if width < names + 16 + 4 * FIGURE_WIDTH + len(" lost/step"):
+        figures = max((width - names - 16) // 4, 6)
+    table.add_column("metric", overflow="fold", min_width=names, max_width=figures and names)
     for column in ("before", "after", "change", "vs noise"):
-        number_column(table, column)
+        number_column(table, column, max_width=figures)
     for m in d.metrics:
         c = m.comparison
         change = change_text(c, m.unit)

@@ -38,9 +38,12 @@ def name_room(width: int, other_columns: Sequence[Sequence[str]]) -> int | None:
     return room if room >= MIN_NAME else None
 
 
-def number_column(table: Table, header: str, *, justify: str = "right") -> None:
-    """A column of figures: folded rather than cut if the terminal is narrower than any layout."""
-    table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+def number_column(
+    table: Table, header: str, *, justify: str = "right", max_width: int | None = None
+) -> None:
+    """A column of figures: folded rather than cut if the terminal is narrower than any layout
+    (and than ``max_width``)."""
+    table.add_column(header, justify=justify, overflow="fold", max_width=max_width)  # type: ignore[arg-type]
 
 
 def distinct_tails(paths: Sequence[str]) -> list[str]:

@@ -92,12 +92,23 @@ class FindingChange(msgspec.Struct, frozen=True):
 
 
 class PredictionCheck(msgspec.Struct, frozen=True):
-    """A resolved finding's predicted step time (made on "before") beside "after"'s measured."""
+    """A fix's predicted step time (made on "before") beside "after"'s measured.
+
+    The replay of one fix predicts the run in which only that cause changes, with the causes
+    its fix hides. ``also_changed`` names the other causes whose time lost per step moved beyond
+    noise between the two runs: after's step time then measures those changes too, and the gap
+    between prediction and measurement measures those too, not the replay alone
+    (``comparable`` is False)."""
 
     cause: str
     before_step_ns: float
     predicted_step_ns: float
     after_step_ns: float
+    also_changed: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.also_changed
 
     @property
     def error_pct(self) -> float:
@@ -143,17 +154,18 @@ def diff(
     if unit == "s" and (before.kernel_unit == "step" or after.kernel_unit == "step"):
         notes.append("kernels compared per second of device span: one side has no steps")
     resolved, new, persisting = _finding_changes(before, after)
+    metrics = _metric_diffs(before, after, items_per_step)
     return RunDiff(
         before=before,
         after=after,
-        metrics=_metric_diffs(before, after, items_per_step),
+        metrics=metrics,
         kernel_unit=unit,
         kernels=_kernel_changes(before, after, unit, top_kernels),
         resolved=resolved,
         new=new,
         persisting=persisting,
         notes=notes,
-        predictions=_prediction_checks(before, after, resolved),
+        predictions=_prediction_checks(before, after, resolved, persisting, metrics),
         memory=memory_diff(
             before.memory_peak_bytes,
             before.memory_sites,
@@ -164,17 +176,41 @@ def diff(
 
 
 def _prediction_checks(
-    before: RunSummary, after: RunSummary, resolved: list[FindingChange]
+    before: RunSummary,
+    after: RunSummary,
+    resolved: list[FindingChange],
+    persisting: list[FindingChange],
+    metrics: list[MetricDiff],
 ) -> list[PredictionCheck]:
-    """How close each resolved finding's predicted saving came: before's step time less the
-    saving, against after's step time (both measured here the same way)."""
+    """How close the prediction of each fix this run looks like it made came: before's step
+    time less the saving, against after's step time (both measured here the same way).
+
+    The fixes it looks like it made: the findings gone after, and those still there whose time
+    lost per step fell beyond noise; but not one whose fall another of them explains (a fix the
+    replay found hides it: an ``.item()`` removed also ends the loader's waits it exposed). Each
+    check names the other causes that moved beyond noise and its fix does not hide: the run
+    then measured more than that fix (see :class:`PredictionCheck`)."""
     b, a = headline(before, STEP_TIME), headline(after, STEP_TIME)
     if not b or not a:
         return []
+    moved = {
+        m.name.removeprefix(LOST_PREFIX): m.outcome
+        for m in metrics
+        if m.name.startswith(LOST_PREFIX) and m.outcome in ("better", "worse")
+    }
+    fixed = [f.before for f in resolved if f.before is not None]
+    fixed += [f.before for f in persisting if f.before and moved.get(f.cause) == "better"]
+    hidden = {cause for f in fixed for cause in f.hides}
     return [
-        PredictionCheck(f.cause, b, b - f.before.predicted_saving_ns_per_step, a)
-        for f in resolved
-        if f.before is not None and f.before.predicted_saving_ns_per_step is not None
+        PredictionCheck(
+            f.cause,
+            b,
+            b - f.predicted_saving_ns_per_step,
+            a,
+            [cause for cause in moved if cause != f.cause and cause not in f.hides],
+        )
+        for f in fixed
+        if f.predicted_saving_ns_per_step is not None and f.cause not in hidden
     ]
 
 

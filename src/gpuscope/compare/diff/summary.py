@@ -42,6 +42,9 @@ class FindingSummary(msgspec.Struct, frozen=True):
     share_pct: float
     cost_usd_per_gpu_hour: float | None
     predicted_saving_ns_per_step: float | None = None  # what-if replay of its fix
+    #: Other causes whose time its fix hides (the replay's ``Prediction.hides``): fixing it
+    #: removes their waits too.
+    hides: list[str] = msgspec.field(default_factory=list)
 
 
 class RunSummary(msgspec.Struct, frozen=True):
@@ -133,6 +136,7 @@ def summarize_finding(f: Finding, lost_per_step: list[float] | None = None) -> F
         f.share_pct,
         f.cost_usd_per_gpu_hour,
         f.predicted_saving_ns_per_step,
+        f.prediction.hides if f.prediction is not None else [],
     )
 
 

@@ -66,8 +66,10 @@ def test_the_terminal_renderer_takes_the_plain_path_without_colours(
     diagnosis: Diagnosis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(base, "_console", lambda options: pytest.fail("rich laid it out"))
-    assert base.Terminal().render(diagnosis, base.RenderOptions(width=80)).startswith(
-        diagnosis.verdict.summary[:20]
+    assert (
+        base.Terminal()
+        .render(diagnosis, base.RenderOptions(width=80))
+        .startswith(diagnosis.verdict.summary[:20])
     )
 
 

@@ -5,7 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuscope._arrays import distinct_inverse, first_occurrences
+from gpuscope._arrays import distinct, distinct_inverse, first_occurrences
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64]
+)
+@pytest.mark.parametrize(
+    ("n", "span"), [(0, 1), (1, 1), (63, 10), (64, 10), (5000, 1000), (500, 10**6)]
+)
+def test_distinct_is_numpys_unique(dtype: type[np.integer], n: int, span: int) -> None:
+    """Both ways (a table for a narrow span, a sort otherwise), at either end of the dtype."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(n + span)
+    for low in {int(info.min), 0, max(int(info.min), int(info.max) - span)}:
+        high = min(int(info.max), low + span)
+        values = rng.integers(low, high, n, endpoint=True, dtype=dtype)
+        found, expected = distinct(values), np.unique(values)
+        assert found.dtype == expected.dtype
+        assert found.tolist() == expected.tolist()
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
 from corpus import corpus
 from gpuscope.analyses.memory import MemoryReport
-from gpuscope.diagnosis import Diagnosis, diagnose
+from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.model import MemoryAction
 from gpuscope.readers import _scan, load
 
@@ -146,6 +147,18 @@ def test_df_index_resolver_memory_events() -> None:
     assert round(m.peak_reserved_bytes / GB, 2) == 12.78
     # No pieces are known from a trace's totals: no fragmentation finding on their word alone.
     assert "allocator_fragmentation" not in [f.cause for f in d.findings]
+    # A terminal-only run (charts=False) leaves out only what the drawing reports read.
+    terminal = diagnose(load(corpus("kineto/hta/df_index_resolver/df_index_resolver.json.gz")),
+                        Options(charts=False))  # fmt: skip
+    (t,) = terminal.memory
+    assert len(m.timeline) > 100 and t.timeline == []
+    assert msgspec.structs.replace(t, timeline=m.timeline) == m
+    views, terminal_views = d.devices[0].views, terminal.devices[0].views
+    assert views is not None and terminal_views is not None
+    assert views.location_rows and terminal_views.location_rows == {}
+    assert msgspec.structs.replace(terminal_views, location_rows=views.location_rows) == views
+    assert terminal.drawn is None and d.drawn is not None
+    assert terminal.findings == d.findings and terminal.verdict == d.verdict
 
 
 def test_nsys_cuda_memory_usage_events_are_reserved_memory(tmp_path: Path) -> None:

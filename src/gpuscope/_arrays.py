@@ -21,9 +21,20 @@ def distinct(values: NDArray[S]) -> NDArray[S]:
 
     ``np.unique`` without ``return_*`` first asks whether its input is a masked array, which
     imports ``numpy.ma`` (10 ms, a twentieth of a whole ``gpuscope diagnose``) the first time.
-    No NaN handling: for integers and codes.
+    No NaN handling: for integers and codes. Integers within a span a few times their count (name
+    ids, thread ids, codes) are marked in a table, not sorted: 0.1 ms against 1 ms for 40k ids.
     """
-    ordered = np.sort(np.asarray(values).ravel())
+    given = np.asarray(values).ravel()
+    n = given.shape[0]
+    if n >= 64 and given.dtype.kind in "iu":
+        lo, hi = int(given.min()), int(given.max())
+        if hi - lo <= 4 * n + 4096:
+            seen = np.zeros(hi - lo + 1, dtype=np.bool_)
+            wide = given if given.dtype.itemsize == 8 else given.astype(np.int64)
+            seen[wide - lo if lo else wide] = True  # (values - lo fit, wrapping or not)
+            found: NDArray[S] = np.flatnonzero(seen).astype(given.dtype) + given.dtype.type(lo)
+            return found
+    ordered = np.sort(given)
     if ordered.shape[0] < 2:
         return ordered
     keep = np.empty(ordered.shape[0], dtype=np.bool_)

@@ -118,15 +118,16 @@ class MemoryReport(msgspec.Struct, frozen=True):
 
 
 def analyse_memory(
-    record: MemoryRecord, device_total_bytes: dict[int, int] | None = None
+    record: MemoryRecord, device_total_bytes: dict[int, int] | None = None, timeline: bool = True
 ) -> list[MemoryReport]:
-    """One report per device the record holds events or segments of."""
+    """One report per device the record holds events or segments of; ``timeline``: with the
+    drawn timeline (only a report that draws or saves it needs it; else it is empty)."""
     devices = sorted(
         {int(d) for d in distinct(record.events.device)}
         | {int(d) for d in distinct(record.segments.device)}
     )
     totals = device_total_bytes or {}
-    return [_Device(record, d, totals.get(d)).report() for d in devices]
+    return [_Device(record, d, totals.get(d)).report(timeline) for d in devices]
 
 
 class _Device:
@@ -147,7 +148,7 @@ class _Device:
             self.stacks.phase(int(x)) == "backward" for x in distinct(self.ev.stack)
         )
 
-    def report(self) -> MemoryReport:
+    def report(self, timeline: bool = True) -> MemoryReport:
         ev = self.ev
         n = len(ev)
         size = ev.size_bytes
@@ -212,7 +213,7 @@ class _Device:
             oom=oom,
             settings=settings,
             expandable_segments=expandable,
-            timeline=_timeline(ev, t.allocated, t.reserved, live, matched),
+            timeline=_timeline(ev, t.allocated, t.reserved, live, matched) if timeline else [],
             device_total_bytes=self.total,
             kept_activation_bytes=int(live.size[(live.category == ACTIVATIONS) & live.kept].sum()),
             backward_recorded=self.backward,

@@ -88,8 +88,11 @@ class Options(msgspec.Struct, frozen=True):
     predict: bool = True  # replay each finding's fix for its predicted saving (analyses.whatif)
     whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
-    #: Compute the job's timeline and utilisation series (``Diagnosis.drawn``): the HTML report
-    #: draws them and ``--json`` saves them; a command that only prints to a terminal skips them.
+    #: Compute what only the reports that draw or save the whole diagnosis read: the job's
+    #: timeline and utilisation series (``Diagnosis.drawn``), each memory report's timeline and
+    #: the views' links from findings' locations to module rows (``location_rows``). The HTML
+    #: report draws them and ``--json`` saves them; a command that only prints to a terminal
+    #: skips them (they are then None or empty).
     charts: bool = True
 
 
@@ -404,7 +407,7 @@ def _device_report(
         bounds=bounds,
         series=device_series(work, idle, bounds, steps),
         counters=measured,
-        views=None if scopes is None else device_views(work, idle, scopes),
+        views=None if scopes is None else device_views(work, idle, scopes, options.charts),
     )
 
 

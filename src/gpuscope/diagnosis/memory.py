@@ -387,7 +387,7 @@ def trace_memory(
             facts = device_facts(None, gpu=options.gpu)
             if facts is not None and facts.memory_bytes:
                 totals = dict.fromkeys(range(64), facts.memory_bytes)
-        reports += analyse_memory(record, totals)
+        reports += analyse_memory(record, totals, timeline=options.charts)
     return reports, memory_findings(reports)
 
 

@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import among, distinct, distinct_inverse
 from gpuscope.model import BUSY_KINDS, CopyDirection, Events, Kind, Trace
 from gpuscope.runtime_apis import COPIES, ENQUEUES, WAITS_FOR_DEVICE, runtime_role
 
@@ -104,14 +104,12 @@ def build_graph(trace: Trace, activity: NDArray[np.uint8] | None = None) -> Grap
     c = _chains(trace)
     ev, nh, n = trace.events, c.nh, c.rows.size
     launch_src, launch_dst, delay, latency, event_src, event_dst = _launch_edges(trace, c)
-    host_ids = ev.name_id[c.rows[:nh]]
-    enqueues = _named(trace, host_ids, ENQUEUES)
+    enqueues = c.roles.named(ENQUEUES)
     call_ns = int(np.median(c.dur[:nh][enqueues])) if enqueues.any() else 5_000
-    poll_last = _polling(trace, host_ids, c)
+    poll_last = _polling(c)
     wait_src, wait_dst, wait_tail, wait_copy, own = _waits(
         ev,
-        trace,
-        host_ids,
+        c.roles,
         c.rows[:nh],
         c.node_of_row,
         c.start,
@@ -186,6 +184,27 @@ class _Chains(NamedTuple):
     node_of_row: I64
     prev_end: I64  # the end of the node before on its chain (NEG for a chain's first)
     launch_dst: I64  # device nodes with a launch, ascending
+    roles: _Roles  # the host calls' roles
+
+
+class _Roles(NamedTuple):
+    """The role of each host call (data/runtime_apis.csv), looked up once per distinct name:
+    ``code`` indexes ``names``."""
+
+    code: NDArray[np.uint8]
+    names: list[str]
+
+    def named(self, roles: frozenset[str]) -> B:
+        """Which calls have one of ``roles``."""
+        return among(self.code, [i for i, r in enumerate(self.names) if r in roles])
+
+
+def _roles(trace: Trace, name_ids: NDArray[np.int32]) -> _Roles:
+    used, inverse = distinct_inverse(name_ids.astype(np.int64))
+    role_of = [runtime_role(trace.names[i]) for i in used.tolist()]
+    names = list(dict.fromkeys(role_of))
+    code = np.array([names.index(r) for r in role_of], dtype=np.uint8)
+    return _Roles(code[inverse] if code.size else np.zeros(0, dtype=np.uint8), names)
 
 
 def _chains(trace: Trace) -> _Chains:
@@ -255,6 +274,7 @@ def _chains(trace: Trace) -> _Chains:
         node_of_row,
         prev_end_all,
         launch_dst,
+        _roles(trace, ev.name_id[host_rows]),
     )
 
 
@@ -293,7 +313,7 @@ def _launch_edges(trace: Trace, c: _Chains) -> tuple[I64, I64, I64, int, I64, I6
     observed = np.maximum(start[launch_dst] - start[launch_src], 0)
     waited_launch = start[launch_dst] > c.prev_end[launch_dst] + QUEUED_GAP_NS
     event_src, event_dst = _event_edges(
-        ev, c.host, start, c.chain, launch_src, launch_dst, c.rows, trace
+        ev, c.host, start, c.chain, launch_src, launch_dst, c.rows, c.roles
     )
     # The trace decides: work that started before the work it would wait for ended did not wait.
     agrees = start[event_dst] >= end[event_src] - RETURN_TOLERANCE_NS
@@ -307,12 +327,12 @@ def _launch_edges(trace: Trace, c: _Chains) -> tuple[I64, I64, I64, int, I64, I6
     return launch_src, launch_dst, delay, latency, event_src, event_dst
 
 
-def _polling(trace: Trace, host_ids: NDArray[np.int32], c: _Chains) -> B:
+def _polling(c: _Chains) -> B:
     """Polling: a run of event / stream queries on a thread is the host waiting for work to end
     (the loop exits on the query that finds it done). The last query is a sync (returned); the
     polling before it is waiting, not the host's own work, so it takes no time of its own."""
     nh = c.nh
-    query = _named(trace, host_ids, frozenset({"query"}))
+    query = c.roles.named(frozenset({"query"}))
     in_chain_prev = np.zeros(nh, dtype=np.bool_)
     in_chain_prev[1:] = query[:-1] & ~c.first[1:nh]
     in_chain_next = np.zeros(nh, dtype=np.bool_)
@@ -375,8 +395,7 @@ def _per_stream_last(chain: I64, dev_nodes: I64, launched: I64, at: I64) -> tupl
 
 def _waits(
     ev: Events,
-    trace: Trace,
-    host_ids: NDArray[np.int32],
+    roles: _Roles,
     host_rows: I64,
     node_of_row: I64,
     start: I64,
@@ -389,9 +408,9 @@ def _waits(
 ) -> tuple[I64, I64, I64, B, I64]:
     """Blocking calls: (awaited node, call node, tail, waits for its own copy, own copy node)."""
     n = start.size
-    is_sync = _named(trace, host_ids, WAITS_FOR_DEVICE) | poll_last
-    is_copy = _named(trace, host_ids, COPIES)
-    blocking_name = _named(trace, host_ids, frozenset({"copy"}))
+    is_sync = roles.named(WAITS_FOR_DEVICE) | poll_last
+    is_copy = roles.named(COPIES)
+    blocking_name = roles.named(frozenset({"copy"}))
     hnodes = np.arange(nh)
     link = ev.link[host_rows]
     own = np.where(link >= 0, node_of_row[np.maximum(link, 0)], -1)
@@ -442,14 +461,13 @@ def _event_edges(
     launch_src: I64,
     launch_dst: I64,
     rows: I64,
-    trace: Trace,
+    roles: _Roles,
 ) -> tuple[I64, I64]:
     """Record / wait-event pairs on each thread, turned into stream-to-stream edges."""
     nh = int(host.sum())
     n = start.size
-    name_ids = ev.name_id[rows[:nh]]
-    is_rec = _named(trace, name_ids, frozenset({"event_record"}))
-    is_wait = _named(trace, name_ids, frozenset({"stream_wait_event"}))
+    is_rec = roles.named(frozenset({"event_record"}))
+    is_wait = roles.named(frozenset({"stream_wait_event"}))
     empty = np.zeros(0, dtype=np.int64)
     if not is_wait.any() or n == nh:
         return empty, empty
@@ -587,16 +605,6 @@ def _wake_edges(ev: Events, c: _Chains, launch_src: I64) -> tuple[I64, I64, I64]
     c.gap[dst] = 0
     c.fixed[dst] = NEG  # a woken first call is no longer pinned where it was recorded
     return np.concatenate(src_parts), dst, np.concatenate(delay_parts)
-
-
-def _named(trace: Trace, name_ids: NDArray[np.int32], roles: frozenset[str]) -> B:
-    """Rows of calls with one of ``roles`` (data/runtime_apis.csv), decided once per distinct
-    name of the calls."""
-    used = distinct(name_ids)
-    hits = np.array([runtime_role(trace.names[i]) in roles for i in used.tolist()])
-    if not hits.any():
-        return np.zeros(name_ids.size, dtype=np.bool_)
-    return hits[np.searchsorted(used, name_ids)]
 
 
 def _steps(

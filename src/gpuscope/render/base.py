@@ -102,6 +102,15 @@ class Terminal:
     def render(self, subject: Diagnosis, options: RenderOptions) -> str:
         from gpuscope.render import terminal  # noqa: PLC0415
 
+        if options.color_system is None:  # a pipe, a file: the same text without rich's cost
+            from gpuscope.render.plain import PlainConsole, UnsupportedError  # noqa: PLC0415
+
+            plain = PlainConsole(options.width)
+            try:
+                terminal.render(subject, plain, all_devices=options.all_devices)
+                return plain.text()
+            except UnsupportedError:  # something only rich lays out (a narrow terminal, CJK names)
+                pass
         console, out = _console(options)
         terminal.render(subject, console, all_devices=options.all_devices)
         return out.getvalue()

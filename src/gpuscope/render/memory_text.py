@@ -4,15 +4,19 @@ Computes nothing."""
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
 from gpuscope.analyses.memory import MemoryReport
 from gpuscope.units import gib
 
+if TYPE_CHECKING:
+    from gpuscope.render.plain import Printer
 
-def render_memory(reports: list[MemoryReport], console: Console) -> None:
+
+def render_memory(reports: list[MemoryReport], console: Printer) -> None:
     for report in reports:
         console.print(_summary(report))
         if report.sites:

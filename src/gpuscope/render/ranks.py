@@ -25,6 +25,7 @@ from gpuscope.units import gib, ms_or_na, pct, signed_ms, us
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
     from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
+    from gpuscope.render.plain import Printer
 
 SCALING_SCHEMA = "gpuscope/scale-1"
 SWEEP_SCHEMA = "gpuscope/sweep-1"
@@ -151,7 +152,7 @@ def _exposure(a: RankAnalysis) -> dict[str, Any]:
 TABLE_MAX_RANKS = 32
 
 
-def render_ranks(a: RankAnalysis, console: Console) -> None:
+def render_ranks(a: RankAnalysis, console: Printer) -> None:
     for note in a.notes:
         console.print(Text(f"note: {note}", style="yellow"))
     if len(a.ranks) <= TABLE_MAX_RANKS:

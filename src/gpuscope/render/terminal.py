@@ -1,7 +1,8 @@
 """The terminal report, drawn with rich.
 
-Contract: :func:`render` writes a :class:`~gpuscope.diagnosis.Diagnosis` to a rich ``Console`` and
-computes nothing: every figure comes from the diagnosis.
+Contract: :func:`render` writes a :class:`~gpuscope.diagnosis.Diagnosis` to a rich ``Console``
+(or to a :class:`~gpuscope.render.plain.PlainConsole`, which lays the same objects out as plain
+text) and computes nothing: every figure comes from the diagnosis.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.console import Console, Group
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -33,6 +34,7 @@ from gpuscope.units import gib, ms, pct, seconds
 if TYPE_CHECKING:  # measured inputs' types: their modules load only for jobs that have them
     from gpuscope.analyses.counters import CounterSummary
     from gpuscope.analyses.samples import Distribution, GpuUtilisation
+    from gpuscope.render.plain import Printer
 
 _DETAILED_DEVICES = 2
 _SPLIT_COLOURS = {
@@ -44,7 +46,7 @@ _SPLIT_COLOURS = {
 }
 
 
-def render(diagnosis: Diagnosis, console: Console, *, all_devices: bool = False) -> None:
+def render(diagnosis: Diagnosis, console: Printer, *, all_devices: bool = False) -> None:
     diagnosis = sanitised(diagnosis)  # names from the trace: no escape sequences, bounded
     for warning in diagnosis.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))

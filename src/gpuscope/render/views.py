@@ -7,7 +7,8 @@ but which rows to show. The whole tree is in the JSON and the HTML report.
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
@@ -15,13 +16,16 @@ from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.diagnosis import DeviceReport, Diagnosis
 from gpuscope.units import ms
 
+if TYPE_CHECKING:
+    from gpuscope.render.plain import Printer
+
 #: Module rows shown: the costliest first down the tree, while they take this share of busy time.
 MODULE_ROWS = 10
 MODULE_MIN_SHARE_PCT = 2.0
 OPERATOR_ROWS = 8
 
 
-def render_views(diagnosis: Diagnosis, console: Console) -> None:
+def render_views(diagnosis: Diagnosis, console: Printer) -> None:
     shown = [d for d in diagnosis.devices if d.views is not None and d.views.busy_ns > 0]
     if not shown:
         return

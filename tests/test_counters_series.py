@@ -199,22 +199,3 @@ def test_sweep_without_counters_says_nothing_about_dram(tmp_path: Path) -> None:
         runs.append(load(path))
     report = sweep(runs, SweepOptions((1, 2)))
     assert [p.dram_pct for p in report.points] == [None, None]
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        b"",
-        b'"C"',
-        b'C"C"',
-        b'[{"ph": "f", "name": "ac2g"}]',
-        b'[{"ph":"C","name":"DRAM"}]',
-        b"C" * 200 + b'"C"',  # past the letters looked at one by one
-        b'"CC" "C' + b'x"' * 100,
-        b'{"name": "Copy C" }, {"ph": "C"}',
-    ],
-)
-def test_the_counter_check_is_the_plain_search(text: bytes) -> None:
-    from gpuscope.readers.kineto._counters import holds_counter
-
-    assert holds_counter(text) is (b'"C"' in text)

@@ -19,7 +19,7 @@
  * header      the text before the ``"traceEvents"`` key
  * tail        the text after the array's ``]`` (the document's other keys)
  * cut         whether the text ended first (a gzip stream or the array cut off mid-write)
- * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows, memory):
+ * scanned     (events, rows, columns, cats, names, extra_rows, extras, flows, counters, memory):
  *   events      how many events of any phase were read
  *   rows        how many complete ("X") events, one row each in the columns
  *   columns     dict of column name -> Block (a read-only buffer of native values, owning the
@@ -36,10 +36,11 @@
  *   extras      (ids, texts): bytes of int32, per extra row the index in texts of its kept
  *               arguments (the members of args the model keeps, as one JSON object); each
  *               distinct text once (the same shapes recur at every step)
- *   flows       the flow and counter events (phases s, f, t, C) as one JSON array: its text, or past 16 MB
- *               "Z" and the text deflated (raw, zlib wbits -15); empty bytes when none
- *   memory      the allocator's instant events (phase "i" named "[memory]") on a device, as
- *               int64 rows of MEMORY_COLUMNS values: ts (ns), tid, then the arguments Bytes,
+ *   flows       the flow events (phases s, f, t) as one JSON array, a Block: its text, or past
+ *               16 MB "Z" and the text deflated (raw, zlib wbits -15); empty when none
+ *   counters    the counter events (phase C), the same way
+ *   memory      the allocator's instant events (phase "i" named "[memory]") on a device, a
+ *               Block of int64 rows of MEMORY_COLUMNS values: ts (ns), tid, then the arguments Bytes,
  *               Addr, Device Id, Device Type, Total Allocated, Total Reserved, Ev Idx (-1
  *               when absent); events without all the first six, or of the CPU (Device Type
  *               0) or no device, are left out, as the Python reader leaves them out
@@ -157,6 +158,11 @@ static int packed_put(Packed *p, const char *span, Py_ssize_t length, int flush)
         p->data = NULL;
         p->length = p->capacity = 0;
         p->text_length = 0;
+        if (grow(&p->data, &p->capacity, 1, 1, 65536) < 0) {
+            free(plain);
+            return -1;
+        }
+        p->data[p->length++] = 'Z'; /* deflated bytes follow (see packed_block) */
         int r = packed_deflate(p, plain, plain_length, Z_NO_FLUSH);
         free(plain);
         if (r < 0) return -1;
@@ -207,7 +213,8 @@ typedef struct {
     int64_t *extra_rows;
     int32_t *extra_ids; /* per extra row: its kept arguments' text, interned (Scan.extras) */
     Py_ssize_t n_extras, extras_capacity, ids_capacity;
-    Packed flows; /* the flow events (phases s, f, t), as one JSON array, deflated */
+    Packed flows;    /* the flow events (phases s, f, t), as one JSON array */
+    Packed counters; /* the counter events (phase C), the same way */
     int64_t *memory; /* the allocator's "[memory]" events, MEMORY_COLUMNS values a row */
     Py_ssize_t memory_rows, memory_capacity;
 } Columns;
@@ -316,6 +323,7 @@ static void columns_free(Columns *c) {
     free(c->extra_rows);
     free(c->extra_ids);
     packed_free(&c->flows);
+    packed_free(&c->counters);
     free(c->memory);
 }
 
@@ -1177,7 +1185,7 @@ static const char PHASES[] = "XBEiIsftPNODCbneMRcVpSTF";
 /* The memory the scan's results take so far (the columns as filled, the copied texts). */
 static Py_ssize_t scan_bytes(const Scan *s) {
     const Columns *c = &s->columns;
-    return c->rows * columns_row_bytes(c) + c->flows.length + c->memory_rows * MEMORY_COLUMNS * 8 + c->n_extras * 12 + s->extras.strings_length +
+    return c->rows * columns_row_bytes(c) + c->flows.length + c->counters.length + c->memory_rows * MEMORY_COLUMNS * 8 + c->n_extras * 12 + s->extras.strings_length +
            s->names.strings_length + s->cats.strings_length;
 }
 
@@ -1306,8 +1314,10 @@ static int read_event(Cursor *c, Scan *s) {
         s->error = NULL;
         return OK;
     }
-    if (phase == 's' || phase == 'f' || phase == 't' || phase == 'C') /* C: counter samples */
-        return packed_append(&s->columns.flows, event_start, c->p - event_start) < 0 ? BAD : OK;
+    if (phase == 's' || phase == 'f' || phase == 't' || phase == 'C') { /* C: counter samples */
+        Packed *text = phase == 'C' ? &s->columns.counters : &s->columns.flows;
+        return packed_append(text, event_start, c->p - event_start) < 0 ? BAD : OK;
+    }
     /* The caching allocator's events (an allocation or a free, with the totals after it): kept
      * as text, few beside the complete events, and decoded in Python. */
     if (phase == 'i' && name_length == 8 && memcmp(name, "[memory]", 8) == 0)
@@ -1931,7 +1941,7 @@ typedef struct {
     PyObject_HEAD
     void *data;
     Py_ssize_t size;
-    size_t mapped; /* the bytes of its mapping (see column_resize) */
+    size_t mapped; /* the bytes of its mapping (see column_resize); 0: from malloc */
 } Block;
 
 static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -1942,7 +1952,10 @@ static int block_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 static void block_dealloc(PyObject *self) {
     Block *block = (Block *)self;
-    column_free(block->data, block->mapped);
+    if (block->mapped)
+        column_free(block->data, block->mapped);
+    else
+        free(block->data);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -1958,41 +1971,49 @@ static PyTypeObject BlockType = {
     .tp_doc = "A column of the scanner's, as a read-only buffer.",
 };
 
-/* Hand a column over (its memory, ``mapped`` bytes: on failure it is freed here). */
-static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size, size_t mapped) {
+/* A buffer handed over as a Block: its memory (``mapped`` bytes, or 0 when from malloc) goes
+ * with it, and on failure is freed here. */
+static PyObject *block_of(void *data, Py_ssize_t size, size_t mapped) {
     Block *block = PyObject_New(Block, &BlockType);
     if (block == NULL) {
-        column_free(data, mapped);
-        return -1;
+        if (mapped)
+            column_free(data, mapped);
+        else
+            free(data);
+        return NULL;
     }
     block->data = data;
     block->size = data ? size : 0;
-    block->mapped = mapped;
-    int r = PyDict_SetItemString(dict, key, (PyObject *)block);
+    block->mapped = data ? mapped : 0;
+    return (PyObject *)block;
+}
+
+/* Hand a column over (see block_of). */
+static int put_column(PyObject *dict, const char *key, void *data, Py_ssize_t size, size_t mapped) {
+    PyObject *block = block_of(data, size, mapped);
+    if (block == NULL) return -1;
+    int r = PyDict_SetItemString(dict, key, block);
     Py_DECREF(block);
     return r;
 }
 
-/* A packed array as bytes: plain text starts with its "[", deflated bytes with a "Z" put before
- * them; empty bytes when nothing was packed. NULL with an exception set on failure. */
-static PyObject *packed_bytes(Packed *p) {
-    if (p->text_length == 0) return PyBytes_FromString("");
+/* A packed array handed over as a Block, without a copy: plain text starts with its "[",
+ * deflated bytes with the "Z" put before them; empty when nothing was packed. NULL with an
+ * exception set on failure. */
+static PyObject *packed_block(Packed *p) {
+    if (p->text_length == 0) return block_of(NULL, 0, 0);
     if (packed_put(p, "]", 1, Z_FINISH) < 0) return PyErr_NoMemory();
-    int z = p->live;
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, p->length + z);
-    if (bytes != NULL) {
-        char *out = PyBytes_AS_STRING(bytes);
-        if (z) out[0] = 'Z';
-        memcpy(out + z, p->data, (size_t)p->length);
-    }
-    return bytes;
+    PyObject *block = block_of(p->data, p->length, 0);
+    p->data = NULL;
+    p->length = p->capacity = 0;
+    return block;
 }
 
 static PyObject *columns_result(Scan *s) {
     Columns *col = &s->columns;
     Py_ssize_t n = col->rows;
     PyObject *result = NULL, *columns = NULL, *cats = NULL, *names = NULL, *extra_rows = NULL;
-    PyObject *extras = NULL, *flows = NULL, *memory = NULL;
+    PyObject *extras = NULL, *flows = NULL, *counters = NULL, *memory = NULL;
     columns = PyDict_New();
     if (columns == NULL) goto finally;
     int failed = put_column(columns, "cat", col->cat, n * 4, col->bytes[B_CAT]) < 0;
@@ -2016,12 +2037,13 @@ static PyObject *columns_result(Scan *s) {
     extras = Py_BuildValue("(y#N)", col->extra_ids ? (const char *)col->extra_ids : "",
                            col->n_extras * 4, strings_list(&s->extras));
     if (extras == NULL) goto finally;
-    if ((flows = packed_bytes(&col->flows)) == NULL) goto finally;
-    memory = PyBytes_FromStringAndSize(col->memory ? (const char *)col->memory : "",
-                                       col->memory_rows * MEMORY_COLUMNS * 8);
+    if ((flows = packed_block(&col->flows)) == NULL) goto finally;
+    if ((counters = packed_block(&col->counters)) == NULL) goto finally;
+    memory = block_of(col->memory, col->memory_rows * MEMORY_COLUMNS * 8, 0);
+    col->memory = NULL;
     if (memory == NULL) goto finally;
-    result = Py_BuildValue("(nnOOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
-                           flows, memory);
+    result = Py_BuildValue("(nnOOOOOOOO)", s->events, n, columns, cats, names, extra_rows, extras,
+                           flows, counters, memory);
 finally:
     Py_XDECREF(columns);
     Py_XDECREF(cats);
@@ -2029,6 +2051,7 @@ finally:
     Py_XDECREF(extra_rows);
     Py_XDECREF(extras);
     Py_XDECREF(flows);
+    Py_XDECREF(counters);
     Py_XDECREF(memory);
     return result;
 }
@@ -2126,7 +2149,7 @@ static PyMethodDef METHODS[] = {
 
 /* Raised whenever what the scanner returns changes (a column, an args key it keeps): the Python
  * side does not use a build of older source (gpuscope.readers._scan.SCANNER_VERSION). */
-#define KSCAN_VERSION 9
+#define KSCAN_VERSION 10
 
 static struct PyModuleDef MODULE = {
     PyModuleDef_HEAD_INIT, "_kscan", "Kineto events straight into columns.", -1, METHODS,

@@ -19,8 +19,9 @@ Scanned = tuple[
     list[bytes],
     bytes,
     tuple[bytes, list[bytes]],
-    bytes,
-    bytes,
+    Block,
+    Block,
+    Block,
 ]
 
 def scan_file(

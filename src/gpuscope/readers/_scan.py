@@ -44,7 +44,7 @@ from gpuscope.readers._io import (
 #: The scanner source this reader follows (``KSCAN_VERSION`` in ``_kscan.c``). An extension
 #: built from older source (a checkout updated without ``setup.py build_ext``) misses what the
 #: newer source reads, so it is not used: the msgspec reader gives the whole result, slower.
-SCANNER_VERSION = 9
+SCANNER_VERSION = 10
 
 try:  # the C scanner (setup.py builds it where a compiler is found)
     from gpuscope.readers import _kscan

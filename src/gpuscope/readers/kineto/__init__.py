@@ -149,7 +149,7 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
     """The columns the C scanner read, piece by piece, into the model (see ``_scan``)."""
     columns = Columns(lenient=False)
     try:
-        columns.add_scanned(scan.result())
+        columns.add_scanned(list(scan.result()))
     except UnicodeDecodeError:
         raise NotScannableError from None
     return _finish(path, columns, scan.state, NotScannableError)

@@ -4,11 +4,10 @@ the C scanner's columns), then one sorted table with its devices, steps and laun
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from itertools import compress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -28,7 +27,7 @@ from gpuscope.model import (
     narrow,
 )
 from gpuscope.readers._links import join_launches, link_launches
-from gpuscope.readers.kineto._counters import counter_series, events_in
+from gpuscope.readers.kineto._counters import counter_series, events_in, inflated
 from gpuscope.readers.kineto._shape import (
     CATEGORY,
     DEVICE_KINDS,
@@ -77,9 +76,6 @@ from gpuscope.readers.kineto._values import (
     scatter,
     to_ns,
 )
-
-if TYPE_CHECKING:
-    from gpuscope.readers._kscan import Scanned
 
 # --- building the model --------------------------------------------------------------------------
 
@@ -193,14 +189,17 @@ class Columns:
             self.nbytes += 200 * len(piece_flows)
         self.rows += len(rows)
 
-    def add_scanned(self, scanned: Scanned) -> None:
-        """Add the events the C scanner read: the same columns :meth:`add` builds from decoded
-        events."""
-        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, memory = scanned
-        if memory:
+    def add_scanned(self, scanned: list[Any]) -> None:
+        """Add the events the C scanner read (``Scanned``, as a list this empties: each part is
+        freed once used): the same columns :meth:`add` builds from decoded events."""
+        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, counters, memory = scanned
+        scanned.clear()
+        if memoryview(memory):
             self.add_memory_rows(memory)
+        del memory
         self.events += events
-        self.counter_events += events_in(flows)
+        self.counter_events += events_in(counters)
+        del counters
         if n == 0:
             return
         # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
@@ -256,9 +255,9 @@ class Columns:
             self.parts.setdefault(name, []).append(values)
             self.nbytes += values.nbytes
         on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
-        if np.any(piece["correlation"][on_device] < 0) and flows:
-            text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
-            self.flows.extend(FLOWS_DECODER.decode(text))
+        text = memoryview(flows)
+        if np.any(piece["correlation"][on_device] < 0) and text:
+            self.flows.extend(FLOWS_DECODER.decode(inflated(text)))
         self.rows += len(kept)
 
     def _add_scanned_extras(self, extra_rows: bytes, extras: Any, keep: np.ndarray) -> None:
@@ -293,9 +292,9 @@ class Columns:
                 kept.append((e.tid, e.ts, a))
         self._keep_memory(kept)
 
-    def add_memory_rows(self, rows: bytes) -> None:
-        """Keep the ``[memory]`` events the C scanner read: int64 rows of ts (ns), tid, and
-        the arguments (see ``_kscan.c``)."""
+    def add_memory_rows(self, rows: Any) -> None:
+        """Keep the ``[memory]`` events the C scanner read (a buffer): int64 rows of ts (ns),
+        tid, and the arguments (see ``_kscan.c``)."""
         table = np.frombuffer(rows, dtype=np.int64).reshape(-1, 9)
         self._keep_columns(table[:, 0].copy(), table[:, [8, 1, 2, 3, 4, 6, 7]].copy())
 

@@ -7,9 +7,8 @@ GPU. An ``args`` key other than ``""`` names its own series (a counter event may
 the empty key takes the event's name. Values that are not finite numbers are gaps (NaN).
 Counter events of other processes (CPU counters, memory) are not GPU counters and are left out.
 
-Cost: the C scanner keeps counter events with the flow events (one text, already collected);
-:func:`events_in` decodes them only when that text holds a ``"C"`` at all, found by the letter
-(:func:`holds_counter`: a text of flows has few capital C's, and quotes everywhere).
+Cost: the C scanner keeps the counter events as one text of their own, which :func:`events_in`
+decodes; a trace without them costs nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -29,43 +28,23 @@ from gpuscope.readers.kineto._values import to_ns
 _GPU_COUNTERS = re.compile(r"^GPU (\d+) Counters$")
 
 
-def _skip(phase: str) -> type:
-    return msgspec.defstruct(f"_Counted_{phase}", [], tag=phase, tag_field="ph", gc=False)
+_DECODER = msgspec.json.Decoder(list[CounterEvent])
 
 
-_FLOW_PHASES = ("s", "f", "t")
-_FLOW_OR_COUNTER = Union[(CounterEvent, *(_skip(p) for p in _FLOW_PHASES))]  # type: ignore[valid-type]
-_DECODER = msgspec.json.Decoder(list[_FLOW_OR_COUNTER])  # type: ignore[valid-type]
-
-
-def events_in(flows: bytes) -> list[CounterEvent]:
-    """The counter events among the scanner's flow text (plain, or ``Z`` and raw deflate)."""
-    if not flows:
-        return []
-    text = zlib.decompress(flows[1:], -15) if flows[:1] == b"Z" else flows
-    if not holds_counter(text):
+def events_in(counters: Any) -> list[CounterEvent]:
+    """The counter events the scanner kept (its ``counters`` text)."""
+    text = memoryview(counters)
+    if not text:
         return []
     try:
-        return [e for e in _DECODER.decode(text) if type(e) is CounterEvent]
+        return _DECODER.decode(inflated(text))
     except msgspec.DecodeError:
         return []
 
 
-#: Capital C's looked at one by one before the plain search takes over.
-_LETTERS_LOOKED_AT = 64
-
-
-def holds_counter(text: bytes) -> bool:
-    """``b'"C"' in text``, faster on flows: that search stops at every quote (8 MB of flows of a
-    54 MB trace took ~30 M instructions), this one at every capital C (``memchr``)."""
-    at = text.find(b"C", 1)
-    for _ in range(_LETTERS_LOOKED_AT):
-        if at < 0:
-            return False
-        if text[at - 1 : at + 2] == b'"C"':
-            return True
-        at = text.find(b"C", at + 1)
-    return b'"C"' in text
+def inflated(text: memoryview) -> bytes | memoryview:
+    """A text of the scanner's: plain, or ``Z`` and raw deflate (see ``_kscan.c``)."""
+    return zlib.decompress(text[1:], -15) if bytes(text[:1]) == b"Z" else text
 
 
 def counter_series(events: list[CounterEvent], source: str = "kineto") -> list[CounterSeries]:

@@ -256,9 +256,61 @@ done:
     return result;
 }
 
+/* last_containing(starts, ends, t, order, out): for each time t[i], the position of the last
+ * interval with starts[k] <= t[i] <= ends[k] (intervals sorted by start, nested or overlapping
+ * as they like), -1 when none; ``order`` visits the times in ascending order. One sweep: the
+ * intervals begun by then are pushed in order, and those that ended before a time are popped
+ * from the top (they end before every later time too), so the top is the last one still
+ * running. O(intervals + times). The numpy twin is gpuscope.analyses.intervals.last_containing. */
+static PyObject *last_containing(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    Arg a[5];
+    for (int i = 0; i < 5; i++) a[i].held = 0;
+    PyObject *result = NULL;
+    int64_t *stack = NULL;
+    if (take(o[0], &a[0], 0, -1) < 0) goto done;
+    Py_ssize_t n = a[0].b.len / 8;
+    if (take(o[1], &a[1], 0, n) < 0) goto done;
+    if (take(o[2], &a[2], 0, -1) < 0) goto done;
+    Py_ssize_t m = a[2].b.len / 8;
+    if (take(o[3], &a[3], 0, m) < 0) goto done;
+    if (take(o[4], &a[4], 1, m) < 0) goto done;
+    const int64_t *starts = a[0].b.buf, *ends = a[1].b.buf, *t = a[2].b.buf, *order = a[3].b.buf;
+    int64_t *out = a[4].b.buf;
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (order[i] < 0 || order[i] >= m) {
+            PyErr_SetString(PyExc_ValueError, "order is not a permutation of the times");
+            goto done;
+        }
+    stack = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t next = 0, top = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t at = t[order[i]];
+        while (next < n && starts[next] <= at) stack[top++] = next++;
+        while (top > 0 && ends[stack[top - 1]] < at) top--;
+        out[order[i]] = top > 0 ? stack[top - 1] : -1;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    free(stack);
+    for (int i = 0; i < 5; i++)
+        if (a[i].held) PyBuffer_Release(&a[i].b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS,
      "solve(prev, gap, dur, fixed, ls, ld, lw, es, ed, ws, wd, wt, s_out, e_out) -> bool"},
+    {"last_containing", last_containing, METH_VARARGS,
+     "last_containing(starts, ends, t, order, out) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -126,7 +126,10 @@ def test_last_containing_is_the_last_interval_started_and_still_running(
     raw.sort(key=lambda r: r[0])
     starts = np.array([s for s, _ in raw], dtype=np.int64)
     ends = np.array([s + d for s, d in raw], dtype=np.int64)
-    got = last_containing(starts, ends, np.array(times, dtype=np.int64))
-    for k, when in enumerate(times):
-        running = [i for i in range(len(raw)) if starts[i] <= when <= ends[i]]
-        assert got[k] == (max(running) if running else -1)
+    at = np.array(times, dtype=np.int64)
+    # The compiled sweep (where built) and the numpy pass, against the definition.
+    for got in (last_containing(starts, ends, at), last_containing(starts, ends, at, python=True)):
+        assert got.dtype == np.intp and got.shape == at.shape
+        for k, when in enumerate(times):
+            running = [i for i in range(len(raw)) if starts[i] <= when <= ends[i]]
+            assert got[k] == (max(running) if running else -1)

@@ -158,6 +158,10 @@ def test_df_index_resolver_memory_events() -> None:
     assert views.location_rows and terminal_views.location_rows == {}
     assert msgspec.structs.replace(terminal_views, location_rows=views.location_rows) == views
     assert terminal.drawn is None and d.drawn is not None
+    series, terminal_series = d.devices[0].series, terminal.devices[0].series
+    assert series.roofline_kernels and terminal_series.roofline_kernels == []
+    assert terminal_series.states_ns == series.states_ns
+    assert terminal_series.step_causes == series.step_causes
     assert terminal.findings == d.findings and terminal.verdict == d.verdict
 
 

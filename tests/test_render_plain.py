@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import io
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
 from corpus import corpus
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
 from gpuscope.readers import load
-from gpuscope.render import base, terminal
+from gpuscope.render import base, plain_width, terminal
+from gpuscope.render.layout import Group, Panel, Table, Text
 from gpuscope.render.plain import PlainConsole, UnsupportedError
 from gpuscope.sanitise import sanitised
 
@@ -126,8 +126,9 @@ def test_generated_texts_tables_and_panels_print_as_rich_prints_them(seed: int) 
     rng = random.Random(seed)
     texts = [Text(_phrase(rng, rng.randint(0, 40))) for _ in range(3)]
     tables = [_table(rng) for _ in range(3)]
-    panel = Panel(Group(texts[0], tables[0], Text("\n")), title=Text("rank 0 · device 1"))
-    panel.title_align = "left"
+    panel = Panel(
+        Group(texts[0], tables[0], Text("\n")), title=Text("rank 0 · device 1"), title_align="left"
+    )
     renderables: list[object] = [*texts, *tables, panel]
     for width in range(30, 141, 11):
         try:
@@ -143,3 +144,44 @@ def test_the_console_prints_the_report_s_text(tmp_path: Path) -> None:
     assert console.text() == rich_text(
         [Text("a long sentence that wraps at forty columns, as rich wraps it here")], 40
     )
+
+
+@pytest.mark.parametrize("columns", [None, "57", "0"])
+@pytest.mark.parametrize("force_color", [None, "", "1"])
+@pytest.mark.parametrize("tty_compatible", [None, "0", "1"])
+def test_the_plain_width_is_rich_s_where_it_is_sure(
+    monkeypatch: pytest.MonkeyPatch,
+    columns: str | None,
+    force_color: str | None,
+    tty_compatible: str | None,
+) -> None:
+    """Without rich, :func:`plain_width` answers only when rich's console would print no
+    colours, and then with its width."""
+    for name, value in (
+        ("COLUMNS", columns),
+        ("FORCE_COLOR", force_color),
+        ("TTY_COMPATIBLE", tty_compatible),
+    ):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # a pipe
+    width = plain_width()
+    console = Console()
+    if width is not None:
+        assert (width, console.color_system, console.is_terminal) == (console.width, None, False)
+    terminal = tty_compatible == "1" or (tty_compatible != "0" and bool(force_color))
+    assert (width is None) == (terminal or columns == "0")
+
+
+def test_a_report_to_a_pipe_imports_no_rich() -> None:
+    code = (
+        "import sys; from importlib import resources; from gpuscope.cli import main\n"
+        "demo = resources.files('gpuscope.examples').joinpath('demo_train.json.gz')\n"
+        "try:\n    main(['diagnose', str(demo)])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'), file=sys.stderr)"
+    )
+    made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Idle timeline" in made.stdout
+    assert made.stderr.strip().splitlines()[-1] == "[]"

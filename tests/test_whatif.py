@@ -255,6 +255,47 @@ def test_one_pass_solver_and_numpy_fixpoint_agree(
         assert np.array_equal(fast[0], twin[0]) and np.array_equal(fast[1], twin[1])
 
 
+def test_the_solvers_chain_sweep_and_kahn_pass_agree_on_a_real_graph() -> None:
+    """The C solver sweeps chains of consecutive nodes and runs Kahn's algorithm on any other
+    numbering: the same graph with its nodes shuffled (so Kahn's runs) has the same schedule,
+    and both agree with the numpy twin; a cycle is refused by both."""
+    from gpuscope.analyses.whatif import schedule
+
+    if schedule._replay is None:
+        pytest.skip("the replay extension is not built here")
+    alexnet = "kineto/hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+    g = build_graph(load(corpus(alexnet)).traces[0])
+    n = g.start.size
+    prev = np.arange(n, dtype=np.int64) - 1
+    prev[g.first] = -1
+    ls, ld, lw = (np.concatenate([g.launch_src, g.wake_src]),
+                  np.concatenate([g.launch_dst, g.wake_dst]),
+                  np.concatenate([g.launch_delay, g.wake_delay]))  # fmt: skip
+    edges = (ls, ld, lw, g.event_src, g.event_dst, g.wait_src, g.wait_dst, g.wait_tail)
+    twin = replay(g, Edit.none(g), python=True)
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    assert schedule._replay.solve(prev, g.gap, g.dur, g.fixed, *edges, s, e)
+    assert np.array_equal(s, twin[0]) and np.array_equal(e, twin[1])
+    new = np.random.default_rng(0).permutation(n)  # node v is numbered new[v]
+    moved = [new[x] for x in (ls, ld)] + [lw]
+    moved += [new[g.event_src], new[g.event_dst], new[g.wait_src], new[g.wait_dst], g.wait_tail]
+    shuffled_prev = np.full(n, -1, dtype=np.int64)
+    shuffled_prev[new] = np.where(prev >= 0, new[np.maximum(prev, 0)], -1)
+    columns = []
+    for column in (g.gap, g.dur, g.fixed):
+        shuffled = np.empty(n, np.int64)
+        shuffled[new] = column
+        columns.append(shuffled)
+    s2, e2 = np.empty(n, np.int64), np.empty(n, np.int64)
+    assert schedule._replay.solve(shuffled_prev, *columns, *moved, s2, e2)
+    assert np.array_equal(s2[new], s) and np.array_equal(e2[new], e)
+    # A launch edge back to the call that launched: a cycle, refused either way.
+    back = (np.append(ls, ld[0]), np.append(ld, ls[0]), np.append(lw, 0), *edges[3:])
+    assert not schedule._replay.solve(prev, g.gap, g.dur, g.fixed, *back, s, e)
+    cycle = (new[back[0]], new[back[1]], back[2], *moved[3:])
+    assert not schedule._replay.solve(shuffled_prev, *columns, *cycle, s2, e2)
+
+
 def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> None:
     cfg = replace(_SMALL, steps=5, inject=(gen.HostSync(),))
     before = _write(cfg, tmp_path, "before")

@@ -143,12 +143,23 @@ def _gaps_by_cause(idle: IdleAttribution) -> list[Intervals]:
 
 
 def device_series(
-    work: DeviceWork, idle: IdleAttribution, bounds: KernelBounds, steps: list[StepStat]
+    work: DeviceWork,
+    idle: IdleAttribution,
+    bounds: KernelBounds,
+    steps: list[StepStat],
+    charts: bool = True,
 ) -> DeviceSeries:
+    """The device's series; ``charts``: with those only the HTML report draws and the JSON
+    saves (the busy heat map, the roofline points; else they are empty): the terminal draws
+    the states, a saved run's summary reads the step causes."""
     lo, hi = work.span_start_ns, work.span_end_ns
     edges = bucket_edges(lo, hi, STATE_COLUMNS)
     gaps = _gaps_by_cause(idle)
     states = [covered_per_bucket(iv, edges) for iv in (work.busy, *gaps)]
+    if not charts:
+        return DeviceSeries(
+            step_causes(work, gaps, steps), [s.tolist() for s in states], [], [], []
+        )
     return DeviceSeries(
         step_causes=step_causes(work, gaps, steps),
         states_ns=[s.tolist() for s in states],

@@ -13,6 +13,11 @@ from numpy.typing import NDArray
 
 I64 = NDArray[np.int64]
 
+try:  # the one-sweep query compiled with the replay solver (analyses/_replay.c), where built
+    from gpuscope.analyses._replay import last_containing as _swept_last_containing
+except ImportError:  # not built, or built from older source: the numpy pass below does the same
+    _swept_last_containing = None  # type: ignore[assignment]
+
 
 class Intervals(msgspec.Struct, frozen=True):
     start_ns: I64
@@ -177,17 +182,28 @@ def _covered_before(iv: Intervals, t_ns: I64, prefix: I64) -> I64:
     return np.where(i >= 0, prefix[j] + inside, 0).astype(np.int64)
 
 
-def last_containing(starts: I64, ends: I64, t: I64) -> NDArray[np.intp]:
+def last_containing(starts: I64, ends: I64, t: I64, *, python: bool = False) -> NDArray[np.intp]:
     """For each time in ``t``, the position of the last interval with ``start <= t <= end``
     (intervals sorted by start, overlapping or nested as they like); -1 when none does.
 
-    Among the intervals that started by ``t``, the answer is the last one still running at ``t``:
-    a "previous element at least t" query, answered for all times at once by binary lifting
-    over a sparse table of running maxima of the end times.
+    Among the intervals that started by ``t``, the answer is the last one still running at ``t``.
+    Compiled (``_replay.last_containing``): one sweep over the times in order, a stack of the
+    intervals begun, popped from the top where they have ended. Else, or with ``python``: a
+    "previous element at least t" query, answered for all times at once by binary lifting over
+    a sparse table of running maxima of the end times.
     """
     none = np.full(t.shape, -1, dtype=np.intp)
     if starts.size == 0 or t.size == 0:
         return none
+    if _swept_last_containing is not None and not python:
+        at = np.ascontiguousarray(t, dtype=np.int64).ravel()
+        order = np.argsort(at, kind="stable")  # times usually come in order: ~linear
+        answer = np.empty(at.size, dtype=np.intp)
+        c64 = np.ascontiguousarray
+        _swept_last_containing(
+            c64(starts, dtype=np.int64), c64(ends, dtype=np.int64), at, order, answer
+        )
+        return answer.reshape(t.shape)
     # An interval that contains none of the times answers none of them, and leaving it out does
     # not change which containing interval is last: the table covers only the useful ones. An
     # interval is useful when the first time at or after its start is at most its end; which

@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct, member
+from gpuscope._arrays import distinct, distinct_inverse, member
 from gpuscope.analyses.memory_sites import (
     ACTIVATIONS,
     CATEGORIES,
@@ -301,12 +301,14 @@ class _Device:
         times = np.full(sizes.size, -1, np.int64)
         times[: rows.size] = ev.time_ns[rows]
         annotated = annotated_phases(self.record.annotations, times)
+        # Blocks of one stack, fate and phase share a category: each distinct one decided once.
+        decided: dict[tuple[int, bool, bool, bool, str | None], int] = {}
         category = np.array(
             [
-                self._category(s, f < 0, g, r, a)
-                for s, f, g, r, a in zip(
+                decided[key] if key in decided else decided.setdefault(key, self._category(*key))
+                for key in zip(
                     stacks.tolist(),
-                    frees.tolist(),
+                    (frees < 0).tolist(),
                     pool.tolist(),
                     recorded.tolist(),
                     annotated,
@@ -315,9 +317,9 @@ class _Device:
             ],
             dtype=np.int64,
         )
-        confidence = np.array(
-            [self.stacks.confidence(int(s)) for s in stacks], dtype=np.int64
-        ).reshape(-1)
+        used, inverse = distinct_inverse(stacks)
+        sure = np.array([self.stacks.confidence(s) for s in used.tolist()], dtype=np.int64)
+        confidence = sure[inverse] if stacks.size else np.zeros(0, dtype=np.int64)
         return Live(sizes, stacks, category, confidence, recorded, frees < 0)
 
     def _category(

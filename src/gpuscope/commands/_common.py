@@ -281,24 +281,30 @@ def show(renderer: Renderer[S], subject: S, *, all_devices: bool = False) -> Non
     result. The options carry the terminal's width and colours (those of the console every
     command prints to, :func:`gpuscope.render.console`), so the text is what the renderer would
     have printed to it; a reader that leaves early (``| head -1``) is a success, as there."""
-    from gpuscope.render import console
+    from gpuscope.render import console, left_early, plain_width
     from gpuscope.render.base import RenderOptions
     from gpuscope.sanitise import sanitised
 
     subject = sanitised(subject)  # names, paths and labels from outside: no escape sequences
-    out = console()
-    options = RenderOptions(
-        width=out.width,
-        all_devices=all_devices,
-        color_system=out.color_system,
-        terminal=out.is_terminal,
-    )
+    width = plain_width()
+    if width is None:  # a terminal, or a notebook: rich says how wide, and in which colours
+        out = console()
+        options = RenderOptions(
+            width=out.width,
+            all_devices=all_devices,
+            color_system=out.color_system,
+            terminal=out.is_terminal,
+        )
+        file = out.file
+    else:  # a pipe or a file (rich not imported, if the renderer need not)
+        options = RenderOptions(width=width, all_devices=all_devices)
+        file = sys.stdout
     text = renderer.render(subject, options)
     try:
-        out.file.write(text if isinstance(text, str) else text.decode())
-        out.file.flush()
+        file.write(text if isinstance(text, str) else text.decode())
+        file.flush()
     except BrokenPipeError:
-        out.on_broken_pipe()
+        left_early()
 
 
 def rendered(renderer: Renderer[S], subject: S) -> bytes:

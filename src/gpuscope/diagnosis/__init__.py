@@ -89,10 +89,10 @@ class Options(msgspec.Struct, frozen=True):
     whole: bool = False  # analyse the whole trace, start-up included
     gpu: str | None = None  # --gpu NAME: the device's name when the trace does not give one
     #: Compute what only the reports that draw or save the whole diagnosis read: the job's
-    #: timeline and utilisation series (``Diagnosis.drawn``), each memory report's timeline and
-    #: the views' links from findings' locations to module rows (``location_rows``). The HTML
-    #: report draws them and ``--json`` saves them; a command that only prints to a terminal
-    #: skips them (they are then None or empty).
+    #: timeline and utilisation series (``Diagnosis.drawn``), each device's busy heat map and
+    #: roofline points, each memory report's timeline and the views' links from findings'
+    #: locations to module rows (``location_rows``). The HTML report draws them and ``--json``
+    #: saves them; a command that only prints to a terminal skips them (None or empty then).
     charts: bool = True
 
 
@@ -405,7 +405,7 @@ def _device_report(
         steps=steps,
         idle=idle,
         bounds=bounds,
-        series=device_series(work, idle, bounds, steps),
+        series=device_series(work, idle, bounds, steps, options.charts),
         counters=measured,
         views=None if scopes is None else device_views(work, idle, scopes, options.charts),
     )

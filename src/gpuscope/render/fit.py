@@ -13,10 +13,14 @@ its figures under it): :func:`name_room` returns None then. Number columns are m
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from gpuscope.sanitise import middle
+
+if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
+    from gpuscope.render.layout import Table
 
 __all__ = ["MIN_NAME", "distinct_tails", "middle", "name_room", "number_column"]
 
@@ -39,7 +43,7 @@ def name_room(width: int, other_columns: Sequence[Sequence[str]]) -> int | None:
 
 
 def number_column(
-    table: Table, header: str, *, justify: str = "right", max_width: int | None = None
+    table: Table | RichTable, header: str, *, justify: str = "right", max_width: int | None = None
 ) -> None:
     """A column of figures: folded rather than cut if the terminal is narrower than any layout
     (and than ``max_width``)."""

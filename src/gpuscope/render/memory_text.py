@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
 from gpuscope.analyses.memory import MemoryReport
+from gpuscope.render.layout import Table, Text
 from gpuscope.units import gib
 
 if TYPE_CHECKING:

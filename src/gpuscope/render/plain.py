@@ -1,12 +1,12 @@
-"""The terminal report as plain text, laid out as rich lays it out, at a tenth of rich's cost.
+"""The terminal report as plain text, laid out as rich lays it out, without rich.
 
-Contract: :class:`PlainConsole` takes what the terminal renderers print (rich ``Text``,
-``Table``, ``Panel`` and ``Group`` objects, as they build them) and makes the text a rich
+Contract: :class:`PlainConsole` takes what the terminal renderers print (the ``Text``,
+``Table``, ``Panel`` and ``Group`` of :mod:`gpuscope.render.layout`) and makes the text a rich
 ``Console`` without colours would print for them, byte for byte: word wrapping, the widths a
 table gives its columns when it must shrink, ellipses, folded names, boxes, padding. Output to a
-pipe or a file has no colours, and rich's general machinery (a segment per style change, a
-measurement and a render per cell, options copied at each level) took ~30 ms of a ~300 ms
-``gpuscope diagnose``; plain strings take ~3.
+pipe or a file has no colours, and rich's general machinery (its import, a segment per style
+change, a measurement and a render per cell, options copied at each level) took ~40 ms of a
+~300 ms ``gpuscope diagnose``; plain strings take a few.
 
 Only the subset the renderers use is laid out here; anything else (a renderable or an option
 outside it, a tab, a character that is not one terminal cell wide) raises :class:`UnsupportedError`,
@@ -21,11 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from rich import box
-from rich.console import Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from gpuscope.render.layout import Column, Group, Panel, Table, Text
 
 __all__ = ["PlainConsole", "Printer", "UnsupportedError"]
 
@@ -56,8 +52,8 @@ _OVERFLOWS = frozenset({"fold", "crop", "ellipsis"})
 
 
 class PlainConsole:
-    """Prints like a rich ``Console(width=width, color_system=None, markup=False, emoji=False)``
-    into a string (:meth:`text`)."""
+    """Prints as a rich ``Console(width=width, color_system=None, markup=False, emoji=False)``
+    would print the rich objects the renderables stand for, into a string (:meth:`text`)."""
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -108,7 +104,7 @@ def _stream(renderable: Any, width: int, options: _Options) -> str:
     if isinstance(renderable, Group):
         return "".join(_stream(r, width, options) for r in renderable.renderables)
     if isinstance(renderable, Table):
-        return _table(renderable, width, options)
+        return _table(renderable, width)
     if isinstance(renderable, Panel):
         return _panel(renderable, width, options)
     raise UnsupportedError(type(renderable).__name__)
@@ -241,68 +237,42 @@ def _measure(renderable: Any) -> tuple[int, int]:
 _PAD = 1  # a cell's padding each side: rich's default (0, 1)
 
 
-def _table(table: Table, width: int, options: _Options) -> str:
+#: rich's ``box.HEAVY_HEAD`` (the default of its tables) and ``box.ROUNDED`` (of its panels).
+_HEAD = ("┏", "━", "┳", "┓", "┃", "┃", "┃", "┡", "━", "╇", "┩")
+_BODY = ("│", "│", "│", "└", "─", "┴", "┘")
+_ROUND = ("╭", "─", "╮", "│", "│", "╰", "─", "╯")
+
+
+def _table(table: Table, width: int) -> str:
     """rich's ``Table.__rich_console__`` for a table with a heavy head, edges and a header."""
-    _check_table(table)
     columns = table.columns
-    extra = 2 + len(columns) - 1  # the edges and the dividers
-    widths = _column_widths(table, width - extra)
-    table_width = sum(widths) + extra
+    if not columns:
+        raise UnsupportedError("a table without columns")
+    widths = _column_widths(columns, width - (len(columns) + 1))  # less the edges and dividers
     out: list[str] = []
     if table.title:
-        title = table.title
-        if not isinstance(title, (str, Text)):
-            raise UnsupportedError("title")
-        text = Text(title) if isinstance(title, str) else title
-        out.append(_stream(text, table_width, _Options(table.title_justify, None, None)))
-    b = table.box
-    assert b is not None
-    rows = [[c.header for c in columns], *zip(*(c._cells for c in columns), strict=True)]
-    out.append(b.get_top(widths) + "\n")
+        title = Text(table.title)
+        out.append(_stream(title, sum(widths) + len(columns) + 1, _Options(table.title_justify)))
+    top_left, top, top_divider, top_right, head_left, head_divider, head_right = _HEAD[:7]
+    rule_left, rule, rule_divider, rule_right = _HEAD[7:]
+    left, divider, right, bottom_left, bottom, bottom_divider, bottom_right = _BODY
+    out.append(top_left + top_divider.join(top * w for w in widths) + top_right + "\n")
+    rows = [[c.header for c in columns], *zip(*(c.cells for c in columns), strict=True)]
     for index, row in enumerate(rows):
-        header = index == 0
         cells = [_cell(cell, w, c) for cell, w, c in zip(row, widths, columns, strict=True)]
-        if header:  # header cells sit at the bottom of their row, others at the top
-            left, divider, right = b.head_left, b.head_vertical, b.head_right
-        elif index == len(rows) - 1:
-            left, divider, right = b.foot_left, b.foot_vertical, b.foot_right
+        if index == 0:  # the header: its cells sit at the bottom of the row, others at the top
+            for line in zip(*_even(cells, widths, bottom=True), strict=True):
+                out.append(head_left + head_divider.join(line) + head_right + "\n")
+            out.append(rule_left + rule_divider.join(rule * w for w in widths) + rule_right + "\n")
         else:
-            left, divider, right = b.mid_left, b.mid_vertical, b.mid_right
-        for line in zip(*_even(cells, widths, bottom=header), strict=True):
-            out.append(left + divider.join(line) + right + "\n")
-        if header:
-            out.append(b.get_row(widths, "head", edge=True) + "\n")
-    out.append(b.get_bottom(widths) + "\n")
+            for line in zip(*_even(cells, widths, bottom=False), strict=True):
+                out.append(left + divider.join(line) + right + "\n")
+    out.append(bottom_left + bottom_divider.join(bottom * w for w in widths) + bottom_right + "\n")
     return "".join(out)
 
 
-def _check_table(table: Table) -> None:
-    plain_table = (
-        table.box is box.HEAVY_HEAD
-        and table.show_header
-        and table.show_edge
-        and not table.show_lines
-        and not table.show_footer
-        and not table.caption
-        and not table.expand
-        and table.width is None
-        and table.min_width is None
-        and table.padding == (0, _PAD, 0, _PAD)
-        and table.pad_edge
-        and not table.collapse_padding
-        and not table.leading
-        and all(not row.end_section for row in table.rows)
-    )
-    if not plain_table or not table.columns:
-        raise UnsupportedError("a table option")
-    for column in table.columns:
-        if column.width is not None or column.ratio is not None or column.vertical != "top":
-            raise UnsupportedError("a column option")
-
-
-def _column_widths(table: Table, max_width: int) -> list[int]:
+def _column_widths(columns: list[Column], max_width: int) -> list[int]:
     """rich's ``Table._calculate_column_widths``, for a table that does not expand."""
-    columns = table.columns
     widths = [_measure_column(column, max_width)[1] or 1 for column in columns]
     if sum(widths) > max_width:
         wrapable = [not column.no_wrap for column in columns]
@@ -317,7 +287,7 @@ def _column_widths(table: Table, max_width: int) -> list[int]:
     return widths
 
 
-def _measure_column(column: Any, max_width: int) -> tuple[int, int]:
+def _measure_column(column: Column, max_width: int) -> tuple[int, int]:
     """rich's ``Table._measure_column``: the narrowest and widest the column's cells (header
     included, padding included) can be."""
     if max_width < 1:
@@ -325,7 +295,7 @@ def _measure_column(column: Any, max_width: int) -> tuple[int, int]:
     padding = 2 * _PAD
     lows: list[int] = []
     highs: list[int] = []
-    for cell in (column.header, *column._cells):
+    for cell in (column.header, *column.cells):
         # Padding.__rich_measure__ then Measurement.get's normalising.
         if max_width - padding < 1:
             low = high = max_width
@@ -395,7 +365,7 @@ def _ratio_reduce(
     return result
 
 
-def _cell(cell: Any, width: int, column: Any) -> list[str]:
+def _cell(cell: str | Text, width: int, column: Column) -> list[str]:
     """A cell's lines: its text laid out in ``width`` less the padding, padded each side."""
     if width - 2 * _PAD < 1:
         raise UnsupportedError("no room")
@@ -417,31 +387,17 @@ def _even(cells: list[list[str]], widths: list[int], bottom: bool) -> list[list[
 
 
 def _panel(panel: Panel, width: int, options: _Options) -> str:
-    """rich's ``Panel.__rich_console__`` for an expanding panel with a title on the left."""
-    title = panel.title
-    plain_panel = (
-        panel.box is box.ROUNDED
-        and panel.expand
-        and panel.width is None
-        and panel.height is None
-        and panel.subtitle is None
-        and panel.padding == (0, 1)
-        and panel.title_align == "left"
-        and isinstance(title, Text)
-    )
-    if not plain_panel or width < 5:
+    """rich's ``Panel.__rich_console__`` for a panel as wide as it may be, titled on the left."""
+    if panel.title_align != "left" or width < 5:
         raise UnsupportedError("a panel option")
-    b = panel.box
-    assert isinstance(title, Text)
-    label = _checked(" " + title.plain.replace("\n", " ") + " ")[: width - 4]
-    top = b.top_left + b.top + label + b.top * (width - 4 - len(label)) + b.top + b.top_right
-    inner = width - 4
-    body = [
-        b.mid_left + " " + line + " " + b.mid_right
-        for line in _lines(panel.renderable, inner, options)
+    top_left, top, top_right, left, right, bottom_left, bottom, bottom_right = _ROUND
+    label = _checked(" " + panel.title.plain.replace("\n", " ") + " ")[: width - 4]
+    lines = [top_left + top + label + top * (width - 3 - len(label)) + top_right]
+    lines += [
+        left + " " + line + " " + right for line in _lines(panel.renderable, width - 4, options)
     ]
-    bottom = b.get_bottom([width - 2])
-    return "\n".join([top, *body, bottom]) + "\n"
+    lines.append(bottom_left + bottom * (width - 2) + bottom_right)
+    return "\n".join(lines) + "\n"
 
 
 def lines_of(renderables: Iterable[Any], width: int) -> str:

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec.structs import asdict
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from gpuscope.analyses.ranks import RankAnalysis, RankStat, StepCommunication, StragglerStat
 from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import short_kernel_name
+from gpuscope.render.layout import Table, Text
 from gpuscope.units import gib, ms_or_na, pct, signed_ms, us
 
 if TYPE_CHECKING:  # only named in annotations; the module loads with `scale`/`sweep`
+    from rich.console import Console
+
     from gpuscope.compare.scaling import RunFinding, ScalingReport, StepSplit, SweepReport
     from gpuscope.render.plain import Printer
 

@@ -1,4 +1,4 @@
-"""The terminal report, drawn with rich.
+"""The terminal report, drawn with rich's objects (their subset in :mod:`gpuscope.render.layout`).
 
 Contract: :func:`render` writes a :class:`~gpuscope.diagnosis.Diagnosis` to a rich ``Console``
 (or to a :class:`~gpuscope.render.plain.PlainConsole`, which lays the same objects out as plain
@@ -10,10 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.console import Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 
 from gpuscope import causes
 from gpuscope.analyses.attribution import CAUSES
@@ -26,6 +22,7 @@ from gpuscope.diagnosis.patterns import legend
 from gpuscope.names import plural, short_kernel_names, short_location
 from gpuscope.render import predicted, sanitised
 from gpuscope.render.fit import number_column
+from gpuscope.render.layout import Group, Panel, Table, Text
 from gpuscope.render.memory_text import render_memory
 from gpuscope.render.ranks import render_ranks
 from gpuscope.render.views import render_views
@@ -160,7 +157,7 @@ def _label(d: DeviceReport) -> str:
 
 
 def _device_table(devices: list[DeviceReport]) -> Table:
-    table = Table(title="Devices", title_justify="left", expand=False)
+    table = Table(title="Devices", title_justify="left")
     for column in (
         "rank",
         "device",

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
 from gpuscope.analyses.operators import DeviceViews, ViewRow
 from gpuscope.diagnosis import DeviceReport, Diagnosis
+from gpuscope.render.layout import Table, Text
 from gpuscope.units import ms
 
 if TYPE_CHECKING:

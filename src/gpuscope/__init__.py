@@ -15,10 +15,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
+# typing imports re and enum (~5 ms): the console script starts reading a trace before them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpuscope.analyses.ranks import RankAnalysis
     from gpuscope.compare.diff import CheckOutcome, RunDiff, RunSummary
     from gpuscope.compare.scaling import ScalingReport, SweepReport
@@ -59,6 +60,8 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'gpuscope' has no attribute {name!r}")
+    from importlib import import_module  # noqa: PLC0415
+
     value = getattr(import_module(home), name)
     globals()[name] = value
     return value

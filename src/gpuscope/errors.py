@@ -14,7 +14,9 @@ nothing else is caught, so a bug still shows its traceback.
 
 from __future__ import annotations
 
-from pathlib import Path
+TYPE_CHECKING = False  # light: the console script's read-ahead loads this before typing
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class GpuscopeError(Exception):

@@ -15,6 +15,7 @@ Light imports only: the CLI's error path loads it.
 from __future__ import annotations
 
 import enum
+import operator
 import re
 from collections.abc import Collection
 from typing import Any, TypeVar
@@ -110,8 +111,12 @@ def _clean(value: Any, prose: bool = False) -> Any:
         return printable_prose(value) if prose else printable(value)
     if isinstance(value, msgspec.Struct):
         names = value.__struct_fields__
-        new = [_clean(getattr(value, f), f in PROSE_FIELDS) for f in names]
-        if all(a is getattr(value, f) for a, f in zip(new, names, strict=True)):
+        old = msgspec.structs.astuple(value)
+        new = [  # most fields are numbers: answered here, without a call
+            v if type(v) in _SCALARS else _clean(v, f in PROSE_FIELDS)
+            for f, v in zip(names, old, strict=True)
+        ]
+        if all(map(operator.is_, new, old)):
             return value
         return msgspec.structs.replace(value, **dict(zip(names, new, strict=True)))
     if isinstance(value, list):
@@ -136,6 +141,7 @@ def _clean(value: Any, prose: bool = False) -> Any:
 #: The types of items :func:`_plain` checks as a whole (a ``bool`` is an ``int``: kept as is).
 _SCALARS = frozenset({int, float, bool, type(None)})
 _SCALARS_AND_TEXT = _SCALARS | {str}
+_TEXT_OR_NONE = frozenset({str, type(None)})
 
 
 def _plain(items: Collection[Any]) -> bool:
@@ -148,8 +154,12 @@ def _plain(items: Collection[Any]) -> bool:
         return True
     if not types <= _SCALARS_AND_TEXT:
         return False
-    texts = [v for v in items if type(v) is str]
-    return max(map(len, texts)) <= MAX_SHOWN_CHARS and _UNPRINTABLE.search("\n".join(texts)) is None
+    if types <= _TEXT_OR_NONE:  # names or None (the gaps' locations): picked out in C
+        texts = list(filter(None, items))
+    else:
+        texts = [v for v in items if type(v) is str]
+    longest = max(map(len, texts), default=0)
+    return longest <= MAX_SHOWN_CHARS and _UNPRINTABLE.search("\n".join(texts)) is None
 
 
 def _cleaned_items(items: list[Any], prose: bool = False) -> list[Any]:

@@ -26,7 +26,6 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
 
 from gpuscope.errors import InputError
 from gpuscope.readers import _scan
@@ -34,7 +33,12 @@ from gpuscope.readers._io import SQLITE_MAGIC, head_bytes, parse_size, set_memor
 from gpuscope.readers._prefetch import Prefetch
 from gpuscope.readers._scan import looks_like_kineto
 
+# Nor typing here (nor in the readers this imports): it imports re and enum, ~5 ms before the
+# read could start.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from gpuscope.model import Job
 
 #: The largest export read in a child process (its pickle is ~1.5x the file).

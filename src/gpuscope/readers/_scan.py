@@ -19,10 +19,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
 
 from zlib_ng import zlib_ng
 
@@ -81,7 +79,12 @@ KINETO_KEYS = (
     b'"computeProperties"',
 )
 
+# No typing at run time: the console script's read-ahead loads this before typing (~3 ms).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
+
     from gpuscope.readers._kscan import Scanned
 
 

@@ -156,6 +156,8 @@ def _wrap(plain: str, width: int, justify: str, overflow: str, no_wrap: bool) ->
 def _breaks(text: str, width: int, fold: bool) -> list[int]:
     """rich's ``divide_line``: where a line breaks to fit ``width`` (one cell per character)."""
     breaks: list[int] = []
+    if len(text) <= width:  # every word fits where it is
+        return breaks
     offset = 0
     for match in _WORD.finditer(text):
         start, word = match.start(), match.group()

@@ -219,8 +219,11 @@ class Columns:
             keep &= ~negative
         if not keep.any():
             return
-        kept = np.flatnonzero(keep)
-        every_row = len(kept) == n
+        rows = int(np.count_nonzero(keep))
+        every_row = rows == n
+        # Every row kept (the usual case): the scanner's columns are used as they are, not
+        # copied through an index of every row.
+        kept: slice | np.ndarray = slice(None) if every_row else np.flatnonzero(keep)
         kinds = codes[kept]
         name_local = np.frombuffer(memoryview(raw.pop("name")), dtype=np.int32)[kept]
         if "mtia_ccp_events" in cats:
@@ -236,9 +239,13 @@ class Columns:
             )
             return values if every_row else values[kept]
 
-        def arg(field: str, rows: np.ndarray) -> np.ndarray:
-            values: np.ndarray = _ints(raw.pop(field), n)[kept[rows]]
-            return values
+        def arg(field: str, chosen: np.ndarray | None) -> np.ndarray:
+            values: np.ndarray = _ints(raw.pop(field), n)
+            if chosen is None:  # every row
+                return values[kept]
+            rows: np.ndarray = chosen if isinstance(kept, slice) else kept[chosen]
+            taken: np.ndarray = values[rows]
+            return taken
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
@@ -258,7 +265,7 @@ class Columns:
         text = memoryview(flows)
         if np.any(piece["correlation"][on_device] < 0) and text:
             self.flows.extend(FLOWS_DECODER.decode(inflated(text)))
-        self.rows += len(kept)
+        self.rows += rows
 
     def _add_scanned_extras(self, extra_rows: bytes, extras: Any, keep: np.ndarray) -> None:
         """The extra arguments of the scanned events ``keep`` keeps. The scanner interns them:
@@ -378,8 +385,8 @@ class Columns:
             self.extra_ids.append(np.array(ids, dtype=np.int32))
             self.nbytes += 100 * len(ids)
 
-        def arg(field: str, chosen: np.ndarray) -> np.ndarray:
-            if field in ("grid", "block"):
+        def arg(field: str, chosen: np.ndarray | None) -> np.ndarray:
+            if field in ("grid", "block") and chosen is not None:
                 return np.array([dims_product(getattr(args[r], field)) for r in chosen], np.int64)
             return arg_column(args, field, chosen)
 
@@ -401,12 +408,13 @@ class Columns:
         kinds: np.ndarray,
         pid: np.ndarray,
         tid: np.ndarray,
-        arg: Callable[[str, np.ndarray], np.ndarray],
+        arg: Callable[[str, np.ndarray | None], np.ndarray],
     ) -> dict[str, np.ndarray]:
-        """The columns taken from ``args``, each read (``arg(field, rows)``) only for the kinds
-        it concerns; -1 elsewhere. Both readers' columns come from here."""
+        """The columns taken from ``args``, each read (``arg(field, rows)``; rows None: every
+        row) only for the kinds it concerns; -1 elsewhere. Both readers' columns come from
+        here."""
         n = len(kinds)
-        every = np.arange(n)
+        every = None
         on_device = np.flatnonzero(among(kinds, DEVICE_KINDS))
         linked = np.flatnonzero(among(kinds, LINKED_KINDS))
         copies = np.flatnonzero((kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuscope._arrays import distinct, distinct_inverse, first_occurrences
+from gpuscope._arrays import distinct, distinct_inverse, first_occurrences, percentile
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,19 @@ def test_first_occurrences_are_numpys_unique_with_index(n: int, size: int) -> No
     expected, expected_first = np.unique(values, return_index=True)
     assert used.tolist() == expected.tolist()
     assert first.tolist() == expected_first.tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 11, 37, 200])
+def test_percentile_is_numpys_percentile(dtype: type[np.number], n: int) -> None:
+    """Exactly the same value, for one q as numpy is called with and within a list of them."""
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(-(10**12), 10**12, n), rng.integers(0, 5, n)):
+        given = values.astype(dtype)
+        for q in (0, 10, 12.5, 33.3, 50, 90, 99.9, 100):
+            expected = np.percentile(given, q)
+            assert percentile(given, q) == expected
+            assert percentile(given, q) == np.percentile(given, [q, 50])[0]
+    with_nan = rng.random(n)
+    with_nan[0] = np.nan
+    assert np.isnan(percentile(with_nan, 10)) and np.isnan(np.percentile(with_nan, 10))

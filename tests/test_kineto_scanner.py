@@ -343,6 +343,36 @@ def test_gzip_members_one_after_another_read_as_one_document(tmp_path: Path) -> 
     assert scan_read(path).rank == 1
 
 
+def test_flow_and_counter_texts_past_16_mb_are_deflated_and_read_the_same(tmp_path: Path) -> None:
+    # The scanner deflates its text of flow events, and its text of counter events, once either
+    # passes 16 MB (PLAIN_BYTES in _kscan.c); kernels without correlation ids are then linked
+    # through the flows inflated again, and the counters are decoded from theirs.
+    pad = "x" * 4000
+    events: list[dict[str, Any]] = []
+    for i in range(20):
+        device_work = kernel(i)
+        del device_work["args"]["correlation"]
+        events += [launch(i), device_work]
+        events += [
+            {"ph": "s", "cat": "ac2g", "id": i, "pid": 1, "tid": 1, "ts": 98 + 10 * i},
+            {"ph": "f", "cat": "ac2g", "id": i, "pid": 0, "tid": 7, "ts": 100 + 10 * i, "bp": "e"},
+            {"ph": "C", "name": "DRAM BW (%)", "pid": "GPU 0 Counters", "ts": 100 + 10 * i,
+             "args": {"": 5 * i}},
+        ]  # fmt: skip
+    for j in range(4300):  # ~17 MB of each kind, matching nothing
+        events += [
+            {"ph": "t", "cat": "padding", "id": 1000 + j, "pid": 5, "tid": 5, "ts": 1, "name": pad},
+            {"ph": "C", "name": pad, "pid": "CPU Counters", "ts": 1, "args": {"": 1}},
+        ]
+    scanned, reference = read_both(write(tmp_path, events, name="t.json.gz"))
+    assert_same_trace(scanned, reference)
+    kernels = scanned.events.of_kind(Kind.KERNEL)
+    assert int(kernels.sum()) == 20 and bool((scanned.events.link[kernels] >= 0).all())
+    assert [(c.device, c.name, len(c.time_ns)) for c in scanned.counters] == [
+        (0, "DRAM BW (%)", 20)
+    ]
+
+
 def test_zlib_ng_and_zlib_inflate_the_same(tmp_path: Path) -> None:
     from zlib_ng import zlib_ng
 

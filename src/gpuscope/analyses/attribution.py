@@ -258,7 +258,7 @@ def _explain(work: DeviceWork, host: HostIndex, thread: tuple[int, int], gap: _G
     if not np.any(ev.kind[thread_rows] == Kind.PYTHON):
         python_rows = np.flatnonzero(ev.kind == Kind.PYTHON)
         if python_rows.size:  # frames on a pseudo-thread: take them all
-            thread_rows = np.union1d(thread_rows, python_rows)
+            thread_rows = distinct(np.concatenate([thread_rows, python_rows]))  # a union
     thread_activity = host.activity[thread_rows]
     pieces: list[_Segments] = []
 

@@ -17,7 +17,7 @@ import re
 import numpy as np
 from msgspec.structs import replace
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, distinct_inverse
 from gpuscope.analyses.host import HostIndex
 from gpuscope.analyses.intervals import last_containing
 from gpuscope.model import (
@@ -55,8 +55,8 @@ def trace_record(trace: Trace, host: HostIndex) -> MemoryRecord | None:
         found = inner >= 0
         op_name[at[found]] = ev.name_id[mine[inner[found]]]
         pid = _pid_of(trace, tid)
-        if pid is not None:
-            users = host.user_frames(pid, tid, times)
+        users = host.user_frames(pid, tid, times) if pid is not None else []
+        if users.count(None) < len(users):  # some user frame is known (else codes stay -1)
             for u in dict.fromkeys(users):  # numbered in the order they first come
                 if u is not None:
                     user_names.setdefault(u, len(user_names))
@@ -64,13 +64,7 @@ def trace_record(trace: Trace, host: HostIndex) -> MemoryRecord | None:
             code_of.update(user_names)
             user_code[at] = list(map(code_of.__getitem__, users))
     key = (op_name + 1) * (len(user_names) + 1) + (user_code + 1)
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    first = np.ones(ordered.size, dtype=np.bool_)
-    first[1:] = ordered[1:] != ordered[:-1]
-    keys = ordered[first]
-    stack = np.empty(key.size, dtype=np.int64)
-    stack[order] = np.cumsum(first) - 1
+    keys, stack = distinct_inverse(key)  # each distinct pair in order, and each event's
     users_by_code = list(user_names)
     frames: list[MemoryFrame] = []
     frame_ids: dict[MemoryFrame, int] = {}

@@ -350,14 +350,8 @@ def device_views(
     # Each temporary here is a row per piece of device work: dropped once used (on tens of
     # millions of events they are the peak of a diagnosis).
     del host_rows, next_launch, after
-    zeros_launch, zeros_gap = np.zeros(rows.size, np.int64), np.zeros(gap_ns.size, np.int64)
-    weights = _Weights(
-        launches=np.concatenate([np.ones(rows.size, np.int64), zeros_gap]),
-        busy_ns=np.concatenate([_busy_share(work), zeros_gap]),
-        kernel_ns=np.concatenate([ev.dur_ns[rows], zeros_gap]),
-        idle_ns=np.concatenate([zeros_launch, gap_ns]),
-    )
-    del zeros_launch, zeros_gap, launcher
+    weights = _Weights(busy_ns=_busy_share(work), kernel_ns=ev.dur_ns[rows], idle_ns=gap_ns)
+    del launcher
     ops, modules = scopes.operators, scopes.modules
     op_node = _owner(ops, t, known)
     op_slot = np.where(op_node >= 0, op_node, np.where(known, ops.nodes, ops.nodes + 1))
@@ -390,19 +384,24 @@ def device_views(
 
 
 class _Weights(msgspec.Struct, frozen=True):
-    """What each attributed event adds to its owners (launches first, then idle gaps)."""
+    """What each attributed event adds to its owners: the launches (one each, their busy and
+    kernel time), then the idle gaps (their idle time); the slots come in that order."""
 
-    launches: NDArray[np.int64]
-    busy_ns: NDArray[np.int64]
-    kernel_ns: NDArray[np.int64]
-    idle_ns: NDArray[np.int64]
+    busy_ns: NDArray[np.int64]  # per launch
+    kernel_ns: NDArray[np.int64]  # per launch
+    idle_ns: NDArray[np.int64]  # per gap
 
     def sums(self, slot: NDArray[np.int64], size: int) -> NDArray[np.int64]:
         """Per slot: launches, busy, kernel and idle time (one row per slot)."""
-        columns = (self.launches, self.busy_ns, self.kernel_ns, self.idle_ns)
-        return np.stack(
-            [np.bincount(slot, weights=w, minlength=size).round() for w in columns], axis=1
-        ).astype(np.int64)
+        n = self.busy_ns.size
+        launched, gaps = slot[:n], slot[n:]
+        columns = (
+            np.bincount(launched, minlength=size).astype(np.float64),
+            np.bincount(launched, weights=self.busy_ns, minlength=size),
+            np.bincount(launched, weights=self.kernel_ns, minlength=size),
+            np.bincount(gaps, weights=self.idle_ns, minlength=size),
+        )
+        return np.stack([c.round() for c in columns], axis=1).astype(np.int64)
 
 
 def _busy_share(work: DeviceWork) -> NDArray[np.int64]:

@@ -48,7 +48,7 @@ import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.host import HostActivity, HostIndex
 from gpuscope.analyses.intervals import (
     Intervals,
@@ -360,6 +360,10 @@ def _slow_first_calls(trace: Trace) -> list[Phase]:
     key = ev.name_id[all_ops].astype(np.int64) << 32 | (
         ev.tid[all_ops].astype(np.int64) & 0xFFFFFFFF
     )
+    # Only an operator with a call that long can have a first call that long: the calls of the
+    # others are left out before sorting (a few keys of tens of thousands).
+    kept = member(key, distinct(key[ev.dur_ns[all_ops] >= CONTEXT_MIN_NS]))
+    all_ops, key = all_ops[kept], key[kept]
     order = np.argsort(key, kind="stable")
     ordered = key[order]
     first = np.ones(order.size, dtype=np.bool_)

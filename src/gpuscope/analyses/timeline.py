@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import among, distinct
+from gpuscope._arrays import among, distinct, percentile
 from gpuscope.analyses.intervals import (
     Intervals,
     covered_ns,
@@ -402,7 +402,7 @@ def _iteration_like(
     issues the GPU work, so the ranges hold the launches of most of it
     (:data:`CONTAINED_SHARE`). Ranges around one source line each (DLProf/pyprof markers) or
     around a logging call repeat too, but hold a sliver of the work."""
-    low, high = np.percentile(durations, [10, 90])
+    low, high = percentile(durations, 10), percentile(durations, 90)  # (np.percentile: numpy.ma)
     if high > COMPARABLE_RATIO * max(float(low), 1.0):
         return False
     if launched.size == 0:

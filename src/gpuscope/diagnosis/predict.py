@@ -34,7 +34,7 @@ import numpy as np
 from msgspec.structs import replace
 from numpy.typing import NDArray
 
-from gpuscope._arrays import distinct
+from gpuscope._arrays import distinct, member
 from gpuscope.analyses.attribution import CAUSES
 from gpuscope.analyses.bounds import KernelKind
 from gpuscope.analyses.host import HostActivity
@@ -292,7 +292,8 @@ def copy_only_ops(trace: Trace) -> NDArray[np.int64]:
         with_copy = _enclosing(trace, top, d2h_calls[on_thread])
         on_thread = (ev.pid[other_calls] == pid) & (ev.tid[other_calls] == tid)
         with_other = _enclosing(trace, top, other_calls[on_thread])
-        found.append(top[np.setdiff1d(with_copy, with_other)].astype(np.int64))
+        # (both are distinct and sorted: np.setdiff1d would sort again, importing numpy.ma)
+        found.append(top[with_copy[~member(with_copy, with_other)]].astype(np.int64))
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 

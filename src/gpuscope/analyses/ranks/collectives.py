@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscope._arrays import distinct
 from gpuscope.analyses.attribution import IdleAttribution
 from gpuscope.analyses.host import HostIndex
 from gpuscope.analyses.timeline import (
@@ -197,7 +198,7 @@ def collectives(work: DeviceWork) -> CollectiveTable:
             for row, external in zip(rows.tolist(), externals, strict=True)
         ]
     else:  # nothing recorded (Nsight Systems, many Kineto traces): no lookups per kernel
-        args = [_NO_ARGS] * len(streams)
+        return _by_stream(work, rows, streams, stream_group)
     groups = [
         f"pg:{a['process_group']}" if a.get("process_group") is not None else stream_group[s]
         for a, s in zip(args, streams, strict=True)
@@ -229,6 +230,34 @@ def collectives(work: DeviceWork) -> CollectiveTable:
         end_ns=ev.end_ns[rows],
         message_bytes=np.array(sizes, dtype=np.int64),
         group_size=np.array(group_sizes, dtype=np.int64),
+    )
+
+
+def _by_stream(
+    work: DeviceWork, rows: I64, streams: list[int], stream_group: dict[int, str]
+) -> CollectiveTable:
+    """:func:`collectives` where nothing is recorded with the kernels: each one's group is its
+    stream's, its kind its name's (decided once per name), its sizes unknown."""
+    ev, names = work.trace.events, work.trace.names
+    ids = ev.name_id[rows]
+    kind_of = {i: collective_kind(names[i]) for i in distinct(ids).tolist()}
+    # The n-th collective of its group: a running count per stream, in row order.
+    position = {s: i for i, s in enumerate(stream_group)}
+    code = np.array([position[s] for s in streams], dtype=np.int64)
+    index = np.zeros(len(streams), dtype=np.int64)
+    for c in range(len(stream_group)):
+        mine = np.flatnonzero(code == c)
+        index[mine] = np.arange(mine.size)
+    unknown = np.full(len(streams), -1, dtype=np.int64)
+    return CollectiveTable(
+        rows=rows.astype(np.int64),
+        group=[stream_group[s] for s in streams],
+        index=index,
+        kind=[kind_of[i] for i in ids.tolist()],
+        start_ns=ev.start_ns[rows],
+        end_ns=ev.end_ns[rows],
+        message_bytes=unknown,
+        group_size=unknown.copy(),
     )
 
 

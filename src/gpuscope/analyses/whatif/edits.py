@@ -66,7 +66,8 @@ def _d2h_copy(g: Graph, inputs: EditInputs, edit: Edit) -> None:
     # A copy the host waits for is the host_sync fix's: this one keeps the others on device.
     syncs = _calls_of(g, inputs, HostActivity.HOST_SYNC)
     waited = _ops_around(g, inputs.d2h_op_rows, syncs)
-    _keep_on_device(g, edit, np.setdiff1d(inputs.d2h_op_rows, waited))
+    ops = distinct(inputs.d2h_op_rows)  # (np.setdiff1d would import numpy.ma)
+    _keep_on_device(g, edit, ops[~member(ops, waited)])
 
 
 def _allocator(g: Graph, inputs: EditInputs, edit: Edit) -> None:

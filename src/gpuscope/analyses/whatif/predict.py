@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from gpuscope._arrays import median
+from gpuscope._arrays import median, percentile
 from gpuscope.analyses.whatif.edits import ASSUMPTIONS, EditInputs, apply_edit, removed_ns
 from gpuscope.analyses.whatif.graph import Edit, Graph
 from gpuscope.analyses.whatif.schedule import replay, step_times
@@ -131,7 +131,7 @@ class Replayer:
         low, high = (
             (float(pooled.min()), float(pooled.max()))
             if pooled.size < 10
-            else (float(np.percentile(pooled, 10)), float(np.percentile(pooled, 90)))
+            else (float(percentile(pooled, 10)), float(percentile(pooled, 90)))
         )
         cause = name or causes[0]
         assumption = (

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -42,8 +41,9 @@ from gpuscope.errors import InputError
 #: inode (a long-lived process: a test run, an embedding program).
 _inputs: dict[tuple[int, int], tuple[int, str]] = {}
 
-#: The signals that, during a write, remove the named temporary before the process ends.
-_CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: The signals that, during a write, remove the named temporary before the process ends (by
+#: name: ``signal`` imports on the first write, not with every read).
+_CLEANUP_SIGNALS = ("SIGTERM", "SIGHUP")
 
 
 def note_input(status: os.stat_result, role: str = "input") -> None:
@@ -230,8 +230,11 @@ def _removed_on_signals(named: list[Path]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import signal  # noqa: PLC0415
+
     previous = {}
-    for number in _CLEANUP_SIGNALS:  # SIGINT raises KeyboardInterrupt already
+    for name in _CLEANUP_SIGNALS:  # SIGINT raises KeyboardInterrupt already
+        number = getattr(signal, name)
         if signal.getsignal(number) is signal.SIG_DFL:
             previous[number] = signal.SIG_DFL
             signal.signal(number, _exit_on_signal)

@@ -275,7 +275,9 @@ def _table(table: Table, width: int) -> str:
 
 def _column_widths(columns: list[Column], max_width: int) -> list[int]:
     """rich's ``Table._calculate_column_widths``, for a table that does not expand."""
-    widths = [_measure_column(column, max_width)[1] or 1 for column in columns]
+    # Each cell's narrowest and widest, whatever the width: measured once.
+    sizes = [[_measure(_text_of(c)) for c in (column.header, *column.cells)] for column in columns]
+    widths = [_measure_column(c, s, max_width)[1] or 1 for c, s in zip(columns, sizes, strict=True)]
     if sum(widths) > max_width:
         wrapable = [not column.no_wrap for column in columns]
         widths = _collapse(widths, wrapable, max_width)
@@ -283,28 +285,29 @@ def _column_widths(columns: list[Column], max_width: int) -> list[int]:
             excess = sum(widths) - max_width
             widths = _ratio_reduce(excess, [1] * len(widths), widths, widths)
         widths = [
-            _measure_column(column, width)[1] or 0
-            for width, column in zip(widths, columns, strict=True)
+            _measure_column(column, size, width)[1] or 0
+            for width, column, size in zip(widths, columns, sizes, strict=True)
         ]
     return widths
 
 
-def _measure_column(column: Column, max_width: int) -> tuple[int, int]:
+def _measure_column(
+    column: Column, sizes: list[tuple[int, int]], max_width: int
+) -> tuple[int, int]:
     """rich's ``Table._measure_column``: the narrowest and widest the column's cells (header
-    included, padding included) can be."""
+    included, padding included) can be, from each cell's (:func:`_measure`)."""
     if max_width < 1:
         return 0, 0
     padding = 2 * _PAD
     lows: list[int] = []
     highs: list[int] = []
-    for cell in (column.header, *column.cells):
+    for narrowest, widest in sizes:
         # Padding.__rich_measure__ then Measurement.get's normalising.
         if max_width - padding < 1:
             low = high = max_width
         else:
-            low, high = _measure(_text_of(cell))
-            low = min(max(0, low), high)
-            high = max(0, low, high)
+            low = min(max(0, narrowest), widest)
+            high = max(0, low, widest)
             low, high = min(low, max_width), min(high, max_width)
             if high < 1:
                 low = high = 0

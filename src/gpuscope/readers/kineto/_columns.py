@@ -484,10 +484,16 @@ class Columns:
         direction, pageable = memcpy_columns(names, columns["name_id"], columns["kind"])
         columns["copy_direction"] = direction
         columns["pageable"] = pageable
-        new_row = np.empty_like(order)
-        new_row[order] = np.arange(len(order))
+        extra_rows = np.empty(0, np.int64)
+        if self.extra_rows:  # where each row with arguments went: 32 bits below 2^31 rows
+            index = np.int32 if self.rows <= np.iinfo(np.int32).max else np.int64
+            new_row = np.empty(self.rows, dtype=index)
+            new_row[order] = np.arange(self.rows, dtype=index)
+            extra_rows = new_row[joined_columns(self.extra_rows)]
+            del new_row
+        del order
         extra = Extras.unsorted(
-            new_row[joined_columns(self.extra_rows)] if self.extra_rows else np.empty(0, np.int64),
+            extra_rows,
             joined_columns(self.extra_ids) if self.extra_ids else np.empty(0, np.int32),
             self.extra_values,
         )

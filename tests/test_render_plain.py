@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.console import Group as RichGroup
+from rich.panel import Panel as RichPanel
+from rich.table import Table as RichTable
+from rich.text import Text as RichText
 
 from corpus import corpus
 from gpuscope.diagnosis import Diagnosis, Options, diagnose
@@ -185,3 +189,56 @@ def test_a_report_to_a_pipe_imports_no_rich() -> None:
     made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "Idle timeline" in made.stdout
     assert made.stderr.strip().splitlines()[-1] == "[]"
+
+
+_STYLES = ["", "bold", "dim", "green", "bold red", "#2ca02c", "yellow"]
+
+
+def _both_texts(rng: random.Random) -> tuple[Text, RichText]:
+    """The same text built by the same calls on a layout Text and a rich one."""
+    style = rng.choice(_STYLES)
+    ours, theirs = Text(style=style), RichText(style=style)
+    for _ in range(rng.randint(0, 6)):
+        words, span = _phrase(rng, rng.randint(0, 4)), rng.choice(_STYLES)
+        ours.append(words, span)
+        theirs.append(words, span)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_layout_objects_print_in_colour_as_rich_s_own(seed: int) -> None:
+    """A terminal with colours prints the layout objects through rich (``__rich__``): the same
+    bytes as the rich objects built by the same calls."""
+    rng = random.Random(seed)
+    pairs = [_both_texts(rng) for _ in range(4)]
+    ours: list[object] = [a for a, _ in pairs]
+    theirs: list[object] = [b for _, b in pairs]
+    ours.append(Text("\n").join([a for a, _ in pairs]))
+    theirs.append(RichText("\n").join([b for _, b in pairs]))
+    ours.append(Text.assemble("\n", pairs[0][0], "\n", pairs[1][0], "\n"))
+    theirs.append(RichText.assemble("\n", pairs[0][1], "\n", pairs[1][1], "\n"))
+    table, rich_table = (
+        Table(title="t", title_justify="left"),
+        RichTable(title="t", title_justify="left"),
+    )
+    for header in ("name", "figure"):
+        table.add_column(header, justify="right", no_wrap=True)
+        rich_table.add_column(header, justify="right", no_wrap=True)
+    table.add_row(pairs[2][0], "1.0", style="bold")
+    rich_table.add_row(pairs[2][1], "1.0", style="bold")
+    ours += [table, Panel(Group(pairs[3][0], table), title=Text("p"), title_align="left")]
+    theirs += [
+        rich_table,
+        RichPanel(RichGroup(pairs[3][1], rich_table), title=RichText("p"), title_align="left"),
+    ]
+    for system in ("standard", "256", "truecolor"):
+        printed = []
+        for renderables in (ours, theirs):
+            out = io.StringIO()
+            console = Console(
+                file=out, width=70, color_system=system, force_terminal=True, markup=False
+            )
+            for renderable in renderables:
+                console.print(renderable)
+            printed.append(out.getvalue())
+        assert printed[0] == printed[1], system

@@ -7,8 +7,9 @@ Each round starts one process per checkout (its ``src`` first on ``PYTHONPATH``,
 cached, its C extensions as built there) that reads the file and times, with
 ``time.process_time``, the first diagnosis (what a command pays: first-use imports and caches
 included) and the median of ``--repeats`` more. Checkouts alternate within each round so that a
-shared machine's drift falls on both; the medians over rounds are printed. Default file:
-``df_index_resolver`` (issue 31).
+shared machine's drift falls on both; the medians over rounds are printed, and their sums
+over the files. Default file: ``df_index_resolver`` (issue 31). A file one checkout cannot
+diagnose stops the run.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    totals = {name: [0.0, 0.0] for name in trees}
+    files = args.files or [DEFAULT]
     with tempfile.TemporaryDirectory() as tmp:
-        for path in args.files or [DEFAULT]:
+        for path in files:
             for name, tree in trees.items():  # untimed: each checkout's bytecode compiled once
                 measure(tree, path, 0, Path(tmp) / name)
             seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
@@ -82,7 +85,13 @@ def main() -> int:
             for name, runs in seen.items():
                 first = statistics.median(r["first"] for r in runs) * 1e3
                 again = statistics.median(r["median"] for r in runs) * 1e3
+                totals[name][0] += first
+                totals[name][1] += again
                 print(f"  {name:6}  first diagnosis {first:6.1f} ms   later ones {again:6.1f} ms")
+    if len(files) > 1:
+        print(f"all {len(files)} files")
+        for name, (first, again) in totals.items():
+            print(f"  {name:6}  first diagnosis {first:6.0f} ms   later ones {again:6.0f} ms")
     return 0
 
 

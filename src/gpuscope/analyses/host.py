@@ -255,14 +255,17 @@ class HostIndex(msgspec.Struct):
         rows = rows[(ev.pid[rows] == pid) & (ev.tid[rows] == tid)]
         ids = extra.value_ids(rows)
         values = extra.distinct
-        frame_of: list[str | None] = [None] * len(values)
+        frame_of: dict[int, str] = {}
         for i in distinct(ids).tolist():
             args = values[i]
-            frame_of[i] = _stack_user_frame(args["call_stack"]) if "call_stack" in args else None
-        known = np.array([f is not None for f in frame_of], dtype=np.bool_)
-        rows, ids = (rows, ids) if not rows.size else (rows[known[ids]], ids[known[ids]])
-        frames = [frame_of[i] or "" for i in ids.tolist()]
-        return rows, ev.end_ns[rows], frames
+            frame = _stack_user_frame(args["call_stack"]) if "call_stack" in args else None
+            if frame is not None:
+                frame_of[i] = frame
+        known = np.zeros(len(values), dtype=np.bool_)
+        known[list(frame_of)] = True
+        keep = known[ids]
+        rows, ids = rows[keep], ids[keep]
+        return rows, ev.end_ns[rows], [frame_of[i] for i in ids.tolist()]
 
     def _is_user(self, name_id: NDArray[np.int32]) -> NDArray[np.bool_]:
         """:func:`_is_user_frame` per name id, decided once per distinct name."""

@@ -11,6 +11,9 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+from corpus import corpus
 
 #: Libraries the command line must not import before a command asks for them.
 HEAVY = ("numpy", "msgspec", "rich", "plotly", "torch", "pyarrow", "ray", "pynvml", "mcp")
@@ -73,3 +76,42 @@ def test_library_calls_leave_gc_and_environment_as_they_found_them() -> None:
         finally:
             gc.enable()
     assert dict(os.environ) == before_env
+
+
+def test_the_read_ahead_starts_before_typing_re_and_pathlib_load() -> None:
+    """The console script starts a Kineto file's scan before the modules every command needs
+    anyway but the scan does not (typing, re, enum, pathlib: ~9 ms on a 2-CPU VM)."""
+    from importlib import resources
+
+    demo = resources.files("gpuscope.examples").joinpath("demo_train.json.gz")
+    code = (
+        "import sys; import gpuscope.console as c; c._tune_malloc()\n"
+        "from gpuscope.readers import _early\n"
+        "before = sorted(m for m in ('typing', 're', 'enum', 'pathlib') if m in sys.modules)\n"
+        f"prefetch = _early.start([{str(demo)!r}])\n"
+        "import json  # json imports re\n"
+        "print(json.dumps([before, prefetch is not None and prefetch.scan is not None]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [[], True]
+
+
+def test_a_scan_begun_on_the_typed_name_fails_naming_the_file_as_the_command_does(
+    tmp_path: Path,
+) -> None:
+    """The read-ahead scans ``./trace.json.gz`` as typed; a refusal raised on the scan's
+    thread names it as the command does (``trace.json.gz``, as pathlib prints it)."""
+    (tmp_path / "trace.json.gz").symlink_to(corpus(_BIG))
+    made = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "diagnose", "./trace.json.gz", "--max-memory", "100M"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert made.returncode == 2
+    assert made.stderr.startswith("gpuscope: error: trace.json.gz: too big for the memory budget")
+
+
+#: A Kineto trace whose columns outgrow what a 100 MB budget allows a read.
+_BIG = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"

@@ -15,7 +15,6 @@ JSON 5-30 to 1, so more is a decompression bomb or a corrupt file.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from zlib_ng import zlib_ng
@@ -56,7 +55,9 @@ _budget: int | None = None
 
 def parse_size(text: str) -> int:
     """``512M``, ``2G``, ``1.5GiB``, ``4096`` (bytes) as bytes; ValueError otherwise."""
-    match = _SIZE.fullmatch(text.strip())
+    import re  # noqa: PLC0415 - the read-ahead reads --max-memory before re loads
+
+    match = re.fullmatch(_SIZE, text.strip())
     if match is None:
         raise ValueError(f"{text!r} is not a size such as 512M or 2G")
     size = float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper() or " ")
@@ -65,7 +66,7 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*([kmgtKMGT]?)(?:i?[bB])?")
+_SIZE = r"([0-9]+(?:\.[0-9]*)?)\s*([kmgtKMGT]?)(?:i?[bB])?"
 
 
 def set_memory_budget(size: int | None) -> None:
@@ -121,7 +122,7 @@ def size_text(size: float) -> str:
     return f"{int(size)} bytes"
 
 
-def inflated_too_much(path: Path, limit: int) -> InputError:
+def inflated_too_much(path: str | Path, limit: int) -> InputError:
     """The one line for a gzip file that inflates past ``limit``."""
     return CorruptInputError(
         path,
@@ -130,7 +131,7 @@ def inflated_too_much(path: Path, limit: int) -> InputError:
     )
 
 
-def over_budget(path: Path, needed: str, budget: int | None = None) -> InputError:
+def over_budget(path: str | Path, needed: str, budget: int | None = None) -> InputError:
     """The one line for an input that would take more memory than the budget (``budget``: the
     one the read began under, when it runs on a thread while the command line is still being
     read; else the process's now)."""
@@ -158,7 +159,7 @@ def read_bytes(path: Path, *, limit: int | None = None) -> Content:
     return _gunzip(path, raw, limit)
 
 
-def check_regular(path: Path) -> os.stat_result:
+def check_regular(path: str | Path) -> os.stat_result:
     """The file's status, or one line saying why it is not a file gpuscope can read.
 
     Only regular files are read: opening a FIFO blocks until a writer comes, and a device or a
@@ -166,7 +167,7 @@ def check_regular(path: Path) -> os.stat_result:
     permission, a loop of links) is one line too, never a traceback.
     """
     try:
-        status = path.stat()
+        status = os.stat(path)
     except FileNotFoundError:
         raise InputError(path, "no such file or directory") from None
     except OSError as error:
@@ -198,11 +199,11 @@ def is_folder(path: Path) -> bool:
         return False
 
 
-def _read_raw(path: Path, size: int | None) -> bytes:
+def _read_raw(path: str | Path, size: int | None) -> bytes:
     """The file's bytes (its first ``size`` bytes), or one line saying why they cannot be had."""
     check_regular(path)
     try:
-        with path.open("rb") as file:
+        with open(path, "rb") as file:
             raw = file.read() if size is None else file.read(size)
     except FileNotFoundError:
         raise InputError(path, "no such file or directory") from None
@@ -259,7 +260,7 @@ JUNK_AFTER_GZIP = "corrupt gzip data (data after the last gzip member that is no
 
 
 def require_only_padding(
-    path: Path, rest: bytes | memoryview, file: BinaryIO | None = None
+    path: str | Path, rest: bytes | memoryview, file: BinaryIO | None = None
 ) -> None:
     """Zero bytes may follow a file's last gzip member (padding); anything else is junk appended
     to it, refused in one line rather than dropped unsaid. ``file``: the rest still to read."""
@@ -271,7 +272,7 @@ def require_only_padding(
             return
 
 
-def head_bytes(path: Path, size: int = 65536) -> bytes:
+def head_bytes(path: str | Path, size: int = 65536) -> bytes:
     """The first bytes of a file, decompressed when it is gzip, for sniffing its format."""
     raw = _read_raw(path, size)
     if not raw.startswith(GZIP_MAGIC):

@@ -8,13 +8,14 @@ the loader never imports the read-ahead.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from gpuscope.errors import InputError
 
 # No typing at run time: the console script's read-ahead loads this before typing (~3 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpuscope.model import Job
     from gpuscope.readers._scan import Scan
 

@@ -17,10 +17,8 @@ imports wait for the GIL (a third slower on two cores).
 from __future__ import annotations
 
 import os
-import re
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 
 from zlib_ng import zlib_ng
 
@@ -82,7 +80,9 @@ KINETO_KEYS = (
 # No typing at run time: the console script's read-ahead loads this before typing (~3 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from collections.abc import Iterator
+    from pathlib import Path
     from typing import BinaryIO
 
     from gpuscope.readers._kscan import Scanned
@@ -101,15 +101,17 @@ def looks_like_kineto(head: bytes) -> bool:
     head = head.removeprefix(UTF8_BOM).lstrip()
     if head[:1] != b"{":
         return False
-    return any(key in head for key in KINETO_KEYS) or any(
-        key in _ESCAPE.sub(_unescaped, head) for key in KINETO_KEYS
-    )
+    if any(key in head for key in KINETO_KEYS):
+        return True
+    import re  # noqa: PLC0415 - seldom needed, and the read-ahead starts before re loads
+
+    return any(key in re.sub(_ESCAPE, _unescaped, head) for key in KINETO_KEYS)
 
 
 #: The UTF-8 byte-order mark some editors and Windows tools write first: not part of the JSON.
 UTF8_BOM = b"\xef\xbb\xbf"
 #: A JSON escape of an ASCII character (``"trace\u0045vents"`` is the key ``traceEvents``).
-_ESCAPE = re.compile(rb"\\u00([0-7][0-9a-fA-F])")
+_ESCAPE = rb"\\u00([0-7][0-9a-fA-F])"
 
 
 def _unescaped(match: re.Match[bytes]) -> bytes:
@@ -124,7 +126,7 @@ class TextState:
     """What surrounds the events array: the text before it and after it, and whether the file
     ended mid-write. Complete once the pieces are consumed."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = path
         self.header = b""
         self.tail = b""
@@ -148,7 +150,7 @@ def scan_limit(budget: int | None = None) -> int:
     return max(int((budget - BASELINE_BYTES) * SCAN_SHARE), 1 << 20)
 
 
-def too_big(path: Path, kind: str, amount: int, budget: int | None = None) -> InputError:
+def too_big(path: str | Path, kind: str, amount: int, budget: int | None = None) -> InputError:
     """The one line for a read stopped at a limit (the scanner's LimitError, or the same limit
     in the msgspec reader): ``kind`` "text" (a gzip bomb: ``amount`` is the limit) or "memory"
     (the budget: ``amount`` is what the columns took when the read stopped). ``budget``: the
@@ -176,18 +178,18 @@ def too_big(path: Path, kind: str, amount: int, budget: int | None = None) -> In
     )
 
 
-def decompressed_pieces(path: Path, state: TextState) -> Iterator[bytes]:
+def decompressed_pieces(path: str | Path, state: TextState) -> Iterator[bytes]:
     """The file's bytes, gunzipped when gzip, in pieces of at most ``PIECE_BYTES``; the file is
     read a slice at a time, never whole."""
     try:
-        file = path.open("rb")
+        file = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as error:
         raise InputError(path, f"cannot be read ({error.strerror})") from None
     with file:
         yield from _pieces_of(path, file, state)
 
 
-def _pieces_of(path: Path, file: BinaryIO, state: TextState) -> Iterator[bytes]:
+def _pieces_of(path: str | Path, file: BinaryIO, state: TextState) -> Iterator[bytes]:
     try:
         first = file.read(PIECE_BYTES)
         if not first.startswith(GZIP_MAGIC):
@@ -240,7 +242,7 @@ class Scan:
     """A Kineto file being scanned, on a thread of its own (see :data:`threaded`). The thread
     cannot be stopped: a scan nobody reads runs to its end and is dropped."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = path
         self.state = TextState(path)
         self._outcome: Scanned | BaseException | None = None
@@ -266,7 +268,7 @@ class Scan:
         if _kscan is None:
             raise NotScannableError
         try:
-            file = self.path.open("rb")
+            file = open(self.path, "rb")  # noqa: SIM115 - closed by the with below
         except OSError as error:
             raise InputError(self.path, f"cannot be read ({error.strerror})") from None
         with file:
@@ -314,7 +316,7 @@ def unthreaded() -> Iterator[None]:
         threaded = was
 
 
-def start(path: Path) -> Scan | None:
+def start(path: str | Path) -> Scan | None:
     """Start scanning ``path`` now if it is a Kineto file the scanner can read, else None.
 
     The scan goes on while the caller does other work (importing the analyses).

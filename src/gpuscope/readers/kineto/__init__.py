@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from gpuscope.errors import CorruptInputError, EmptyTraceError, UnknownFormatError
+from gpuscope.errors import CorruptInputError, EmptyTraceError, InputError, UnknownFormatError
 from gpuscope.model import Trace
 from gpuscope.readers import _scan
 from gpuscope.readers._io import memory_budget, read_bytes
@@ -152,6 +152,10 @@ def _read_scanned(path: Path, scan: Scan) -> Trace:
         columns.add_scanned(list(scan.result()))
     except UnicodeDecodeError:
         raise NotScannableError from None
+    except InputError as error:
+        # The read-ahead scans the file as the command line spells it (before pathlib loads):
+        # the error names it as this read does.
+        raise type(error)(path, error.reason) from None
     return _finish(path, columns, scan.state, NotScannableError)
 
 

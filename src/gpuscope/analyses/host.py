@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from gpuscope._arrays import distinct
 from gpuscope.analyses.intervals import Intervals, last_containing, union
-from gpuscope.model import CopyDirection, Ids, Kind, Trace, narrow
+from gpuscope.model import CopyDirection, Extras, Ids, Kind, Trace, narrow
 from gpuscope.runtime_apis import runtime_role
 
 
@@ -247,16 +247,25 @@ class HostIndex(msgspec.Struct):
         self, pid: int, tid: int
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[str]]:
         ev = self.trace.events
-        stacked = [
-            (row, frame)
-            for row, args in sorted(ev.extra.items())
-            if "call_stack" in args
-            and ev.pid[row] == pid
-            and ev.tid[row] == tid
-            and (frame := _stack_user_frame(args["call_stack"])) is not None
-        ]
-        rows = np.array([r for r, _ in stacked], dtype=np.int64)
-        return rows, ev.end_ns[rows], [f for _, f in stacked]
+        # The thread's rows with arguments, ascending; each distinct arguments' frame found once
+        # (the same stacks recur every step; a look at every row's arguments took 50 ms on
+        # 100k rows).
+        extra = Extras.of(ev.extra)
+        rows = extra.rows.astype(np.int64)
+        rows = rows[(ev.pid[rows] == pid) & (ev.tid[rows] == tid)]
+        ids = extra.value_ids(rows)
+        values = extra.distinct
+        frame_of: dict[int, str] = {}
+        for i in distinct(ids).tolist():
+            args = values[i]
+            frame = _stack_user_frame(args["call_stack"]) if "call_stack" in args else None
+            if frame is not None:
+                frame_of[i] = frame
+        known = np.zeros(len(values), dtype=np.bool_)
+        known[list(frame_of)] = True
+        keep = known[ids]
+        rows, ids = rows[keep], ids[keep]
+        return rows, ev.end_ns[rows], [frame_of[i] for i in ids.tolist()]
 
     def _is_user(self, name_id: NDArray[np.int32]) -> NDArray[np.bool_]:
         """:func:`_is_user_frame` per name id, decided once per distinct name."""

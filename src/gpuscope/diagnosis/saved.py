@@ -159,11 +159,22 @@ def _finite(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        # A column of integers (an array's list): nothing to rewrite, the common case.
-        if value and type(value[0]) is int and all(type(v) is int for v in value):
+        # A column of integers, names or None (an array's list): nothing to rewrite, the common
+        # case, told by the items' types (found in C); floats, by checking them all in C.
+        kinds = set(map(type, value))
+        if kinds <= _NO_FLOATS:
             return value
+        if kinds <= _NUMBERS:  # numbers and None (0 and None are finite enough: filtered out)
+            if all(map(math.isfinite, filter(None, value))):
+                return value
+            return [v if v is None or math.isfinite(v) else str(v) for v in value]
         return [_finite(v) for v in value]
     return value
+
+
+#: The item types of a list :func:`_finite` keeps whole, and of one whose floats it checks.
+_NO_FLOATS = frozenset({int, bool, str, type(None)})
+_NUMBERS = frozenset({int, bool, float, type(None)})
 
 
 def is_saved(path: str | Path) -> bool:

@@ -192,14 +192,11 @@ class Columns:
     def add_scanned(self, scanned: list[Any]) -> None:
         """Add the events the C scanner read (``Scanned``, as a list this empties: each part is
         freed once used): the same columns :meth:`add` builds from decoded events."""
-        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows, counters, memory = scanned
+        self._add_scanned_instants(counters=scanned[8], memory=scanned[9])
+        del scanned[8:]
+        events, n, raw, raw_cats, raw_names, extra_rows, extras, flows = scanned
         scanned.clear()
-        if memoryview(memory):
-            self.add_memory_rows(memory)
-        del memory
         self.events += events
-        self.counter_events += events_in(counters)
-        del counters
         if n == 0:
             return
         # Every name and category msgspec would decode must be UTF-8, used or not: otherwise
@@ -217,6 +214,7 @@ class Columns:
         if negative.any():
             count_skipped(self.skipped, NEGATIVE_DURATION, int(negative.sum()))
             keep &= ~negative
+        del negative
         if not keep.any():
             return
         rows = int(np.count_nonzero(keep))
@@ -228,8 +226,14 @@ class Columns:
         name_local = np.frombuffer(memoryview(raw.pop("name")), dtype=np.int32)[kept]
         if "mtia_ccp_events" in cats:
             dma = np.array([name.startswith(b"dma") for name in raw_names], dtype=bool)
-            is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)
-            kinds[is_mtia[cat[kept]] & dma[name_local]] = Kind.MEMCPY
+            is_mtia = np.array([c == "mtia_ccp_events" for c in cats], dtype=bool)[cat[kept]]
+            kinds[is_mtia & dma[name_local]] = Kind.MEMCPY
+        name_id = self._intern_used(raw_names, name_local)
+        # What is no longer needed goes now, before the new columns are made: each of these
+        # is a row's worth of bytes (or holds one of the scanner's columns).
+        del cat, codes, name_local
+        if not self.old_schema:
+            del raw["external_id_2021"]
 
         # Each raw column is read once and dropped: the peak holds the table about once.
         def column(key: str, dtype: type | None = None) -> np.ndarray:
@@ -243,16 +247,17 @@ class Columns:
             values: np.ndarray = _ints(raw.pop(field), n)
             if chosen is None:  # every row
                 return values[kept]
-            rows: np.ndarray = chosen if isinstance(kept, slice) else kept[chosen]
-            taken: np.ndarray = values[rows]
+            at: np.ndarray = chosen if isinstance(kept, slice) else kept[chosen]
+            taken: np.ndarray = values[at]
             return taken
 
         self.float_ts |= bool(column("float_time", np.uint8).any())
         if extra_rows:
             self._add_scanned_extras(extra_rows, extras, keep)
+        del keep
         piece = {
             "kind": kinds,
-            "name_id": self._intern_used(raw_names, name_local),
+            "name_id": name_id,
             "start_ns": column("ts_ns"),
             "dur_ns": column("dur_ns"),
             **self._arg_columns(kinds, column("pid"), column("tid"), arg),
@@ -261,11 +266,21 @@ class Columns:
         for name, values in piece.items():
             self.parts.setdefault(name, []).append(values)
             self.nbytes += values.nbytes
-        on_device = (piece["device"] >= 0) & (kinds != Kind.GPU_ANNOTATION)
+        self._add_scanned_flows(piece, flows)
+        self.rows += rows
+
+    def _add_scanned_flows(self, piece: dict[str, np.ndarray], flows: Any) -> None:
+        """The scanner's flow events, decoded only where device work lacks correlation ids."""
+        on_device = (piece["device"] >= 0) & (piece["kind"] != Kind.GPU_ANNOTATION)
         text = memoryview(flows)
         if np.any(piece["correlation"][on_device] < 0) and text:
             self.flows.extend(FLOWS_DECODER.decode(inflated(text)))
-        self.rows += rows
+
+    def _add_scanned_instants(self, memory: Any, counters: Any) -> None:
+        """The scanner's ``[memory]`` rows and counter events (see ``_kscan.c``)."""
+        if memoryview(memory):
+            self.add_memory_rows(memory)
+        self.counter_events += events_in(counters)
 
     def _add_scanned_extras(self, extra_rows: bytes, extras: Any, keep: np.ndarray) -> None:
         """The extra arguments of the scanned events ``keep`` keeps. The scanner interns them:

@@ -226,7 +226,7 @@ def _chains(trace: Trace) -> _Chains:
     dkey = (ev.device[device].astype(np.int64) << 40) + (
         ev.stream[device].astype(np.int64) & ((1 << 40) - 1)
     )
-    dorder = np.argsort(dkey, kind="stable")
+    dorder = _grouped(dkey)
     drows, dk = device[dorder], dkey[dorder]
     new_stream = np.ones(drows.size, dtype=np.bool_)
     new_stream[1:] = dk[1:] != dk[:-1]
@@ -278,6 +278,20 @@ def _chains(trace: Trace) -> _Chains:
     )
 
 
+def _grouped(keys: I64) -> NDArray[np.intp]:
+    """``np.argsort(keys, kind="stable")`` for keys of a few threads or streams: each key's rank
+    among the distinct ones (found from one key per run) sorted instead, as 16-bit ranks, which
+    numpy sorts by radix (a tenth of the time of a merge sort of the keys)."""
+    if keys.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    runs = np.ones(keys.size, dtype=np.bool_)
+    np.not_equal(keys[1:], keys[:-1], out=runs[1:])
+    values = distinct(keys[runs])
+    if values.size >= 1 << 15:
+        return np.argsort(keys, kind="stable")
+    return np.argsort(np.searchsorted(values, keys).astype(np.int16), kind="stable")
+
+
 def _host_chains(trace: Trace, runtime: I64, origin: int) -> tuple[I64, I64, B, B]:
     """Host chains: per thread, top-level calls only. The runtime rows by thread, each one's
     enclosing top-level call (its index among them), which are top-level, and which begin a
@@ -285,7 +299,7 @@ def _host_chains(trace: Trace, runtime: I64, origin: int) -> tuple[I64, I64, B, 
     ev = trace.events
     pid, tid = ev.pid[runtime].astype(np.int64), ev.tid[runtime].astype(np.int64)
     thread_key = (pid << 32) + (tid & 0xFFFFFFFF)
-    order = np.argsort(thread_key, kind="stable")  # rows are in start order already
+    order = _grouped(thread_key)  # rows are in start order already
     hrows, hkey = runtime[order], thread_key[order]
     hstart, hend = ev.start_ns[hrows] - origin, ev.end_ns[hrows] - origin
     new_thread = np.ones(hrows.size, dtype=np.bool_)

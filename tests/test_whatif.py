@@ -321,3 +321,20 @@ def test_diff_checks_the_prediction_against_the_fixed_run(tmp_path: Path) -> Non
         f" {c['after_step_ns'] / 1e6:,.2f} ms, the median of every step ({c['error_pct']:+.1f}%)"
     )
     assert shown in section.group(1), section.group(1)
+
+
+def test_an_install_without_the_compiled_solver_gives_the_same_diagnosis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The numpy twins (the replay's fixpoint, the interval sweep) are what a user without a
+    compiler runs: on a real trace whose longest zig-zag takes hundreds of replay passes, the
+    diagnosis is the compiled one, figure for figure (at 64 passes its top fix went unpriced)."""
+    from gpuscope.analyses import intervals
+    from gpuscope.analyses.whatif import schedule
+    from gpuscope.render.json import dumps
+
+    job = load(corpus("kineto/hta/df_index_resolver/df_index_resolver.json.gz"))
+    compiled = dumps(diagnose(job))
+    monkeypatch.setattr(schedule, "_replay", None)
+    monkeypatch.setattr(intervals, "_swept_last_containing", None)
+    assert dumps(diagnose(job)) == compiled

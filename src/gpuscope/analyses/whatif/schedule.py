@@ -27,10 +27,15 @@ except ImportError:  # pragma: no cover - the numpy fixpoint does the same, slow
 I64 = NDArray[np.int64]
 
 
-#: A replay gives up after this many passes (each settles one more hop of the longest path):
-#: long zig-zags of tiny kernels between streams (thousands of hops) do not settle in time, and
-#: an unsettled replay (from below) would promise too much.
-MAX_PASSES = 64
+#: The numpy fixpoint gives up after this many passes. Each pass settles one more hop of the
+#: longest path, so a graph settles within its longest path's hops; it is the twin of the C
+#: solver (an install without a compiler), and must reach the same schedule wherever the solver
+#: does: a trace's longest zig-zag of tiny kernels between streams and threads takes hundreds
+#: of hops (a 54 MB Kineto trace: 256 to 1,024), and at 64 passes such a replay stayed
+#: unsettled, its fix unpriced and the diagnosis different. An unsettled replay (from below)
+#: would promise too much, so the cap bounds only the time a cycle or a pathological graph
+#: takes (~0.5 ms a pass per 65k nodes).
+MAX_PASSES = 4096
 
 
 # --- replaying --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ what they need inside themselves; these tests catch an import that slipped to th
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -115,3 +116,44 @@ def test_a_scan_begun_on_the_typed_name_fails_naming_the_file_as_the_command_doe
 
 #: A Kineto trace whose columns outgrow what a 100 MB budget allows a read.
 _BIG = "kineto/tracelens/h100_qwen1.5-0.5b_inference.json.gz"
+
+
+def _console(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gpuscope", *args],
+        capture_output=True,
+        env={**os.environ, "COLUMNS": "100"},
+        cwd=cwd,
+        check=False,
+    )
+
+
+def _imports_click(run: subprocess.CompletedProcess[bytes]) -> bool:
+    return any(re.search(rb"\|\s+click$", line) for line in run.stderr.splitlines())
+
+
+def test_diagnose_of_one_trace_runs_without_click_and_prints_what_click_would() -> None:
+    """``gpuscope diagnose TRACE`` alone runs without the command-line library; any option (here
+    ``--top 10``, the default) goes through click, with the same bytes out and the same exit."""
+    trace = str(corpus("kineto/hta/df_index_resolver/df_index_resolver.json.gz"))
+    plain, through_click = _console("diagnose", trace), _console("diagnose", trace, "--top", "10")
+    assert not _imports_click(plain) and _imports_click(through_click)
+    assert plain.returncode == through_click.returncode == 0
+    assert plain.stdout == through_click.stdout and plain.stdout.count(b"\n") > 20
+
+
+def test_one_trace_that_cannot_be_read_fails_in_one_line_without_click(tmp_path: Path) -> None:
+    """The same one-line error and exit 2 as the click command gives; help still goes to click."""
+    (tmp_path / "t.json").write_text('{"traceEvents": [')
+    plain = _console("diagnose", "t.json", cwd=tmp_path)
+    through_click = _console("diagnose", "t.json", "--top", "10", cwd=tmp_path)
+    assert not _imports_click(plain)
+    assert plain.returncode == through_click.returncode == 2
+    error = [line for line in plain.stderr.splitlines() if not line.startswith(b"import time")]
+    assert error == [
+        b"gpuscope: error: t.json: the file ends mid-write before its first whole event"
+    ]
+    assert error == [
+        line for line in through_click.stderr.splitlines() if not line.startswith(b"import time")
+    ]
+    assert b"gpuscope diagnose [OPTIONS] PATH" in _console("diagnose", "--help").stdout

@@ -18,8 +18,8 @@ from gpuscope.commands._common import (
     show,
     whole_option,
     write_json,
-    write_rendered,
 )
+from gpuscope.commands._run import run_diagnose
 from gpuscope.render.base import DIAGNOSIS_RENDERERS, format_of
 
 FORMATS = list(DIAGNOSIS_RENDERERS)
@@ -114,6 +114,7 @@ def diagnose(
     run_diagnose(
         path,
         json_out,
+        prefetch=prefetched(),
         output=None if output is None and output_format is None else (output or Path("-")),
         output_format=chosen,
         top=top,
@@ -178,59 +179,3 @@ def run_job(
         to_stdout = write_json(json_out, rendered(base.JobJson(), job))
     if not to_stdout:
         show(base.JobTerminal(), job)
-
-
-def run_diagnose(
-    path: Path,
-    json_out: Path | None,
-    *,
-    output: Path | None = None,
-    output_format: str = "terminal",
-    top: int = 10,
-    all_devices: bool = False,
-    gpu_hour_usd: float | None = None,
-    gpu: str | None = None,
-    save: bool = False,
-    label: str | None = None,
-    whole: bool = False,
-    predict: bool = True,
-) -> None:
-    from gpuscope.readers import _early
-
-    # A Kineto file is inflated and scanned on a thread of its own (outside the GIL) while numpy,
-    # the analyses and the renderers import; the read then only assembles the columns. The
-    # console script has usually started it already (see gpuscope.console).
-    prefetch = _early.begin(path, prefetched())
-    from gpuscope.diagnosis import Options, diagnose
-    from gpuscope.readers import load
-    from gpuscope.render import base
-    from gpuscope.sanitise import sanitised
-
-    # The charts' series are computed only when a renderer that draws or saves them runs.
-    charts = json_out is not None or (output is not None and output_format != "terminal")
-    options = Options(
-        top_kernels=top,
-        gpu_hour_usd=gpu_hour_usd,
-        whole=whole,
-        predict=predict,
-        gpu=gpu,
-        charts=charts,
-    )
-    result = diagnose(load(path, prefetch=prefetch), options)
-    # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
-    # corrupt, read-only) then costs the save alone, with its own line and exit 2.
-    to_stdout = False
-    if json_out is not None:
-        to_stdout = write_json(json_out, rendered(base.Json(), result))
-    if output is not None and not (str(output) == "-" and output_format == "terminal"):
-        renderer = base.DIAGNOSIS_RENDERERS[output_format]()
-        text = output_format in ("terminal", "markdown")  # no escape sequences from the trace
-        to_stdout |= write_rendered(output, renderer, sanitised(result) if text else result)
-    if not to_stdout:
-        show(base.Terminal(), result, all_devices=all_devices)
-    if save:
-        from gpuscope.commands.history import save_run
-        from gpuscope.compare.diff import summarize
-
-        run_id = save_run(summarize(result), path, label)
-        say(f"gpuscope: saved as run {run_id}")

@@ -119,7 +119,7 @@ def _diagnose(
     result: CaptureResult, json_out: Path | None, save: bool, label: str | None
 ) -> str | None:
     """Diagnose the capture folder; the reason when it cannot be diagnosed."""
-    from gpuscope.commands.diagnose import run_diagnose
+    from gpuscope.commands._run import run_diagnose
     from gpuscope.errors import EmptyTraceError
 
     try:

@@ -130,16 +130,22 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     driver.quit()
 
 
+def drawn_report(driver: Any) -> dict[str, Any]:
+    """What the loaded page says once its charts are drawn (``window.gpuscopeReport``)."""
+    deadline = time.monotonic() + 20
+    report = None
+    while report is None and time.monotonic() < deadline:
+        report = driver.execute_script("return window.gpuscopeReport || null")
+        time.sleep(0.02)
+    assert report is not None, "the report never finished drawing"
+    return report
+
+
 def open_report(driver: Any, path: Path) -> dict[str, Any]:
     """Load a report and wait until its charts are drawn; what the page said about it."""
     driver.get_log("browser")  # drop what earlier pages logged
     driver.get(path.as_uri())
-    deadline = time.monotonic() + 20
-    drawn = None
-    while drawn is None and time.monotonic() < deadline:
-        drawn = driver.execute_script("return window.gpuscopeReport || null")
-        time.sleep(0.02)
-    assert drawn is not None, "the report never finished drawing"
+    drawn = drawn_report(driver)
     errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     assert errors == []
     requests = driver.execute_script(
@@ -310,12 +316,7 @@ def test_a_chart_that_fails_says_so_and_the_later_charts_still_draw(
     )
     (tmp_path / "broken.html").write_text(broken, encoding="utf-8")
     browser.get((tmp_path / "broken.html").as_uri())
-    deadline = time.monotonic() + 20
-    report = None
-    while report is None and time.monotonic() < deadline:
-        report = browser.execute_script("return window.gpuscopeReport || null")
-        time.sleep(0.02)
-    assert report is not None, "the report never finished drawing"
+    report = drawn_report(browser)
     first = drawn[0]["id"]
     assert report["failed"] == [first] and report["charts"] == len(drawn) - 1
     assert "This chart could not be drawn" in browser.find_element("id", first).text
@@ -329,12 +330,7 @@ def test_the_chart_in_the_window_is_drawn_first(browser: Any, tmp_path: Path) ->
     order = [f["id"] for f in html.embedded_figures(page)]
     assert order[0] == "chart-timeline" and order[-1] == "chart-modules"
     browser.get(f"{(tmp_path / 'report.html').as_uri()}#views")
-    deadline = time.monotonic() + 20
-    report = None
-    while report is None and time.monotonic() < deadline:
-        report = browser.execute_script("return window.gpuscopeReport || null")
-        time.sleep(0.02)
-    assert report is not None, "the report never finished drawing"
+    report = drawn_report(browser)
     assert report["order"][0] == "chart-modules" and sorted(report["order"]) == sorted(order)
 
 

@@ -92,6 +92,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, a relative one resolved within ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(path: Path) -> set[str]:
     """Every gpuscope module ``path`` imports, anywhere in it, resolved to a module name."""
     module = module_name(path)
@@ -101,11 +109,7 @@ def imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = imported_from(node, package)
             found.add(source)
             for alias in node.names:  # `from gpuscope import causes`: the module
                 candidate = ROOT.parent / (source.replace(".", "/") + "/" + alias.name)
@@ -194,11 +198,7 @@ def private_uses_in(text: str, module: str, package: str) -> list[str]:
                 if a.name.startswith("gpuscope.") and a.asname:
                     modules[a.asname] = a.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = imported_from(node, package)
             if not (source == "gpuscope" or source.startswith("gpuscope.")):
                 continue
             for a in node.names:

@@ -7,8 +7,6 @@ when that command runs (or when ``--help`` lists them all).
 
 from __future__ import annotations
 
-import os
-import sys
 from importlib import import_module
 from typing import Any
 
@@ -61,26 +59,17 @@ class _Commands(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from gpuscope._files import forget_inputs
-        from gpuscope.readers._io import set_memory_budget
+        from gpuscope.commands._output import one_command
 
-        # A command starts afresh (one process may run several: tests, an embedding program):
-        # it protects the files it reads (gpuscope._files), under its own --max-memory.
-        forget_inputs()
-        set_memory_budget(None)
         try:
-            return super().invoke(ctx)
+            with one_command():
+                return super().invoke(ctx)
         except click.ClickException as error:
             # A usage error quotes what was typed (a path, a value): through the one sanitiser.
             from gpuscope.sanitise import printable
 
             error.message = printable(error.message, limit=4000)  # type: ignore[misc]
             raise
-        except BrokenPipeError:
-            # The reader took what it wanted and left (`gpuscope diagnose X | head -1`): that is
-            # a success. Later writes and the final flush go to /dev/null instead of failing.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(0)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,14 +5,17 @@ exactly as the click commands do."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuscope.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from gpuscope.render.base import Renderer
@@ -23,6 +26,26 @@ S = TypeVar("S")
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
+
+
+@contextmanager
+def one_command() -> Iterator[None]:
+    """What every command runs inside, with click or without.
+
+    A command starts afresh (one process may run several: tests, an embedding program): it
+    protects the files it reads (:mod:`gpuscope._files`), under its own ``--max-memory``. A
+    reader that took what it wanted and left (``gpuscope diagnose X | head -1``) makes it a
+    success: later writes and the final flush go to /dev/null instead of failing."""
+    from gpuscope._files import forget_inputs
+    from gpuscope.readers._io import set_memory_budget
+
+    forget_inputs()
+    set_memory_budget(None)
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 def say(message: str, *, err: bool = True) -> None:

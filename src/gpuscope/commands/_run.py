@@ -6,12 +6,12 @@ a tenth of the whole run."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from gpuscope.commands._output import (
     input_errors_exit,
+    one_command,
     rendered,
     say,
     show,
@@ -21,20 +21,13 @@ from gpuscope.commands._output import (
 
 
 def run_plain(path: str, prefetch: object) -> None:
-    """``gpuscope diagnose PATH`` with every option at its default, as click would run it: the
-    same reset of the inputs read and of the memory budget (``cli._Commands.invoke``), the same
-    one-line errors (``input_errors_exit``), a reader that leaves early a success, and an
-    interrupt "Aborted!" with exit 1 (click's own handling)."""
-    from gpuscope._files import forget_inputs
-    from gpuscope.readers._io import set_memory_budget
-
-    forget_inputs()
-    set_memory_budget(None)
+    """``gpuscope diagnose PATH`` with every option at its default, as click would run it:
+    inside :func:`~gpuscope.commands._output.one_command` (as ``cli._Commands.invoke`` runs
+    every command), with the same one-line errors (``input_errors_exit``), and an interrupt
+    "Aborted!" with exit 1 (click's own handling)."""
     try:
-        input_errors_exit(run_diagnose)(Path(path), None, prefetch=prefetch)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+        with one_command():
+            input_errors_exit(run_diagnose)(Path(path), None, prefetch=prefetch)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         say("Aborted!")

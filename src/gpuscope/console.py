@@ -123,7 +123,7 @@ def _one_blas_thread() -> None:
 
 
 # glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8
 
 
 def _tune_malloc() -> None:
@@ -139,6 +139,12 @@ def _tune_malloc() -> None:
       every 4 MB piece of a trace is mapped fresh and returned at once, and the kernel zeroes and
       faults its pages in again: 23% fewer page faults, and ~10% less time for a 54 MB trace, for
       ~10 MB more at the peak.
+    - The heap grows 32 MB at a time, not 128 KB. A buffer that grows by ``realloc`` at the top
+      of the heap (the scanner's texts) then extends in place; with a small top it is copied
+      into a fresh mapping once it passes the 8 MB above, and every page of the copy is
+      faulted in anew. Measured on a 54 MB trace: 72 -> 12 ``brk`` calls, 16,700 -> 14,600
+      page faults (3-4 us each on a virtual machine), and the same peak: address space the
+      heap reserves but does not touch is not memory.
     """
     if os.name == "posix" and "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or ""):
         import ctypes
@@ -147,3 +153,4 @@ def _tune_malloc() -> None:
         libc.mallopt(_M_ARENA_MAX, 1)
         libc.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
         libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+        libc.mallopt(_M_TOP_PAD, 32 << 20)

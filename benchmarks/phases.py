@@ -21,9 +21,11 @@ processes), so ``interpreter`` includes the spawn; CPU is the process's, every t
 faults are minor page faults (``ru_minflt``), every thread together. The medians over
 ``--runs`` are printed, and then the cost of one fault here: a fresh page touched for the first
 time. The kernel maps each new page a process touches, so a run's faults are about its peak
-resident memory over 4 KiB, and on a virtual machine each costs several microseconds: at
-16,700 faults a run of ``df_index_resolver`` pays ~60 ms of CPU to map memory (measured on the
-2-CPU VM of issue 31, session 12: 4 µs a fault). Less memory is less time there.
+resident memory over 4 KiB, and on a virtual machine each costs several microseconds (2.9-4.2
+on the 2-CPU VM of issue 31: benchmarks/README.md). Less memory is less time there.
+
+The driver runs in :func:`startup.user_environment`, as the speed benchmarks run
+gpuscope: bytecode cached, written by one untimed run first.
 
 The driver wraps internal functions (``gpuscope.readers._early.start``, ``_scan.Scan._run``,
 ``gpuscope.readers.load``, ``gpuscope.diagnosis.diagnose``, ``console._exit_now``): a tool for
@@ -34,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+from startup import table, user_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared/corpus/kineto/hta/df_index_resolver/df_index_resolver.json.gz"
@@ -116,9 +120,7 @@ print((time.perf_counter() - start) / pages * 1e6)
 """
 
 
-def one_run(path: Path) -> dict[str, tuple[float, float, int]]:
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as users run it: bytecode cached
+def one_run(path: Path, env: dict[str, str]) -> dict[str, tuple[float, float, int]]:
     spawned = time.monotonic_ns()
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, str(spawned), str(path)],
@@ -151,10 +153,10 @@ def main() -> None:
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT)
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    one_run(args.file)  # bytecode written, file in the page cache
-    runs = [one_run(args.file) for _ in range(args.runs)]
-    print(f"gpuscope diagnose {args.file.name}: medians of {args.runs} runs")
-    print(f"{'phase':<14}{'ends, ms':>10}{'takes, ms':>11}{'CPU, ms':>9}{'faults':>8}{'new':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = user_environment(Path(tmp))
+        one_run(args.file, env)  # bytecode written, file in the page cache
+        runs = [one_run(args.file, env) for _ in range(args.runs)]
     medians = {
         name: tuple(
             statistics.median(run[name][i] for run in runs if name in run) for i in range(3)
@@ -162,14 +164,23 @@ def main() -> None:
         for name in PHASES
         if any(name in run for run in runs)
     }
-    before = (0.0, 0.0, 0)
+    rows = [("phase", "ends, ms", "takes, ms", "CPU, ms", "faults", "new")]
+    before: tuple[float, ...] = (0.0, 0.0, 0.0)
     # In the order they end: the scan and the imports race, on two threads.
     for name, (wall, cpu, faults) in sorted(medians.items(), key=lambda item: item[1][0]):
-        print(
-            f"{name:<14}{wall:>10.1f}{wall - before[0]:>11.1f}{cpu:>9.1f}{faults:>8.0f}"
-            f"{faults - before[2]:>7.0f}"
+        rows.append(
+            (
+                name,
+                f"{wall:.1f}",
+                f"{wall - before[0]:.1f}",
+                f"{cpu:.1f}",
+                f"{faults:.0f}",
+                f"{faults - before[2]:.0f}",
+            )
         )
         before = (wall, cpu, faults)
+    print(f"gpuscope diagnose {args.file.name}: medians of {args.runs} runs")
+    print(table(rows))
     cost = fault_cost_us()
     total = statistics.median(run["exit"][2] for run in runs)
     print(

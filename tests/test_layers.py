@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "gpuscope._arrays",
+            "gpuscope._aside",  # a helper thread for pieces of one computation
             "gpuscope._files",
             "gpuscope._install",
             "gpuscope._native",

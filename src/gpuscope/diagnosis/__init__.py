@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec.structs import replace
 
+from gpuscope._aside import Helper, Later
 from gpuscope.analyses.attribution import IdleAttribution, attribute_idle
 from gpuscope.analyses.bounds import KernelBounds, kernel_bounds
 from gpuscope.analyses.drawn import DeviceSeries, Drawn, device_series, drawn, kernel_time
@@ -24,7 +25,6 @@ from gpuscope.analyses.host import HostIndex, host_activity
 from gpuscope.analyses.memory import MemoryReport
 from gpuscope.analyses.operators import DeviceViews, HostScopes, device_views, host_scopes
 from gpuscope.analyses.phases import (
-    Phase,
     cut,
     kept_rows,
     rebase,
@@ -52,7 +52,7 @@ from gpuscope.analyses.timeline import (
     stream_idle,
     temporal_breakdown,
 )
-from gpuscope.analyses.whatif import Prediction
+from gpuscope.analyses.whatif import Prediction, build_graph
 from gpuscope.analyses.window import profiled_window, real_steps
 from gpuscope.diagnosis.evidence import JobContext, TraceContext
 from gpuscope.diagnosis.findings import (
@@ -196,7 +196,22 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    contexts, startup, memory_hosts = _traces_analysed(job, options, adjust)
+    with Helper() as helper:
+        return _timelines(job, options, adjust, summarise_from, helper)
+
+
+def _timelines(
+    job: Job,
+    options: Options,
+    adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+    summarise_from: int | None,
+    helper: Helper,
+) -> TimelineDiagnosis:
+    """:func:`diagnose_timelines`, with the pieces that need nothing computed after them begun on
+    ``helper``'s thread (:mod:`gpuscope._aside`): each trace's operator scopes and, when fixes
+    are replayed, its graph; the memory section."""
+    contexts, startup, memory_hosts = _traces_analysed(job, options, adjust, helper)
+    later_memory = helper.start(_memory, memory_hosts, options)
     traces = [c.trace for c in contexts]
     evidence = [e for c in contexts for e in c.devices]
     devices = [e.report for e in evidence]
@@ -209,7 +224,7 @@ def diagnose_timelines(
     devices = _with_peer_waits(devices, ranks)
     extra = rank_evidence(ranks, gpu_hour_usd, gpus) if ranks is not None else None
     found = findings(evidence, gpu_hour_usd, gpus, extra)
-    memory, memory_found = _memory(memory_hosts, options)
+    memory, memory_found = later_memory.result()
     all_fixes = None
     saving_usd: float | None = None
     if options.predict:
@@ -264,6 +279,7 @@ def _traces_analysed(
     job: Job,
     options: Options,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+    helper: Helper,
 ) -> tuple[list[TraceContext], list[StartupEvidence], list[tuple[Trace, HostIndex]]]:
     """Each trace analysed (:func:`_analysed`), what start-up each left out, and the whole
     traces that record allocations with their host index (what the memory section reads)."""
@@ -271,7 +287,7 @@ def _traces_analysed(
     startup: list[StartupEvidence] = []
     memory_hosts: list[tuple[Trace, HostIndex]] = []
     for given in job.traces:
-        context, left_out = _analysed(given, options, adjust)
+        context, left_out = _analysed(given, options, adjust, helper, graph=options.predict)
         if given.memory is not None:  # read over the whole trace, start-up included
             memory_hosts.append((given, host_activity(given) if left_out else context.host))
         contexts.append(context)
@@ -283,7 +299,8 @@ def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Par
     """The job's devices as :func:`diagnose_timelines` analyses them (each trace cut to its
     steady state unless ``options.whole``), one participant per device: what a straggler's
     detail is read from when its rank is read again on a worker (:mod:`gpuscope.distributed`)."""
-    contexts = [_analysed(given, options, None)[0] for given in job.traces]
+    with Helper() as helper:
+        contexts = [_analysed(given, options, None, helper)[0] for given in job.traces]
     evidence = [e for c in contexts for e in c.devices]
     devices, works = [e.report for e in evidence], [e.work for e in evidence]
     return _participants(contexts, devices, works, first_rank)
@@ -304,9 +321,13 @@ def _analysed(
     given: Trace,
     options: Options,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
+    helper: Helper,
+    *,
+    graph: bool = False,
 ) -> tuple[TraceContext, StartupEvidence | None]:
     """One trace analysed: cut to its steady state (unless ``options.whole``), its host events
-    classified, and every device's report and evidence; and what start-up was left out."""
+    classified, and every device's report and evidence; and what start-up was left out.
+    ``graph``: also begin the replays' graph of the trace as analysed (``TraceContext.graph``)."""
     trace = replace(given, steps=real_steps(given))
     profiled = profiled_window(trace)
     bounds = None if profiled is None else (profiled.start_ns, profiled.end_ns)
@@ -325,10 +346,15 @@ def _analysed(
     context = TraceContext(trace, host, phases)
     ids = trace.device_ids
     # The views read the analysed window's ranges: the trace as cut, when it was.
-    scopes = host_scopes(trace) if ids else None
-    for device in ids:
-        work = device_work(trace, device, bounds)
-        report = _device_report(trace, work, options, host, phases, scopes, adjust)
+    works = [device_work(trace, device, bounds) for device in ids]
+    # Begun in the order they are needed: each device's idle attribution, then the scopes (the
+    # views read both), then the graph (the predictions, after every device's report).
+    idles = [helper.start(attribute_idle, work, host, phases) for work in works]
+    scopes = Later.now(host_scopes, trace) if ids else None
+    if graph and ids:
+        context.graph = helper.start(build_graph, trace)
+    for work, idle in zip(works, idles, strict=True):
+        report = _device_report(trace, work, options, idle, scopes, adjust)
         context.devices.append(_evidence(trace, report, work))
     return context, left_out
 
@@ -375,13 +401,13 @@ def _device_report(
     trace: Trace,
     work: DeviceWork,
     options: Options,
-    host: HostIndex,
-    phases: list[Phase],
-    scopes: HostScopes | None,
+    later_idle: Later[IdleAttribution],
+    scopes: Later[HostScopes] | None,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
 ) -> DeviceReport:
+    """One device's report; what reads its idle attribution (begun on the helper thread) is
+    computed last."""
     device = work.device
-    idle = attribute_idle(work, host, phases)
     info = trace.devices.get(device) or DeviceInfo(device, None, None, None, None, None)
     facts = device_facts(info.name, num_sms=info.num_sms, gpu=options.gpu)
     bounds = kernel_bounds(work, facts)
@@ -389,6 +415,9 @@ def _device_report(
     if measured is not None:
         bounds = measured.bounds
     steps = step_breakdown(work)
+    temporal, overlapped = temporal_breakdown(work), overlap(work)
+    kernels, streams = kernel_breakdown(work, top=options.top_kernels), stream_idle(work)
+    idle = later_idle.result()
     return DeviceReport(
         source=trace.source,
         rank=trace.rank,
@@ -398,16 +427,16 @@ def _device_report(
         facts=facts,
         span_start_ns=work.span_start_ns,
         span_end_ns=work.span_end_ns,
-        temporal=temporal_breakdown(work),
-        overlap=overlap(work),
-        kernels=kernel_breakdown(work, top=options.top_kernels),
-        streams=stream_idle(work),
+        temporal=temporal,
+        overlap=overlapped,
+        kernels=kernels,
+        streams=streams,
         steps=steps,
         idle=idle,
         bounds=bounds,
         series=device_series(work, idle, bounds, steps, options.charts),
         counters=measured,
-        views=None if scopes is None else device_views(work, idle, scopes, options.charts),
+        views=None if scopes is None else device_views(work, idle, scopes.result(), options.charts),
     )
 
 

@@ -18,6 +18,8 @@ from gpuscope.facts import GpuFacts
 from gpuscope.model import Trace
 
 if TYPE_CHECKING:
+    from gpuscope._aside import Later
+    from gpuscope.analyses.whatif import Graph
     from gpuscope.diagnosis import DeviceReport
 
 
@@ -73,6 +75,9 @@ class TraceContext(msgspec.Struct):
     host: HostIndex
     phases: list[Phase]
     devices: list[DeviceEvidence] = msgspec.field(default_factory=list)
+    #: The replays' graph of ``trace``, begun on the diagnosis's helper thread when fixes are
+    #: replayed (None: the prediction builds it).
+    graph: Later[Graph] | None = None
 
 
 class JobContext(msgspec.Struct):

@@ -100,7 +100,7 @@ def predict(found: list[Finding], job: JobContext) -> tuple[list[Finding], Predi
             continue
         if any((d.rank if d.rank is not None else -1) in straggler_ranks for d in reports):
             late.add(len(graphs))
-        graphs.append(build_graph(trace))
+        graphs.append(context.graph.result() if context.graph is not None else build_graph(trace))
         outside = _outside(trace, context.host, context.phases)
         inputs.append(_inputs(trace, reports, outside, participants, cuts))
     replayer = Replayer(graphs, inputs, late)

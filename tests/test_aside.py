@@ -1,0 +1,88 @@
+"""The diagnosis's helper thread (gpuscope._aside): the same results as inline, errors raised
+where the result is asked for, and no thread left behind."""
+
+from __future__ import annotations
+
+import threading
+
+import msgspec
+import numpy as np
+import pytest
+
+from corpus import corpus
+from gpuscope import _aside
+from gpuscope._aside import Helper, Later
+from gpuscope.diagnosis import Options, diagnose
+from gpuscope.diagnosis.saved import to_builtins
+from gpuscope.readers import load
+
+
+def _helpers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "gpuscope-helper"]
+
+
+@pytest.fixture(params=[1, 2], ids=["one-cpu", "two-cpus"])
+def cpus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(_aside, "_cpus", lambda: request.param)
+    return int(request.param)
+
+
+def test_pieces_give_what_they_give_inline_in_order(cpus: int) -> None:
+    values = np.arange(100_000)
+    with Helper() as helper:
+        later = [helper.start(np.cumsum, values[i:]) for i in range(5)]
+        assert [int(x.result()[-1]) for x in later] == [int(values[i:].sum()) for i in range(5)]
+        assert bool(_helpers()) == (cpus > 1)
+    assert not _helpers()  # the thread ended with the block
+
+
+def test_an_error_is_raised_where_the_result_is_asked_for(cpus: int) -> None:
+    def fails() -> int:
+        raise ValueError("no such step")
+
+    with Helper() as helper:
+        later = helper.start(fails)
+        with pytest.raises(ValueError, match="no such step"):
+            later.result()
+        assert helper.start(int, "7").result() == 7  # the helper goes on
+    assert not _helpers()
+
+
+def test_pieces_never_asked_for_are_skipped_once_the_block_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_aside, "_cpus", lambda: 2)
+    release = threading.Event()
+    ran: list[str] = []
+    with pytest.raises(RuntimeError), Helper() as helper:
+        helper.start(release.wait)
+        helper.start(ran.append, "second")
+        threading.Timer(0.2, release.set).start()  # the first piece ends after the block does
+        raise RuntimeError("the caller failed")
+    # The block ended while the first piece waited: the second was skipped, not run.
+    assert release.is_set()
+    assert not _helpers()
+    assert ran == []
+
+
+def test_later_now_runs_at_once() -> None:
+    later = Later.now(sorted, [3, 1, 2])
+    assert later.result() == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "kineto/hta/df_index_resolver/df_index_resolver.json.gz",  # one GPU, memory events
+        "kineto/param-dlrm-8rank",  # eight ranks: a graph and a replay per trace
+    ],
+)
+def test_the_diagnosis_is_the_same_with_a_helper_thread_and_without(
+    relative: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = load(corpus(relative))
+    encoded = []
+    for count in (1, 2):
+        monkeypatch.setattr(_aside, "_cpus", lambda count=count: count)
+        encoded.append(msgspec.json.encode(to_builtins(diagnose(job, Options(charts=True)))))
+    assert encoded[0] == encoded[1]

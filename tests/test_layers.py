@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpuscope.cli",
             "gpuscope.commands",
             "gpuscope.console",
+            "gpuscope._recache",  # the console script's kept regexes: process state
             "gpuscope.__main__",
             "gpuscope.capture",
             "gpuscope.watch",

@@ -51,6 +51,9 @@ def main() -> None:
         from gpuscope.readers import _early
 
         prefetch = _early.start(args[1:])  # handed to the command as click's context object
+    from gpuscope import _recache
+
+    _recache.install()  # regexes compiled in earlier runs, once the read has begun
     try:
         if _names_one_trace(args, prefetch):
             from gpuscope.commands._run import run_plain
@@ -146,11 +149,15 @@ def _tune_malloc() -> None:
       page faults (3-4 us each on a virtual machine), and the same peak: address space the
       heap reserves but does not touch is not memory.
     """
-    if os.name == "posix" and "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or ""):
+    if os.name != "posix" or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""):
+        return
+    try:  # the scanner's extension has mallopt: it loads before the scan starts anyway
+        from gpuscope.readers._kscan import mallopt
+    except ImportError:  # not built, or built from older source: ctypes (~2 ms to import)
         import ctypes
 
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_ARENA_MAX, 1)
-        libc.mallopt(_M_MMAP_THRESHOLD, 8 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)
-        libc.mallopt(_M_TOP_PAD, 32 << 20)
+        mallopt = ctypes.CDLL(None).mallopt
+    mallopt(_M_ARENA_MAX, 1)
+    mallopt(_M_MMAP_THRESHOLD, 8 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+    mallopt(_M_TOP_PAD, 32 << 20)

@@ -53,7 +53,11 @@ else:  # it inflates with zlib-ng where the zlib_ng package's extension has it, 
     ZLIB_NG_INFLATES = _kscan.use_zlib_ng(zlib_ng.__file__)
 
 #: Decompressed bytes per piece of text (the scanner's window, the msgspec reader's pieces).
-PIECE_BYTES = 4 << 20
+#: Every piece in flight between the inflater thread and the scanner is memory touched anew,
+#: page by page: scanning a 54 MB trace with 4 MB pieces faulted in 12,800 pages (60 MB peak),
+#: with 1 MB pieces 7,100 (38 MB), and took 15% less CPU; smaller pieces save little more and
+#: add hand-overs (benchmarks/README.md, issue 31).
+PIECE_BYTES = 1 << 20
 #: Compressed bytes per call to the inflater (the msgspec reader's pieces).
 FEED_BYTES = 128 << 10
 #: The columns a scan reads, against the memory budget: the model's table is built from them in

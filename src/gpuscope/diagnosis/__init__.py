@@ -345,14 +345,14 @@ def _analysed(
         phases = rebase(inside, kept)
     context = TraceContext(trace, host, phases)
     ids = trace.device_ids
-    # The views read the analysed window's ranges: the trace as cut, when it was.
     works = [device_work(trace, device, bounds) for device in ids]
-    # Begun in the order they are needed: each device's idle attribution, then the scopes (the
-    # views read both), then the graph (the predictions, after every device's report).
+    # Begun in the order they are needed: each device's idle attribution (its report), then the
+    # graph (the predictions, once every report and finding is made).
     idles = [helper.start(attribute_idle, work, host, phases) for work in works]
-    scopes = Later.now(host_scopes, trace) if ids else None
     if graph and ids:
         context.graph = helper.start(build_graph, trace)
+    # Meanwhile, what the views read: the analysed window's ranges (the trace as cut, when it was).
+    scopes = host_scopes(trace) if ids else None
     for work, idle in zip(works, idles, strict=True):
         report = _device_report(trace, work, options, idle, scopes, adjust)
         context.devices.append(_evidence(trace, report, work))
@@ -402,7 +402,7 @@ def _device_report(
     work: DeviceWork,
     options: Options,
     later_idle: Later[IdleAttribution],
-    scopes: Later[HostScopes] | None,
+    scopes: HostScopes | None,
     adjust: Callable[[KernelBounds, DeviceWork], MeasuredBounds | None] | None,
 ) -> DeviceReport:
     """One device's report; what reads its idle attribution (begun on the helper thread) is
@@ -436,7 +436,7 @@ def _device_report(
         bounds=bounds,
         series=device_series(work, idle, bounds, steps, options.charts),
         counters=measured,
-        views=None if scopes is None else device_views(work, idle, scopes.result(), options.charts),
+        views=None if scopes is None else device_views(work, idle, scopes, options.charts),
     )
 
 

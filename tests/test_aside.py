@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from corpus import corpus
-from gpuscope import _aside
+from gpuscope import _aside, diagnosis
 from gpuscope._aside import Helper, Later
 from gpuscope.diagnosis import Options, diagnose
 from gpuscope.diagnosis.saved import to_builtins
@@ -81,8 +81,28 @@ def test_the_diagnosis_is_the_same_with_a_helper_thread_and_without(
     relative: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = load(corpus(relative))
+    monkeypatch.setattr(diagnosis, "HELPER_MIN_EVENTS", 0)  # a helper for any trace
     encoded = []
     for count in (1, 2):
         monkeypatch.setattr(_aside, "_cpus", lambda count=count: count)
         encoded.append(msgspec.json.encode(to_builtins(diagnose(job, Options(charts=True)))))
     assert encoded[0] == encoded[1]
+
+
+def test_short_traces_are_diagnosed_without_a_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below HELPER_MIN_EVENTS the GIL's hand-overs cost more than the overlap gains."""
+    monkeypatch.setattr(_aside, "_cpus", lambda: 2)
+    started: list[bool] = []
+    real = Helper.__init__
+
+    def spy(self: Helper, *, parallel: bool = True) -> None:
+        started.append(parallel)
+        real(self, parallel=parallel)
+
+    monkeypatch.setattr(Helper, "__init__", spy)
+    short = load(corpus("kineto/tracelens/mi300x_qwen1.5-0.5b_inference.json.gz"))
+    long = load(corpus("kineto/hta/df_index_resolver/df_index_resolver.json.gz"))
+    assert len(short.traces[0].events) < diagnosis.HELPER_MIN_EVENTS <= len(long.traces[0].events)
+    diagnose(short, Options(charts=False))
+    diagnose(long, Options(charts=False))
+    assert started == [False, True]

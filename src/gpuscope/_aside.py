@@ -8,6 +8,14 @@ section) can run beside it and fill the caller's numpy loops with its own Python
 other way round. Measured on a 1M-event trace on two cores: two diagnoses on two threads took
 90 ms, one after the other 130.
 
+When it does not: every numpy call on an array of more than a few hundred elements releases
+the GIL and takes it back, and with a second thread waiting, each release hands the GIL over
+(a futex wake-up on another core, tens of microseconds on a virtual machine). Where the
+arrays are short, the calls are short too, the hand-overs outnumber the overlap, and both
+threads run slower than one would alone: measured across the corpus, a diagnosis of fewer
+than ~100,000 events took 10-60% longer with a helper thread, one of more 0-20% less
+(benchmarks/README.md, issue 31, session 13). The caller says which (``parallel``).
+
 Why the answer cannot change: a piece is a pure function of values nobody mutates (the trace's
 tables, analyses' results), so it gives what it would give inline, whichever thread runs it and
 whenever. Its exception is raised where its result is asked for, as it would have been raised
@@ -78,10 +86,12 @@ class Helper:
     """One helper thread that runs the pieces it is given, in the order given.
 
     ``with Helper() as helper: later = helper.start(fn, *args) ... later.result()``.
+    ``parallel=False`` runs every piece inline, when given: where the caller knows that the
+    arrays are too short to gain (see the module docstring).
     """
 
-    def __init__(self) -> None:
-        self._parallel = _cpus() > 1
+    def __init__(self, *, parallel: bool = True) -> None:
+        self._parallel = parallel and _cpus() > 1
         self._queue: SimpleQueue[Later[Any] | None] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closing = False

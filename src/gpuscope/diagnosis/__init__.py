@@ -196,8 +196,19 @@ def diagnose_timelines(
 
     The device work (which holds the trace) lives only while this runs: the reports and the
     diagnosis hold what the analyses computed from it, never the trace."""
-    with Helper() as helper:
+    with Helper(parallel=_worth_a_helper(job)) as helper:
         return _timelines(job, options, adjust, summarise_from, helper)
+
+
+#: The events of a trace above which its diagnosis runs pieces on a helper thread: below it,
+#: numpy's calls are too short for the overlap to pay for the GIL's hand-overs
+#: (:mod:`gpuscope._aside`; measured across the corpus: benchmarks/README.md).
+HELPER_MIN_EVENTS = 100_000
+
+
+def _worth_a_helper(job: Job) -> bool:
+    """Whether the job has a trace long enough for a helper thread to gain."""
+    return any(len(t.events) >= HELPER_MIN_EVENTS for t in job.traces)
 
 
 def _timelines(

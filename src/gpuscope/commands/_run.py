@@ -34,6 +34,28 @@ def run_plain(path: str, prefetch: object) -> None:
         sys.exit(1)  # click's exit status for an abort
 
 
+def _import_ahead(*, kineto: bool, predict: bool, shown: bool) -> None:
+    """Import now, while the read begun ahead goes on, what the command loads on first use after
+    it: the Kineto reader's modules, the replays' (``predict``), and the terminal report's
+    (``shown``: printed as text; without colours, the plain layout). The read runs beside on a
+    thread of its own without the GIL (or in a child process), and once the command waits for it,
+    it takes the second core too; so on two cores an import made beside the read costs about
+    half what it costs once the read is done (-3 ms of ~200 on ``df_index_resolver``:
+    benchmarks/README.md, issue 31 session 13). A module the command then does not need costs
+    its import and nothing else."""
+    from gpuscope.render import plain_width
+
+    if kineto:
+        import gpuscope.readers.kineto
+    if predict:
+        import gpuscope.diagnosis.predict
+    if shown:
+        import gpuscope.render.terminal
+
+        if plain_width() is not None:
+            import gpuscope.render.plain  # noqa: F401
+
+
 def run_diagnose(
     path: Path,
     json_out: Path | None,
@@ -73,6 +95,9 @@ def run_diagnose(
         gpu=gpu,
         charts=charts,
     )
+    if begun is not None:
+        shown = json_out is None and (output is None or output_format == "terminal")
+        _import_ahead(kineto=begun.scan is not None, predict=predict, shown=shown)
     result = diagnose(load(path, prefetch=begun), options)
     # The diagnosis is shown (or written) first: a history that cannot take the run (locked,
     # corrupt, read-only) then costs the save alone, with its own line and exit 2.

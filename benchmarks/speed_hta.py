@@ -13,9 +13,10 @@ also writes them as JSON); exits 0, or 1 with ``--strict`` when a target fails.
 a. Whole process, as users run each tool: ``gpuscope diagnose TRACE`` (stdout to /dev/null), the
    same with ``--json OUT``, and ``HTA_PYTHON benchmarks/hta_runner.py TRACE`` (HTA import, load,
    temporal breakdown, idle breakdown and overlap). Each is run ``--repeats`` times, alternating;
-   the min and median wall times give the speed-up (target: gpuscope >= 20x faster, aiming at
-   25x) and the peak RSS of each process (``/usr/bin/time -f %M``, else
-   ``getrusage(RUSAGE_CHILDREN)`` in a fresh child) the memory ratio (target: <= 1/4 of HTA's).
+   the min and median wall times give the speed-up (target: gpuscope >= 20x faster by both,
+   the median being the issue's bar, aiming at 25x) and the peak RSS of each process
+   (``/usr/bin/time -f %M``, else ``getrusage(RUSAGE_CHILDREN)`` in a fresh child) the memory
+   ratio (target: <= 1/4 of HTA's).
    Both tools run as users run them, with their bytecode cached (one untimed run each first).
    Without the HTA interpreter this part prints how to create it and is skipped.
 b. In process: the floor is reading the file, ``zlib`` decompression and the fastest generic JSON
@@ -348,7 +349,8 @@ def whole_process_targets(series: list[Series]) -> list[Target]:
                 f"a. speed-up, {label} vs HTA",
                 f"{_ratio(speedup_min)} min, {_ratio(speedup_median)} median",
                 f">= {SPEEDUP_TARGET:.0f}x",
-                speedup_min >= SPEEDUP_TARGET,
+                # The bar is the median of alternating runs; the min must reach it too.
+                min(speedup_min, speedup_median) >= SPEEDUP_TARGET,
             )
         )
         if ours.cpu_median_s > 0:

@@ -52,10 +52,16 @@ def test_pieces_never_asked_for_are_skipped_once_the_block_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_aside, "_cpus", lambda: 2)
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
     ran: list[str] = []
+
+    def first() -> None:
+        started.set()
+        release.wait()
+
     with pytest.raises(RuntimeError), Helper() as helper:
-        helper.start(release.wait)
+        helper.start(first)
+        started.wait()
         helper.start(ran.append, "second")
         threading.Timer(0.2, release.set).start()  # the first piece ends after the block does
         raise RuntimeError("the caller failed")
@@ -68,6 +74,20 @@ def test_pieces_never_asked_for_are_skipped_once_the_block_ends(
 def test_later_now_runs_at_once() -> None:
     later = Later.now(sorted, [3, 1, 2])
     assert later.result() == [1, 2, 3]
+
+
+def test_without_a_helper_a_piece_runs_where_it_is_asked_for() -> None:
+    """As it would run with no helper at all: the memory it holds, held from then on only."""
+    ran: list[int] = []
+    with Helper(parallel=False) as helper:
+        later = helper.start(ran.append, 1)
+        never = helper.start(ran.append, 2)
+        assert ran == []
+        later.result()
+        later.result()
+        assert ran == [1]
+    assert ran == [1] and not _helpers()
+    del never
 
 
 @pytest.mark.parametrize(

@@ -200,15 +200,21 @@ def diagnose_timelines(
         return _timelines(job, options, adjust, summarise_from, helper)
 
 
-#: The events of a trace above which its diagnosis runs pieces on a helper thread: below it,
+#: The events of a trace from which its diagnosis runs pieces on a helper thread: below it,
 #: numpy's calls are too short for the overlap to pay for the GIL's hand-overs
 #: (:mod:`gpuscope._aside`; measured across the corpus: benchmarks/README.md).
 HELPER_MIN_EVENTS = 100_000
+#: ... and up to which: beyond it the pieces' arrays are tens of MB of fresh memory each, page
+#: faults set their pace (two threads faulting in one address space wait on each other), and
+#: the pieces' memory is held at once: the replays' graph beside the device analyses took an
+#: 8.6 GB trace (21.8 M events) over issue 31's 3 GiB.
+HELPER_MAX_EVENTS = 1_000_000
 
 
 def _worth_a_helper(job: Job) -> bool:
-    """Whether the job has a trace long enough for a helper thread to gain."""
-    return any(len(t.events) >= HELPER_MIN_EVENTS for t in job.traces)
+    """Whether a helper thread gains on the job: a trace long enough, none too long."""
+    lengths = [len(t.events) for t in job.traces]
+    return bool(lengths) and HELPER_MIN_EVENTS <= max(lengths) < HELPER_MAX_EVENTS
 
 
 def _timelines(

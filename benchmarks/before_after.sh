@@ -20,25 +20,28 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="$out/pycache"
 for f in "${files[@]}"; do
-  : > "$out/before"; : > "$out/after"
+  : > "$out/before"; : > "$out/after"; : > "$out/before.us"; : > "$out/after.us"
   for tree in "$before" "$after"; do
     (cd "$tree" && PYTHONPATH="$tree/src" python -m gpuscope diagnose "$f" > /dev/null)
   done
   for _ in $(seq "$N"); do
     for side in before after; do
       tree=$before; [ $side = after ] && tree=$after
+      start=$(date +%s%N)
       (cd "$tree" && PYTHONPATH="$tree/src" /usr/bin/time -f "%e %U %S %M" -a -o "$out/$side" \
         python -m gpuscope diagnose "$f" > /dev/null)
+      echo $(( ($(date +%s%N) - start) / 1000 )) >> "$out/$side.us"
     done
   done
   for side in before after; do
     python - "$out/$side" "$side" "$(basename "$f")" <<'PY'
 import statistics, sys
 rows = [list(map(float, line.split())) for line in open(sys.argv[1]) if line[:1].isdigit()]
-wall = [r[0] for r in rows]
+# Wall time from the shell's clock in microseconds (GNU time's %e has 10 ms steps).
+wall = [int(line) / 1e6 for line in open(sys.argv[1] + ".us")]
 cpu = [r[1] + r[2] for r in rows]
 rss = max(r[3] for r in rows) / 1024
-print(f"{sys.argv[3]:28s} {sys.argv[2]:6s} wall min {min(wall):.2f} med {statistics.median(wall):.2f}"
+print(f"{sys.argv[3]:28s} {sys.argv[2]:6s} wall min {min(wall):.4f} med {statistics.median(wall):.4f}"
       f"  cpu min {min(cpu):.2f} med {statistics.median(cpu):.2f}  peak RSS {rss:.1f} MB")
 PY
   done

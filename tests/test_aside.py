@@ -11,7 +11,7 @@ import pytest
 
 from corpus import corpus
 from gpuscope import _aside, diagnosis
-from gpuscope._aside import Helper, Later
+from gpuscope._aside import Helper
 from gpuscope.diagnosis import Options, diagnose
 from gpuscope.diagnosis.saved import to_builtins
 from gpuscope.readers import load
@@ -69,11 +69,6 @@ def test_pieces_never_asked_for_are_skipped_once_the_block_ends(
     assert release.is_set()
     assert not _helpers()
     assert ran == []
-
-
-def test_later_now_runs_at_once() -> None:
-    later = Later.now(sorted, [3, 1, 2])
-    assert later.result() == [1, 2, 3]
 
 
 def test_without_a_helper_a_piece_runs_where_it_is_asked_for() -> None:

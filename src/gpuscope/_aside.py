@@ -63,13 +63,6 @@ class Later(Generic[T]):
         self._value: T | None = None
         self._error: BaseException | None = None
 
-    @classmethod
-    def now(cls, fn: Callable[..., T], *args: Any) -> Later[T]:
-        """The piece run at once, in this thread."""
-        later = cls(fn, args)
-        later.run()
-        return later
-
     def run(self) -> None:
         fn, args = self._fn, self._args
         self._fn, self._args = None, ()  # what the piece read is not kept past its run

@@ -43,14 +43,13 @@ def _import_ahead(*, kineto: bool, predict: bool, shown: bool) -> None:
     half what it costs once the read is done (-3 ms of ~200 on ``df_index_resolver``:
     benchmarks/README.md, issue 31 session 13). A module the command then does not need costs
     its import and nothing else."""
-    from gpuscope.render import plain_width
-
     if kineto:
         import gpuscope.readers.kineto
     if predict:
         import gpuscope.diagnosis.predict
     if shown:
         import gpuscope.render.terminal
+        from gpuscope.render import plain_width
 
         if plain_width() is not None:
             import gpuscope.render.plain  # noqa: F401

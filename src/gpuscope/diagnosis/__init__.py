@@ -225,8 +225,8 @@ def _timelines(
     helper: Helper,
 ) -> TimelineDiagnosis:
     """:func:`diagnose_timelines`, with the pieces that need nothing computed after them begun on
-    ``helper``'s thread (:mod:`gpuscope._aside`): each trace's operator scopes and, when fixes
-    are replayed, its graph; the memory section."""
+    ``helper``'s thread (:mod:`gpuscope._aside`): each device's idle attribution and, when fixes
+    are replayed, each trace's graph (:func:`_analysed`); the memory section."""
     contexts, startup, memory_hosts = _traces_analysed(job, options, adjust, helper)
     later_memory = helper.start(_memory, memory_hosts, options)
     traces = [c.trace for c in contexts]
@@ -316,7 +316,7 @@ def participants_of(job: Job, options: Options, first_rank: int = 0) -> list[Par
     """The job's devices as :func:`diagnose_timelines` analyses them (each trace cut to its
     steady state unless ``options.whole``), one participant per device: what a straggler's
     detail is read from when its rank is read again on a worker (:mod:`gpuscope.distributed`)."""
-    with Helper() as helper:
+    with Helper(parallel=_worth_a_helper(job)) as helper:
         contexts = [_analysed(given, options, None, helper)[0] for given in job.traces]
     evidence = [e for c in contexts for e in c.devices]
     devices, works = [e.report for e in evidence], [e.work for e in evidence]

@@ -13,7 +13,7 @@ the GIL and takes it back, and with a second thread waiting, each release hands 
 (a futex wake-up on another core, tens of microseconds on a virtual machine). Where the arrays
 are short, the calls are short too, the hand-overs outnumber the overlap, and both threads run
 slower than one would alone: measured across the corpus, a diagnosis of fewer than 45,000
-events took 8-59% longer with a helper thread (benchmarks/README.md, issue 31, session 13).
+events took 12-81% longer with a helper thread (``benchmarks/helper_sweep.py``).
 Where they are huge, the pieces' arrays are fresh memory, page faults set the pace, and both
 pieces' memory is held at once. The caller says which (``parallel``).
 

@@ -202,7 +202,7 @@ def diagnose_timelines(
 
 #: The events of a trace from which its diagnosis runs pieces on a helper thread: below it,
 #: numpy's calls are too short for the overlap to pay for the GIL's hand-overs
-#: (:mod:`gpuscope._aside`; measured across the corpus: benchmarks/README.md).
+#: (:mod:`gpuscope._aside`; measured across the corpus: ``benchmarks/helper_sweep.py``).
 HELPER_MIN_EVENTS = 100_000
 #: ... and up to which: beyond it the pieces' arrays are tens of MB of fresh memory each, page
 #: faults set their pace (two threads faulting in one address space wait on each other), and
